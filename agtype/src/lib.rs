@@ -1,0 +1,1 @@
+//! Apache AGE agtype codec.

@@ -1,0 +1,1 @@
+//! Statement classification for coalescing (DESIGN.md, "Coalescing a single-read batch").

@@ -1,0 +1,1 @@
+//! Cypher lexer, parser and compiler to SQL over AGE label tables.

@@ -1,0 +1,5 @@
+//! onetrip's planner: SQL statement classification (for coalescing) and the
+//! Cypher-to-SQL compiler for Apache AGE. Pure functions, no I/O.
+
+pub mod classify;
+pub mod cypher;
