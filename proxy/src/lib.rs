@@ -1,0 +1,1 @@
+//! onetrip: a Postgres-wire proxy that counts and saves round trips.

@@ -1,0 +1,1 @@
+//! Test harness: a private PostgreSQL cluster and a proxy in front of it.
