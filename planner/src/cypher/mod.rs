@@ -1,1 +1,174 @@
 //! Cypher lexer, parser and compiler to SQL over AGE label tables.
+//!
+//! [`rewrite_sql`] finds `cypher('graph', $$ ... $$ [, $n]) AS t(cols)`
+//! calls in a SQL statement and replaces each with an equivalent plain SQL
+//! subquery over the graph's label tables, leaving every other byte of the
+//! statement as written. A call is only rewritten when the compiler is sure
+//! the answer is AGE's own; otherwise the statement is left to AGE and the
+//! [`DeclineReason`] says why.
+
+pub mod ast;
+pub mod catalog;
+pub mod compile;
+pub mod lexer;
+pub mod literal;
+pub mod parser;
+pub mod sql;
+
+pub use catalog::{Catalog, Graph, Label, LabelKind};
+pub use compile::compile_cypher;
+pub use literal::agtype_literal;
+pub use parser::parse;
+pub use sql::{Rewrite, RewriteOptions, rewrite_sql};
+
+use std::fmt;
+
+/// A Cypher syntax error at a byte offset of the Cypher text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{msg} at offset {pos}")]
+pub struct ParseError {
+    pub pos: usize,
+    pub msg: String,
+}
+
+impl ParseError {
+    pub fn new(pos: usize, msg: &str) -> ParseError {
+        ParseError {
+            pos,
+            msg: msg.to_string(),
+        }
+    }
+}
+
+/// Why a `cypher()` call is left to AGE. [`DeclineReason::name`] is a
+/// stable short name for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeclineReason {
+    /// The Cypher text does not parse (AGE reports its own error).
+    Syntax,
+    OptionalMatch,
+    With,
+    Unwind,
+    Union,
+    Call,
+    Write,
+    VariableLength,
+    PathVariable,
+    /// A clause order other than MATCH... RETURN.
+    ClauseShape,
+    MultipleLabels,
+    MultipleRelTypes,
+    UnknownGraph,
+    UnknownLabel,
+    UnknownFunction,
+    UnboundVariable,
+    /// Variable reused in a way AGE treats specially (edge twice, node as edge).
+    VariableReuse,
+    ReturnStar,
+    ColumnMismatch,
+    /// A column type other than agtype in `AS (...)`.
+    ColumnType,
+    OrderByAlias,
+    OrderByShape,
+    AggregateShape,
+    EmptyInList,
+    SkipLimitExpr,
+    Case,
+    ListComprehension,
+    Exists,
+    ListSlice,
+    LabelPredicate,
+    ChainedComparison,
+    /// A property or map key that is a Cypher keyword (AGE's grammar differs).
+    KeywordKey,
+    /// `$name` without a parameter argument, or an unusual parameter argument.
+    Params,
+    /// A boolean where AGE would coerce in ways not reproduced here.
+    BooleanOperand,
+    UnsupportedExpr,
+    /// The SQL around the call is not understood (quoting, shape, nesting).
+    SqlShape,
+}
+
+impl DeclineReason {
+    pub fn name(self) -> &'static str {
+        use DeclineReason::*;
+        match self {
+            Syntax => "syntax_error",
+            OptionalMatch => "optional_match",
+            With => "with",
+            Unwind => "unwind",
+            Union => "union",
+            Call => "call",
+            Write => "write",
+            VariableLength => "variable_length",
+            PathVariable => "path_variable",
+            ClauseShape => "clause_shape",
+            MultipleLabels => "multiple_labels",
+            MultipleRelTypes => "multiple_rel_types",
+            UnknownGraph => "unknown_graph",
+            UnknownLabel => "unknown_label",
+            UnknownFunction => "unknown_function",
+            UnboundVariable => "unbound_variable",
+            VariableReuse => "variable_reuse",
+            ReturnStar => "return_star",
+            ColumnMismatch => "column_mismatch",
+            ColumnType => "column_type",
+            OrderByAlias => "order_by_alias",
+            OrderByShape => "order_by_shape",
+            AggregateShape => "aggregate_shape",
+            EmptyInList => "in_empty_list",
+            SkipLimitExpr => "skip_limit_expr",
+            Case => "case",
+            ListComprehension => "list_comprehension",
+            Exists => "exists",
+            ListSlice => "list_slice",
+            LabelPredicate => "label_predicate",
+            ChainedComparison => "chained_comparison",
+            KeywordKey => "keyword_key",
+            Params => "params",
+            BooleanOperand => "boolean_operand",
+            UnsupportedExpr => "unsupported_expression",
+            SqlShape => "sql_shape",
+        }
+    }
+}
+
+impl fmt::Display for DeclineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `plan-cypher` CLI's function: the rewritten statement, or why the
+/// statement would be left to AGE (also when it has no `cypher()` call).
+pub fn plan_cypher(sql: &str, catalog: &Catalog) -> Result<String, DeclineReason> {
+    match rewrite_sql(sql, catalog, &RewriteOptions::default()) {
+        Rewrite::Rewritten(s) => Ok(s),
+        Rewrite::Declined(r) => Err(r),
+        Rewrite::Unchanged => Err(DeclineReason::SqlShape),
+    }
+}
+
+/// Entry points for fuzzers; not part of the stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Parses arbitrary bytes as Cypher, compiles what parses and runs the
+    /// SQL rewriter on it; must never panic.
+    pub fn fuzz_cypher_parse(data: &[u8]) {
+        let Ok(text) = std::str::from_utf8(data) else {
+            return;
+        };
+        if let Ok(_st) = parse(text) {
+            let cat = Catalog::assume_all();
+            if let Some(g) = cat.graph("g") {
+                let _ = compile_cypher(text, &g, true, Some("$1"), 3);
+            }
+        }
+        let _ = rewrite_sql(text, &Catalog::assume_all(), &RewriteOptions::default());
+        let wrapped = format!("SELECT * FROM cypher('g', $$ {text} $$) AS (a agtype)");
+        let _ = rewrite_sql(&wrapped, &Catalog::assume_all(), &RewriteOptions::default());
+    }
+}

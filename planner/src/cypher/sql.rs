@@ -1,0 +1,469 @@
+//! Finding `cypher()` calls in SQL text and splicing compiled SQL in their
+//! place. A small lexer (strings, dollar quotes, identifiers, comments)
+//! gives exact byte spans; every byte outside a replaced call is kept.
+
+use super::DeclineReason as D;
+use super::catalog::Catalog;
+use super::compile::compile_cypher;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rewrite {
+    /// No `cypher()` call in FROM: forward as is.
+    Unchanged,
+    /// A call the compiler leaves to AGE: forward as is, count the reason.
+    Declined(D),
+    /// The statement with every call replaced.
+    Rewritten(String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RewriteOptions {
+    /// Statements longer than this (bytes) are not examined; 0 = no limit.
+    pub max_sql_len: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum T {
+    Word(String),
+    QIdent,
+    /// A string constant's value; `plain` for `'...'` (whose backslashes
+    /// depend on `standard_conforming_strings`).
+    Str {
+        value: String,
+        plain: bool,
+    },
+    /// An `E'...'`/`U&'...'` constant: never taken as cypher text.
+    OtherStr,
+    Param,
+    Punct(u8),
+    Other,
+}
+
+#[derive(Debug, Clone)]
+struct Tk {
+    t: T,
+    start: usize,
+    end: usize,
+}
+
+fn lex(sql: &str) -> Result<Vec<Tk>, D> {
+    let b = sql.as_bytes();
+    let mut v = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let s = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if c == b'-' && b.get(i + 1) == Some(&b'-') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let mut depth = 0usize;
+            while i < b.len() {
+                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            if depth != 0 {
+                return Err(D::SqlShape);
+            }
+            continue;
+        }
+        let t = match c {
+            b'\'' => {
+                let (value, end) = quoted(sql, i, b'\'')?;
+                i = end;
+                T::Str { value, plain: true }
+            }
+            b'"' => {
+                let (_, end) = quoted(sql, i, b'"')?;
+                i = end;
+                T::QIdent
+            }
+            b'$' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                T::Param
+            }
+            b'$' => {
+                // `$tag$ ... $tag$`
+                let mut j = i + 1;
+                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                    j += 1;
+                }
+                if b.get(j) != Some(&b'$') || b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                    return Err(D::SqlShape);
+                }
+                let tag = &sql[i..=j];
+                let body = j + 1;
+                let Some(close) = sql[body..].find(tag) else {
+                    return Err(D::SqlShape);
+                };
+                i = body + close + tag.len();
+                T::Str {
+                    value: sql[body..body + close].to_string(),
+                    plain: false,
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
+                let mut j = i;
+                while j < b.len()
+                    && (b[j].is_ascii_alphanumeric()
+                        || b[j] == b'_'
+                        || b[j] == b'$'
+                        || b[j] >= 0x80)
+                {
+                    j += 1;
+                }
+                let word = &sql[i..j];
+                let next = b.get(j).copied();
+                if next == Some(b'\'')
+                    && (word.eq_ignore_ascii_case("e")
+                        || word.eq_ignore_ascii_case("b")
+                        || word.eq_ignore_ascii_case("x")
+                        || word.eq_ignore_ascii_case("n"))
+                {
+                    i = skip_escape_string(sql, j)?;
+                    T::OtherStr
+                } else if word.eq_ignore_ascii_case("u") && next == Some(b'&') {
+                    return Err(D::SqlShape);
+                } else {
+                    i = j;
+                    T::Word(word.to_ascii_lowercase())
+                }
+            }
+            b'0'..=b'9' => {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                    i += 1;
+                }
+                T::Other
+            }
+            b'(' | b')' | b',' | b'.' | b';' => {
+                i += 1;
+                T::Punct(c)
+            }
+            _ => {
+                i += 1;
+                T::Other
+            }
+        };
+        v.push(Tk {
+            t,
+            start: s,
+            end: i,
+        });
+    }
+    Ok(v)
+}
+
+/// A `'...'` or `"..."` token with doubled-quote escapes; returns the value
+/// and the end offset.
+fn quoted(sql: &str, i: usize, q: u8) -> Result<(String, usize), D> {
+    let b = sql.as_bytes();
+    let mut j = i + 1;
+    let mut val = String::new();
+    let mut seg = j;
+    while j < b.len() {
+        if b[j] == q {
+            if b.get(j + 1) == Some(&q) {
+                val.push_str(&sql[seg..=j]);
+                j += 2;
+                seg = j;
+                continue;
+            }
+            val.push_str(&sql[seg..j]);
+            return Ok((val, j + 1));
+        }
+        j += 1;
+    }
+    Err(D::SqlShape)
+}
+
+/// Skips an `E'...'` string (backslash escapes); returns the end offset.
+fn skip_escape_string(sql: &str, quote: usize) -> Result<usize, D> {
+    let b = sql.as_bytes();
+    let mut j = quote + 1;
+    while j < b.len() {
+        match b[j] {
+            b'\\' => j += 2,
+            b'\'' if b.get(j + 1) == Some(&b'\'') => j += 2,
+            b'\'' => return Ok(j + 1),
+            _ => j += 1,
+        }
+    }
+    Err(D::SqlShape)
+}
+
+/// One `cypher(...) AS alias(cols)` occurrence.
+struct Call {
+    start: usize,
+    end: usize,
+    graph: String,
+    cypher: String,
+    params: Option<String>,
+    alias: String,
+    columns: Vec<String>,
+}
+
+/// Rewrites every `cypher()` call in FROM; see [`Rewrite`].
+pub fn rewrite_sql(sql: &str, catalog: &Catalog, opts: &RewriteOptions) -> Rewrite {
+    if opts.max_sql_len > 0 && sql.len() > opts.max_sql_len {
+        return Rewrite::Unchanged;
+    }
+    // Cheap exit for the vast majority of statements.
+    if !sql
+        .as_bytes()
+        .windows(6)
+        .any(|w| w.eq_ignore_ascii_case(b"cypher"))
+    {
+        return Rewrite::Unchanged;
+    }
+    let toks = match lex(sql) {
+        Ok(t) => t,
+        Err(r) => return Rewrite::Declined(r),
+    };
+    // A plain string holding a backslash reads differently with
+    // standard_conforming_strings off: don't guess.
+    if toks
+        .iter()
+        .any(|t| matches!(&t.t, T::Str { value, plain: true } if value.contains('\\')))
+    {
+        return Rewrite::Declined(D::SqlShape);
+    }
+    let mut calls = Vec::new();
+    for k in 0..toks.len() {
+        if toks[k].t != T::Word("cypher".into())
+            || toks.get(k + 1).map(|t| &t.t) != Some(&T::Punct(b'('))
+        {
+            continue;
+        }
+        let prev = k.checked_sub(1).map(|p| &toks[p].t);
+        match prev {
+            Some(T::Word(w)) if w == "from" || w == "join" || w == "lateral" => {}
+            Some(T::Punct(b',')) => {}
+            // `ag_catalog.cypher(...)`: the emitted SQL relies on ag_catalog
+            // being on the search_path, which a qualified call doesn't show.
+            Some(T::Punct(b'.')) => return Rewrite::Declined(D::SqlShape),
+            _ => continue,
+        }
+        match parse_call(sql, &toks, k) {
+            Ok(c) => calls.push(c),
+            Err(r) => return Rewrite::Declined(r),
+        }
+    }
+    if calls.is_empty() {
+        return Rewrite::Unchanged;
+    }
+    let mut out = String::with_capacity(sql.len() * 2);
+    let mut last = 0;
+    for c in &calls {
+        let Some(graph) = catalog.graph(&c.graph) else {
+            return Rewrite::Declined(D::UnknownGraph);
+        };
+        let compiled = match compile_cypher(
+            &c.cypher,
+            &graph,
+            catalog.assume_labels,
+            c.params.as_deref(),
+            c.columns.len(),
+        ) {
+            Ok(s) => s,
+            Err(r) => return Rewrite::Declined(r),
+        };
+        out.push_str(&sql[last..c.start]);
+        out.push('(');
+        out.push_str(&compiled);
+        out.push_str(") AS ");
+        out.push_str(&c.alias);
+        out.push('(');
+        out.push_str(&c.columns.join(", "));
+        out.push(')');
+        last = c.end;
+    }
+    out.push_str(&sql[last..]);
+    Rewrite::Rewritten(out)
+}
+
+fn parse_call(sql: &str, toks: &[Tk], k: usize) -> Result<Call, D> {
+    let start = toks[k].start;
+    let mut i = k + 2;
+    let tok = |i: usize| toks.get(i).map(|t| &t.t);
+    let text = |i: usize| &sql[toks[i].start..toks[i].end];
+    let Some(T::Str {
+        value: graph,
+        plain: true,
+    }) = tok(i)
+    else {
+        return Err(D::SqlShape);
+    };
+    i += 1;
+    if tok(i) != Some(&T::Punct(b',')) {
+        return Err(D::SqlShape);
+    }
+    i += 1;
+    let Some(T::Str { value: cypher, .. }) = tok(i) else {
+        return Err(D::SqlShape);
+    };
+    i += 1;
+    let mut params = None;
+    if tok(i) == Some(&T::Punct(b',')) {
+        i += 1;
+        if tok(i) != Some(&T::Param) {
+            return Err(D::Params);
+        }
+        params = Some(text(i).to_string());
+        i += 1;
+    }
+    if tok(i) != Some(&T::Punct(b')')) {
+        return Err(D::SqlShape);
+    }
+    i += 1;
+    if tok(i) == Some(&T::Word("as".into())) {
+        i += 1;
+    }
+    let mut alias = "cypher".to_string();
+    match tok(i) {
+        Some(T::Word(w)) if !is_reserved(w) => {
+            alias = text(i).to_string();
+            i += 1;
+        }
+        Some(T::QIdent) => {
+            alias = text(i).to_string();
+            i += 1;
+        }
+        _ => {}
+    }
+    if tok(i) != Some(&T::Punct(b'(')) {
+        return Err(D::SqlShape);
+    }
+    i += 1;
+    let mut columns = Vec::new();
+    loop {
+        match tok(i) {
+            Some(T::Word(w)) if !is_reserved(w) => columns.push(text(i).to_string()),
+            Some(T::QIdent) => columns.push(text(i).to_string()),
+            _ => return Err(D::SqlShape),
+        }
+        i += 1;
+        // The type: `agtype` or `ag_catalog.agtype`.
+        if tok(i) == Some(&T::Word("ag_catalog".into())) && tok(i + 1) == Some(&T::Punct(b'.')) {
+            i += 2;
+        }
+        if tok(i) != Some(&T::Word("agtype".into())) {
+            return Err(D::ColumnType);
+        }
+        i += 1;
+        match tok(i) {
+            Some(T::Punct(b',')) => i += 1,
+            Some(T::Punct(b')')) => break,
+            _ => return Err(D::ColumnType),
+        }
+    }
+    let end = toks[i].end;
+    Ok(Call {
+        start,
+        end,
+        graph: graph.clone(),
+        cypher: cypher.clone(),
+        params,
+        alias,
+        columns,
+    })
+}
+
+/// Words that cannot be a bare table alias here.
+fn is_reserved(w: &str) -> bool {
+    matches!(
+        w,
+        "where"
+            | "group"
+            | "order"
+            | "limit"
+            | "offset"
+            | "join"
+            | "inner"
+            | "left"
+            | "right"
+            | "full"
+            | "cross"
+            | "natural"
+            | "on"
+            | "using"
+            | "union"
+            | "except"
+            | "intersect"
+            | "having"
+            | "window"
+            | "for"
+            | "fetch"
+            | "returning"
+            | "as"
+            | "select"
+            | "from"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_surrounding_sql() {
+        let sql = "SELECT country, count(*) FROM cypher('g', $$ MATCH (c:City) RETURN c.id $$) AS t(country agtype) WHERE country::text LIKE 'N%' GROUP BY country";
+        let Rewrite::Rewritten(out) = rewrite_sql(sql, &Catalog::assume_all(), &Default::default())
+        else {
+            panic!()
+        };
+        assert!(out.starts_with("SELECT country, count(*) FROM (SELECT "));
+        assert!(out.ends_with(") AS t(country) WHERE country::text LIKE 'N%' GROUP BY country"));
+    }
+
+    #[test]
+    fn unchanged_and_shapes() {
+        let c = Catalog::assume_all();
+        let o = RewriteOptions::default();
+        assert_eq!(rewrite_sql("SELECT 1", &c, &o), Rewrite::Unchanged);
+        assert_eq!(rewrite_sql("SELECT 'cypher('", &c, &o), Rewrite::Unchanged);
+        assert_eq!(
+            rewrite_sql(
+                "SELECT * FROM cypher('g', $$ MATCH (a) RETURN a $$) AS (a text)",
+                &c,
+                &o
+            ),
+            Rewrite::Declined(D::ColumnType)
+        );
+        assert!(matches!(
+            rewrite_sql(
+                "SELECT * FROM cypher('g', $q$ MATCH (a) RETURN a $q$) AS (a agtype)",
+                &c,
+                &o
+            ),
+            Rewrite::Rewritten(_)
+        ));
+        assert!(matches!(
+            rewrite_sql(
+                "SELECT * FROM cypher('g', ' MATCH (a) RETURN ''x'' ') AS (a agtype)",
+                &c,
+                &o
+            ),
+            Rewrite::Rewritten(_)
+        ));
+    }
+}
