@@ -1,1 +1,29 @@
 //! onetrip: a Postgres-wire proxy that counts and saves round trips.
+//!
+//! The proxy is a library first: start it in-process, learn its address,
+//! shut it down.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = onetrip::Config::default();
+//! config.listen.address = "127.0.0.1:0".parse()?;
+//! config.upstream.address = onetrip::config::UpstreamAddress::parse("127.0.0.1:5432")?;
+//! let proxy = onetrip::Proxy::start(config).await?;
+//! println!("connect to {}", proxy.local_addr());
+//! proxy.shutdown(std::time::Duration::from_secs(5)).await;
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod config;
+pub mod embedded;
+pub mod metrics;
+pub mod net;
+mod server;
+pub mod session;
+pub mod stats;
+pub mod wire;
+
+pub use config::Config;
+pub use server::{Proxy, Shared, StartError};
+pub mod cli;

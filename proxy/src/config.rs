@@ -1,0 +1,430 @@
+//! Configuration: `config.toml`, then `ONETRIP_*` environment variables, then
+//! command-line flags. Every key is documented in the shipped `config.toml`.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub listen: Listen,
+    pub upstream: Upstream,
+    pub tls: Tls,
+    pub coalesce: Coalesce,
+    pub planner: Planner,
+    pub metrics: Metrics,
+    pub admin: Admin,
+    pub limits: Limits,
+    pub log: Log,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Listen {
+    pub address: SocketAddr,
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Self { address: SocketAddr::from(([127, 0, 0, 1], 6432)) }
+    }
+}
+
+/// Where sessions are forwarded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamAddress {
+    /// A private PostgreSQL started by the proxy.
+    Embedded,
+    /// `host:port`; the host may be a name.
+    Tcp(String),
+}
+
+impl UpstreamAddress {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "embedded" {
+            return Ok(Self::Embedded);
+        }
+        match s.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Self::Tcp(s.to_owned()))
+            }
+            _ => Err(format!("expected \"embedded\" or host:port, got {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for UpstreamAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Embedded => f.write_str("embedded"),
+            Self::Tcp(a) => f.write_str(a),
+        }
+    }
+}
+
+impl Serialize for UpstreamAddress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for UpstreamAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamTls {
+    Disable,
+    Prefer,
+    Require,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Upstream {
+    pub address: UpstreamAddress,
+    #[serde(with = "duration")]
+    pub rtt: Duration,
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
+    pub tls: UpstreamTls,
+    /// CA certificates (PEM) that sign the upstream's certificate; empty
+    /// accepts any certificate (encryption without authentication).
+    pub tls_ca_file: Option<PathBuf>,
+    /// Data directory for the embedded server; a temporary one when unset.
+    pub embedded_data_dir: Option<PathBuf>,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Self {
+            address: UpstreamAddress::Embedded,
+            rtt: Duration::ZERO,
+            connect_timeout: Duration::from_secs(5),
+            tls: UpstreamTls::Disable,
+            tls_ca_file: None,
+            embedded_data_dir: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tls {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Coalesce {
+    pub single_read: bool,
+    pub write_probe: bool,
+    pub max_held_bytes: usize,
+    pub read_only_functions: Vec<String>,
+}
+
+impl Default for Coalesce {
+    fn default() -> Self {
+        Self {
+            single_read: true,
+            write_probe: true,
+            max_held_bytes: 1 << 20,
+            read_only_functions: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Planner {
+    pub cypher_rewrite: bool,
+    pub verify: bool,
+}
+
+impl Default for Planner {
+    fn default() -> Self {
+        Self { cypher_rewrite: true, verify: false }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdminAuth {
+    ScramSha256,
+    Md5,
+    Trust,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminUser {
+    pub name: String,
+    #[serde(skip_serializing)]
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    pub database: String,
+    pub auth: AdminAuth,
+    pub users: Vec<AdminUser>,
+}
+
+impl Default for AdminUser {
+    fn default() -> Self {
+        Self { name: String::new(), password: String::new() }
+    }
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Self {
+            database: "onetrip".into(),
+            auth: AdminAuth::Trust,
+            users: vec![AdminUser { name: "postgres".into(), password: String::new() }],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    #[serde(with = "duration")]
+    pub startup_timeout: Duration,
+    pub buffer_bytes: usize,
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            // PostgreSQL's own ceiling for a message (MaxAllocSize - 1).
+            max_message_bytes: 0x3fff_ffff,
+            startup_timeout: Duration::from_secs(60),
+            buffer_bytes: 256 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config{}: {message}", origin.as_deref().map(|o| format!(" in {o}")).unwrap_or_default())]
+    Invalid { origin: Option<String>, message: String },
+    #[error("invalid config key {key}: {message}")]
+    Key { key: String, message: String },
+}
+
+impl Config {
+    /// Loads `path` (or the defaults when `None`) and applies `ONETRIP_*`
+    /// variables from `env` (e.g. `ONETRIP_UPSTREAM_ADDRESS=db:5432`).
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.into(), source })?;
+                text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid {
+                    origin: Some(p.display().to_string()),
+                    message: e.to_string(),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("ONETRIP_") else { continue };
+            apply_env(&mut table, &name, rest, &value)?;
+        }
+        let origin = path.map(|p| p.display().to_string());
+        let cfg: Config = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid { origin, message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let key = |key: &str, message: &str| ConfigError::Key { key: key.into(), message: message.into() };
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(key("tls.cert_file", "tls.cert_file and tls.key_file must be set together"));
+        }
+        if self.limits.max_message_bytes < 1024 {
+            return Err(key("limits.max_message_bytes", "must be at least 1024"));
+        }
+        if self.limits.buffer_bytes < 8192 {
+            return Err(key("limits.buffer_bytes", "must be at least 8192"));
+        }
+        if self.admin.database.is_empty() {
+            return Err(key("admin.database", "must not be empty"));
+        }
+        if self.admin.auth != AdminAuth::Trust
+            && let Some(u) = self.admin.users.iter().find(|u| u.password.is_empty())
+        {
+            return Err(key(
+                "admin.users",
+                &format!("user {:?} needs a password unless admin.auth = \"trust\"", u.name),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `ONETRIP_SECTION_KEY=value` sets `[section] key = value`. The value is read
+/// as a TOML value when it parses as one (numbers, booleans, arrays), else as
+/// a string.
+fn apply_env(table: &mut toml::Table, name: &str, rest: &str, value: &str) -> Result<(), ConfigError> {
+    const SECTIONS: [&str; 9] =
+        ["listen", "upstream", "tls", "coalesce", "planner", "metrics", "admin", "limits", "log"];
+    let lower = rest.to_ascii_lowercase();
+    let Some((section, key)) = SECTIONS
+        .iter()
+        .find_map(|s| lower.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
+    else {
+        return Err(ConfigError::Key {
+            key: name.into(),
+            message: format!("unknown section; expected ONETRIP_<{}>_<KEY>", SECTIONS.join("|").to_uppercase()),
+        });
+    };
+    let parsed = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.into()));
+    let entry = table
+        .entry(section)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match entry {
+        toml::Value::Table(t) => {
+            t.insert(key.into(), parsed);
+            Ok(())
+        }
+        _ => Err(ConfigError::Key { key: section.into(), message: "must be a table".into() }),
+    }
+}
+
+/// Durations as strings: `"250us"`, `"1ms"`, `"0.5ms"`, `"5s"`, `"2m"`.
+pub mod duration {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn parse(s: &str) -> Result<Duration, String> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("duration {s:?} needs a unit (us, ms, s, m)"))?;
+        let (num, unit) = s.split_at(split);
+        let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let secs = match unit.trim() {
+            "us" | "µs" => n / 1e6,
+            "ms" => n / 1e3,
+            "s" => n,
+            "m" | "min" => n * 60.0,
+            u => return Err(format!("unknown duration unit {u:?} in {s:?} (use us, ms, s, m)")),
+        };
+        Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+    }
+
+    pub fn format(d: &Duration) -> String {
+        if d.subsec_nanos() == 0 {
+            format!("{}s", d.as_secs())
+        } else {
+            format!("{}us", d.as_micros())
+        }
+    }
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("onetrip-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", text.len()));
+        std::fs::write(&path, text).unwrap();
+        Config::load(Some(&path), env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn shipped_config_parses() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.toml");
+        let cfg = Config::load(Some(&path), []).unwrap();
+        assert_eq!(cfg.upstream.address, UpstreamAddress::Embedded);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = load_str("[upstream]\nadress = \"x:1\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("adress"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let cfg = load_str(
+            "",
+            &[("ONETRIP_UPSTREAM_ADDRESS", "db:5433"), ("ONETRIP_UPSTREAM_RTT", "0.5ms"), ("ONETRIP_COALESCE_SINGLE_READ", "false")],
+        )
+        .unwrap();
+        assert_eq!(cfg.upstream.address, UpstreamAddress::Tcp("db:5433".into()));
+        assert_eq!(cfg.upstream.rtt, Duration::from_micros(500));
+        assert!(!cfg.coalesce.single_read);
+        let err = load_str("", &[("ONETRIP_NOPE_X", "1")]).unwrap_err().to_string();
+        assert!(err.contains("ONETRIP_NOPE_X"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(load_str("[upstream]\nrtt = \"5 parsecs\"\n", &[]).is_err());
+        assert!(load_str("[upstream]\naddress = \"nowhere\"\n", &[]).is_err());
+        assert!(load_str("[tls]\ncert_file = \"a.pem\"\n", &[]).unwrap_err().to_string().contains("tls.cert_file"));
+    }
+}

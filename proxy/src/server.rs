@@ -1,0 +1,229 @@
+//! The proxy as a library: start it in-process, learn its address, stop it.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+use tracing::{error, info, warn};
+
+use crate::{
+    config::{Config, UpstreamAddress},
+    embedded::{EmbeddedError, PgOptions, PgServer},
+    net,
+    stats::Stats,
+    wire::startup,
+};
+
+/// State shared by every session: read-mostly, no lock on the forwarding path.
+pub struct Shared {
+    pub config: Arc<Config>,
+    upstream_addr: String,
+    pub stats: Arc<Stats>,
+    pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+    pub upstream_tls: Option<tokio_rustls::TlsConnector>,
+    /// Backend keys handed to our clients, so a cancel is only forwarded for
+    /// a session of ours.
+    cancel_keys: DashMap<(i32, Bytes), ()>,
+    /// Becomes true when the shutdown grace period is over.
+    force_close: watch::Receiver<bool>,
+}
+
+impl Shared {
+    pub fn upstream_addr(&self) -> String {
+        self.upstream_addr.clone()
+    }
+
+    pub fn register_cancel_key(&self, pid: i32, secret: Bytes) {
+        self.cancel_keys.insert((pid, secret), ());
+    }
+
+    pub fn forget_cancel_key(&self, pid: i32, secret: &Bytes) {
+        self.cancel_keys.remove(&(pid, secret.clone()));
+    }
+
+    pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
+        self.force_close.clone()
+    }
+
+    /// Forwards a client's CancelRequest to the upstream backend it names.
+    pub async fn forward_cancel(&self, pid: i32, secret: Bytes) {
+        if !self.cancel_keys.contains_key(&(pid, secret.clone())) {
+            warn!(pid, "cancel request for an unknown backend key ignored");
+            return;
+        }
+        let packet = startup::encode_cancel(pid, &secret);
+        let addr = self.upstream_addr();
+        let result = async {
+            let mut s = tokio::time::timeout(self.config.upstream.connect_timeout, tokio::net::TcpStream::connect(&addr))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            tokio::io::AsyncWriteExt::write_all(&mut s, &packet).await?;
+            // The server closes the connection once it has read the request.
+            let mut sink = [0u8; 1];
+            let _ = tokio::io::AsyncReadExt::read(&mut s, &mut sink).await;
+            Ok::<_, std::io::Error>(())
+        }
+        .await;
+        match result {
+            Ok(()) => info!(pid, "cancel request forwarded"),
+            Err(e) => warn!(pid, "cancel request to upstream {addr} failed: {e}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start embedded PostgreSQL: {0}")]
+    Embedded(#[from] EmbeddedError),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] net::TlsConfigError),
+    #[error("metrics endpoint: {0}")]
+    Metrics(std::io::Error),
+}
+
+/// A running proxy. Dropping it without `shutdown` aborts its sessions.
+pub struct Proxy {
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop_accepting: watch::Sender<bool>,
+    force_close: watch::Sender<bool>,
+    accept_task: tokio::task::JoinHandle<JoinSet<()>>,
+    metrics_addr: Option<SocketAddr>,
+    embedded: Option<PgServer>,
+}
+
+impl Proxy {
+    /// Starts listening (and the embedded server, if configured).
+    pub async fn start(config: Config) -> Result<Self, StartError> {
+        let embedded = match &config.upstream.address {
+            UpstreamAddress::Embedded => {
+                let opts = PgOptions { data_dir: config.upstream.embedded_data_dir.clone(), ..Default::default() };
+                Some(tokio::task::spawn_blocking(move || PgServer::start(opts)).await.map_err(|e| {
+                    EmbeddedError::Command { what: "embedded server start".into(), detail: e.to_string() }
+                })??)
+            }
+            UpstreamAddress::Tcp(_) => None,
+        };
+        Self::start_with(config, embedded).await
+    }
+
+    async fn start_with(config: Config, embedded: Option<PgServer>) -> Result<Self, StartError> {
+        let upstream_addr = match (&config.upstream.address, &embedded) {
+            (UpstreamAddress::Tcp(a), _) => a.clone(),
+            (UpstreamAddress::Embedded, Some(pg)) => pg.addr().to_string(),
+            (UpstreamAddress::Embedded, None) => unreachable!("embedded server started above"),
+        };
+        let tls_acceptor = match (&config.tls.cert_file, &config.tls.key_file) {
+            (Some(c), Some(k)) => Some(net::server_tls(c, k)?),
+            _ => None,
+        };
+        let upstream_tls = match config.upstream.tls {
+            crate::config::UpstreamTls::Disable => None,
+            _ => Some(net::client_tls(config.upstream.tls_ca_file.as_deref())?),
+        };
+        let addr = config.listen.address;
+        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
+        let (stop_accepting, stop_rx) = watch::channel(false);
+        let (force_close, force_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config: Arc::new(config),
+            upstream_addr,
+            stats: Arc::new(Stats::new()),
+            tls_acceptor,
+            upstream_tls,
+            cancel_keys: DashMap::new(),
+            force_close: force_rx,
+        });
+        let metrics_addr = match shared.config.metrics.listen {
+            Some(a) => Some(crate::metrics::serve(a, shared.clone()).await.map_err(StartError::Metrics)?),
+            None => None,
+        };
+        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
+        info!(listen = %local_addr, upstream = %shared.upstream_addr, "onetrip ready");
+        Ok(Self { local_addr, shared, stop_accepting, force_close, accept_task, metrics_addr, embedded })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// `host:port` of the upstream sessions are forwarded to.
+    pub fn upstream_addr(&self) -> String {
+        self.shared.upstream_addr()
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.shared.stats.clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The embedded server, when the proxy runs one.
+    pub fn embedded(&self) -> Option<&PgServer> {
+        self.embedded.as_ref()
+    }
+
+    /// Stops accepting, waits up to `grace` for sessions to end, then closes
+    /// the rest with an error, and stops the embedded server.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.stop_accepting.send(true);
+        let mut sessions = match self.accept_task.await {
+            Ok(s) => s,
+            Err(e) => {
+                error!("accept loop failed: {e}");
+                JoinSet::new()
+            }
+        };
+        if !sessions.is_empty() {
+            info!(sessions = sessions.len(), ?grace, "waiting for sessions to finish");
+        }
+        let drained = tokio::time::timeout(grace, async { while sessions.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            warn!(sessions = sessions.len(), "grace period over; closing remaining sessions");
+            let _ = self.force_close.send(true);
+            if tokio::time::timeout(Duration::from_secs(5), async { while sessions.join_next().await.is_some() {} })
+                .await
+                .is_err()
+            {
+                sessions.abort_all();
+            }
+        }
+        if let Some(mut pg) = self.embedded {
+            let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
+        }
+        info!("onetrip stopped");
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
+    let mut sessions = JoinSet::new();
+    let mut next_id = 0u64;
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, peer)) => {
+                    next_id += 1;
+                    sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {},
+            _ = stop.changed() => break,
+        }
+    }
+    sessions
+}

@@ -1,0 +1,457 @@
+//! Coalescing a single-read batch (DESIGN.md, "Coalescing a single-read
+//! batch").
+//!
+//! `Parse? Bind Describe Execute Flush` -> wait -> `Sync Flush` costs the
+//! client two round trips. When the batch qualifies, its Flush goes upstream
+//! as a Sync (an "early Sync"), the upstream's ReadyForQuery is held, and the
+//! client's Sync is answered with it: one upstream round trip. A statement
+//! that may write (a data-modifying CTE) is followed by a write probe that
+//! fails if the transaction wrote anything; then the batch is run again as
+//! the client sent it.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use onetrip_planner::classify::{IsolationChange, IsolationLevel};
+
+use super::judge::{Judge, Verdict};
+use crate::{
+    server::Shared,
+    stats::{Counters, SessionInfo},
+    wire::{backend, frontend, tag, write},
+};
+
+/// What the session knows when a message passes the coalescer.
+pub struct Ctx<'a> {
+    pub prepared: &'a HashMap<String, Arc<str>>,
+    pub txn_status: u8,
+    pub in_copy: bool,
+    pub info: &'a SessionInfo,
+    pub shared: &'a Shared,
+}
+
+/// Messages the coalescer lets through or makes, in order. Reused between
+/// calls so the forwarding path does not allocate per message.
+#[derive(Default)]
+pub struct Out {
+    pub to_client: Vec<Bytes>,
+    pub to_upstream: Vec<Bytes>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Normal,
+    /// Early Sync sent; its ReadyForQuery has not come back. Client input
+    /// waits, so nothing can be sent upstream before we know whether the
+    /// statement failed (after a failure the client's next messages must be
+    /// discarded, as the server would have).
+    Early { probe: bool, failed: bool },
+    /// The early ReadyForQuery is held; the client's Sync gets it.
+    Held { status: u8, failed: bool },
+}
+
+/// The messages since the client's last Sync.
+#[derive(Debug, Default)]
+struct Batch {
+    binds: u32,
+    executes: u32,
+    /// Anything but Parse/Bind/Describe/Execute/Flush.
+    others: bool,
+    unlimited: bool,
+    statement: Option<Arc<str>>,
+    /// Parse/Bind/Describe/Execute as sent, for a rerun after a failed probe.
+    frames: Vec<Bytes>,
+}
+
+/// Answers held while a write probe runs.
+#[derive(Debug, Default)]
+struct Held {
+    messages: Vec<Bytes>,
+    bytes: usize,
+    /// Index of the probe's first answer (its CloseComplete).
+    probe_at: Option<usize>,
+    statement_failed: bool,
+    probe_failed: bool,
+}
+
+const PROBE: &str = "onetrip_probe";
+
+pub struct Coalescer {
+    enabled: bool,
+    probe_enabled: bool,
+    max_held: usize,
+    state: State,
+    batch: Batch,
+    held: Held,
+    /// The next client message is dropped if it is a Flush (psycopg's
+    /// `Sync Flush`, after the Sync was answered here).
+    swallow_flush: bool,
+    judge: Judge,
+    /// Isolation the session started with; `None` when unknown.
+    startup_isolation: Option<IsolationLevel>,
+    session_isolation: Option<IsolationLevel>,
+    txn_isolation: Option<IsolationLevel>,
+    /// Statements whose probe failed once: not probed again.
+    no_probe: HashSet<Arc<str>>,
+    /// Statements whose held answers outgrew the bound: not coalesced again.
+    no_coalesce: HashSet<Arc<str>>,
+    probe_batch: Bytes,
+}
+
+impl Coalescer {
+    pub fn new(shared: &Shared, startup_params: &[(String, String)]) -> Self {
+        let cfg = &shared.config.coalesce;
+        let startup_isolation = startup_isolation(startup_params);
+        Self {
+            enabled: cfg.single_read,
+            probe_enabled: cfg.write_probe,
+            max_held: cfg.max_held_bytes,
+            state: State::Normal,
+            batch: Batch::default(),
+            held: Held::default(),
+            swallow_flush: false,
+            judge: Judge::new(&cfg.read_only_functions),
+            startup_isolation,
+            session_isolation: startup_isolation,
+            txn_isolation: None,
+            no_probe: HashSet::new(),
+            no_coalesce: HashSet::new(),
+            probe_batch: probe_batch(true),
+        }
+    }
+
+    pub fn on_server_params(&mut self, params: &[(String, String)]) {
+        if let Some((_, v)) = params.iter().find(|(k, _)| k == "server_version") {
+            let major: u32 = v.split(|c: char| !c.is_ascii_digit()).next().and_then(|m| m.parse().ok()).unwrap_or(0);
+            self.probe_batch = probe_batch(major >= 13);
+        }
+    }
+
+    pub fn pauses_client(&self) -> bool {
+        matches!(self.state, State::Early { .. })
+    }
+
+    /// Upstream messages are read whole (and held) while a probe runs.
+    pub fn holds_all(&self) -> bool {
+        matches!(self.state, State::Early { probe: true, .. })
+    }
+
+    /// The client's messages are being discarded until its Sync.
+    pub fn discarding(&self) -> bool {
+        matches!(self.state, State::Held { failed: true, .. })
+    }
+
+    /// The statement of the batch's Bind, once known.
+    pub fn batch_statement(&self) -> Option<Arc<str>> {
+        self.batch.statement.clone()
+    }
+
+    pub fn on_simple_query(&mut self, sql: &str) {
+        let changes = self.judge.judge(sql).isolation.clone();
+        self.apply_isolation(&changes, false);
+    }
+
+    fn apply_isolation(&mut self, changes: &[IsolationChange], in_block: bool) {
+        for c in changes {
+            match *c {
+                IsolationChange::Transaction(l) => self.txn_isolation = Some(l.effective()),
+                // A session-level change inside a block is undone if the
+                // block rolls back; we can't know yet, so stop trusting it.
+                IsolationChange::Session(_) if in_block => self.session_isolation = None,
+                IsolationChange::Session(l) => self.session_isolation = Some(l.effective()),
+                IsolationChange::SessionDefault => self.session_isolation = self.startup_isolation,
+                IsolationChange::Unknown => self.session_isolation = None,
+            }
+        }
+    }
+
+    fn read_committed(&self) -> bool {
+        self.txn_isolation.or(self.session_isolation) == Some(IsolationLevel::ReadCommitted)
+    }
+
+    pub fn on_client_message(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+        if std::mem::take(&mut self.swallow_flush) && t == tag::FLUSH {
+            return;
+        }
+        match self.state {
+            State::Normal | State::Early { .. } => {}
+            State::Held { status, failed } => match t {
+                tag::SYNC => {
+                    out.to_client.push(write::ready_frame(status));
+                    self.state = State::Normal;
+                    self.swallow_flush = true;
+                    self.batch = Batch::default();
+                    return;
+                }
+                // Nothing is pending upstream: there is nothing to flush.
+                tag::FLUSH => return,
+                _ if failed => return,
+                _ => self.state = State::Normal,
+            },
+        }
+        match t {
+            tag::PARSE | tag::DESCRIBE => self.batch.frames.push(msg.clone()),
+            tag::BIND => {
+                self.batch.binds += 1;
+                self.batch.statement = frontend::bind(&msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
+                self.batch.frames.push(msg.clone());
+            }
+            tag::EXECUTE => {
+                self.batch.executes += 1;
+                self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
+                self.batch.frames.push(msg.clone());
+                if let Some(sql) = self.batch.statement.clone() {
+                    let changes = self.judge.judge(&sql).isolation.clone();
+                    self.apply_isolation(&changes, ctx.txn_status != b'I');
+                }
+            }
+            tag::SYNC => {
+                self.batch = Batch::default();
+            }
+            tag::FLUSH => {
+                if let Some(probe) = self.qualifies(ctx) {
+                    self.early_sync(probe, ctx, out);
+                    return;
+                }
+            }
+            _ => self.batch.others = true,
+        }
+        out.to_upstream.push(msg);
+    }
+
+    /// Whether the batch ending in this Flush may be coalesced, and if so
+    /// whether it needs the write probe.
+    fn qualifies(&mut self, ctx: &Ctx) -> Option<bool> {
+        let b = &self.batch;
+        if !self.enabled
+            || b.binds != 1
+            || b.executes != 1
+            || b.others
+            || !b.unlimited
+            || ctx.in_copy
+            || !matches!(ctx.txn_status, b'I' | b'T')
+            || !self.read_committed()
+        {
+            return None;
+        }
+        let sql = b.statement.clone()?;
+        if self.no_coalesce.contains(&sql) {
+            return None;
+        }
+        let verdict = self.judge.judge(&sql).verdict;
+        let shared = ctx.shared;
+        let decision = if ctx.txn_status == b'T' {
+            // Inside a block a Sync commits nothing: anything but transaction
+            // control keeps its meaning.
+            (verdict != Verdict::TransactionControl && verdict != Verdict::Unknown).then_some(false)
+        } else {
+            match verdict {
+                Verdict::Read => Some(false),
+                Verdict::MaybeWrite if self.probe_enabled && !self.no_probe.contains(&sql) => Some(true),
+                _ => None,
+            }
+        };
+        if decision.is_none() {
+            shared.stats.note_fallback(verdict.fallback_reason());
+        }
+        decision
+    }
+
+    fn early_sync(&mut self, probe: bool, ctx: &Ctx, out: &mut Out) {
+        Counters::add(&ctx.info.counters.coalesced_batches, 1);
+        if probe {
+            out.to_upstream.push(self.probe_batch.clone());
+            self.held = Held::default();
+        }
+        out.to_upstream.push(sync_frame());
+        self.state = State::Early { probe, failed: false };
+        if !probe {
+            self.batch = Batch::default();
+        }
+    }
+
+    /// A pass-through piece from upstream; `None` when it is held.
+    pub fn on_upstream_pass(&mut self, bytes: Bytes) -> Option<Bytes> {
+        Some(bytes)
+    }
+
+    pub fn on_upstream_message(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+        match self.state {
+            State::Early { probe: true, .. } => self.on_probe_answer(t, msg, ctx, out),
+            State::Early { probe: false, failed } => match t {
+                tag::READY_FOR_QUERY => {
+                    self.state = State::Held { status: backend::ready_status(&msg), failed };
+                }
+                tag::ERROR_RESPONSE => {
+                    self.state = State::Early { probe: false, failed: true };
+                    out.to_client.push(msg);
+                }
+                _ => out.to_client.push(msg),
+            },
+            _ => out.to_client.push(msg),
+        }
+    }
+
+    fn on_probe_answer(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+        let h = &mut self.held;
+        match t {
+            tag::READY_FOR_QUERY => {
+                let status = backend::ready_status(&msg);
+                self.finish_probe(status, ctx, out);
+                return;
+            }
+            tag::CLOSE_COMPLETE if h.probe_at.is_none() => h.probe_at = Some(h.messages.len()),
+            tag::ERROR_RESPONSE if h.probe_at.is_some() => h.probe_failed = true,
+            tag::ERROR_RESPONSE => h.statement_failed = true,
+            _ => {}
+        }
+        h.bytes += msg.len();
+        h.messages.push(msg);
+        if h.bytes > self.max_held
+            && let Some(sql) = &self.batch.statement
+        {
+            // Stay exact (keep holding), but don't coalesce this one again.
+            self.no_coalesce.insert(sql.clone());
+        }
+    }
+
+    fn finish_probe(&mut self, status: u8, ctx: &Ctx, out: &mut Out) {
+        let held = std::mem::take(&mut self.held);
+        let batch = std::mem::take(&mut self.batch);
+        if held.statement_failed || !held.probe_failed {
+            // The statement failed on its own (the server skipped the probe),
+            // or wrote nothing: the client gets exactly its own answers.
+            let end = held.probe_at.unwrap_or(held.messages.len());
+            out.to_client.extend(held.messages.into_iter().take(end));
+            if !held.statement_failed {
+                Counters::add(&ctx.info.counters.probes_passed, 1);
+            }
+            self.state = State::Held { status, failed: held.statement_failed };
+            return;
+        }
+        // The statement wrote, and the server rolled it back. Run the batch
+        // again as the client sent it; a named statement's Parse already
+        // succeeded and survives the rollback, so only its answer is replayed.
+        Counters::add(&ctx.info.counters.probes_failed, 1);
+        if let Some(sql) = &batch.statement {
+            self.no_probe.insert(sql.clone());
+        }
+        let mut frames = batch.frames.iter();
+        let mut rerun = Batch { statement: batch.statement.clone(), binds: 1, executes: 1, unlimited: true, ..Batch::default() };
+        if let Some(first) = batch.frames.first()
+            && first[0] == tag::PARSE
+            && frontend::parse(first).is_some_and(|(name, _)| !name.is_empty())
+        {
+            frames.next();
+            if let Some(pc) = held.messages.first().filter(|m| m[0] == tag::PARSE_COMPLETE) {
+                out.to_client.push(pc.clone());
+            }
+        }
+        for f in frames {
+            out.to_upstream.push(f.clone());
+            rerun.frames.push(f.clone());
+        }
+        out.to_upstream.push(flush_frame());
+        self.batch = rerun;
+        self.state = State::Normal;
+    }
+}
+
+fn sync_frame() -> Bytes {
+    Bytes::from_static(&[tag::SYNC, 0, 0, 0, 4])
+}
+
+fn flush_frame() -> Bytes {
+    Bytes::from_static(&[tag::FLUSH, 0, 0, 0, 4])
+}
+
+/// Close + Parse + Bind + Execute of the write probe, a named statement and
+/// portal of the proxy's own (the client may still use the unnamed ones).
+/// It fails, with division by zero, iff the transaction has an xid, which it
+/// gets at its first write.
+fn probe_batch(pg13: bool) -> Bytes {
+    let sql = if pg13 {
+        "SELECT 1 / (pg_catalog.pg_current_xact_id_if_assigned() IS NULL)::int"
+    } else {
+        "SELECT 1 / (pg_catalog.txid_current_if_assigned() IS NULL)::int"
+    };
+    let mut out = BytesMut::new();
+    write::message(&mut out, tag::CLOSE, |b| {
+        b.put_u8(b'S');
+        b.put_slice(PROBE.as_bytes());
+        b.put_u8(0);
+    });
+    write::message(&mut out, tag::PARSE, |b| {
+        b.put_slice(PROBE.as_bytes());
+        b.put_u8(0);
+        b.put_slice(sql.as_bytes());
+        b.put_u8(0);
+        b.put_i16(0);
+    });
+    write::message(&mut out, tag::BIND, |b| {
+        b.put_slice(PROBE.as_bytes());
+        b.put_u8(0);
+        b.put_slice(PROBE.as_bytes());
+        b.put_u8(0);
+        b.put_i16(0);
+        b.put_i16(0);
+        b.put_i16(0);
+    });
+    write::message(&mut out, tag::EXECUTE, |b| {
+        b.put_slice(PROBE.as_bytes());
+        b.put_u8(0);
+        b.put_i32(0);
+    });
+    out.freeze()
+}
+
+/// The isolation a session starts with: its `default_transaction_isolation`
+/// startup parameter or `-c` option, else READ COMMITTED (PostgreSQL's
+/// default; a role or database default set on the server is not visible
+/// to the proxy).
+fn startup_isolation(params: &[(String, String)]) -> Option<IsolationLevel> {
+    use onetrip_planner::classify::parse_isolation_name;
+    let mut level = Some(IsolationLevel::ReadCommitted);
+    for (k, v) in params {
+        if k == "default_transaction_isolation" {
+            level = parse_isolation_name(v).map(IsolationLevel::effective);
+        } else if k == "options" && v.contains("transaction") && v.contains("isolation") {
+            level = options_isolation(v);
+        }
+    }
+    level
+}
+
+fn options_isolation(options: &str) -> Option<IsolationLevel> {
+    let norm = options.replace("--", "-c ").replace('-', "_");
+    let at = norm.find("default_transaction_isolation=")?;
+    let rest = &norm[at + "default_transaction_isolation=".len()..];
+    let value: String = rest.split("_c ").next()?.replace("\\ ", " ").replace('_', " ");
+    onetrip_planner::classify::parse_isolation_name(value.trim()).map(IsolationLevel::effective)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isolation_from_startup() {
+        let p = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        assert_eq!(startup_isolation(&[]), Some(IsolationLevel::ReadCommitted));
+        assert_eq!(
+            startup_isolation(&p("default_transaction_isolation", "repeatable read")),
+            Some(IsolationLevel::RepeatableRead)
+        );
+        assert_eq!(
+            startup_isolation(&p("options", "-c default_transaction_isolation=serializable")),
+            Some(IsolationLevel::Serializable)
+        );
+        assert_eq!(
+            startup_isolation(&p("options", "-c default_transaction_isolation=repeatable\\ read")),
+            Some(IsolationLevel::RepeatableRead)
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! Upstream connection and the authentication exchange, relayed message by
+//! message: the proxy never sees a password it could keep.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf},
+    net::TcpStream,
+};
+
+use super::io::{ReadError, WriteQueue, read_message};
+use crate::{
+    net::Stream,
+    server::Shared,
+    stats::{Counters, SessionInfo},
+    wire::{
+        backend::{self, auth},
+        startup, tag,
+    },
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("could not connect to upstream {addr}: {source}")]
+    Connect { addr: String, source: std::io::Error },
+    #[error("could not connect to upstream {addr}: timed out after {timeout:?}")]
+    Timeout { addr: String, timeout: Duration },
+    #[error("upstream {addr} does not support TLS, and [upstream] tls = \"require\"")]
+    TlsRefused { addr: String },
+    #[error("TLS handshake with upstream {addr} failed: {source}")]
+    Tls { addr: String, source: std::io::Error },
+}
+
+/// Opens a connection to the upstream, negotiating TLS as configured.
+pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
+    let addr = shared.upstream_addr();
+    let timeout = shared.config.upstream.connect_timeout;
+    let tcp = match tokio::time::timeout(timeout, TcpStream::connect(addr.as_str())).await {
+        Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
+        Ok(Err(source)) => return Err(ConnectError::Connect { addr, source }),
+        Ok(Ok(t)) => t,
+    };
+    let _ = tcp.set_nodelay(true);
+    let Some(connector) = &shared.upstream_tls else { return Ok(Stream::Plain(tcp)) };
+    let mut tcp = tcp;
+    let io_err = |source| ConnectError::Connect { addr: addr.clone(), source };
+    tcp.write_all(&startup::encode_code(startup::SSL_REQUEST)).await.map_err(io_err)?;
+    let mut answer = [0u8; 1];
+    tcp.read_exact(&mut answer).await.map_err(io_err)?;
+    if answer[0] != b'S' {
+        if shared.config.upstream.tls == crate::config::UpstreamTls::Require {
+            return Err(ConnectError::TlsRefused { addr });
+        }
+        return Ok(Stream::Plain(tcp));
+    }
+    let host = addr.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']'])).unwrap_or("localhost");
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+        .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("static name"));
+    let tls = connector.connect(name, tcp).await.map_err(|source| ConnectError::Tls { addr, source })?;
+    Ok(Stream::ClientTls(Box::new(tls)))
+}
+
+/// Why a handshake ended without a ready session.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeEnd {
+    #[error("authentication failed or was refused by the upstream")]
+    Refused,
+    #[error("client went away during authentication: {0}")]
+    Client(ReadError),
+    #[error("upstream {addr} failed during authentication: {source}")]
+    Upstream { addr: String, source: ReadError },
+    #[error("client sent message type '{}' during authentication", char::from(*.0))]
+    Unexpected(u8),
+    #[error("I/O error during authentication: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub struct Halves {
+    pub cr: ReadHalf<Stream>,
+    pub cw: WriteHalf<Stream>,
+    pub ur: ReadHalf<Stream>,
+    pub uw: WriteHalf<Stream>,
+}
+
+/// Relays startup and authentication until the upstream's first
+/// ReadyForQuery has gone to the client. Returns the leftover read buffers.
+pub async fn relay_auth(
+    io: &mut Halves,
+    startup_raw: Bytes,
+    shared: &Shared,
+    info: &SessionInfo,
+    client_tls: bool,
+) -> Result<(BytesMut, BytesMut, Vec<(String, String)>), HandshakeEnd> {
+    let max = shared.config.limits.max_message_bytes;
+    let timeout = shared.config.limits.startup_timeout;
+    let addr = shared.upstream_addr();
+    let c = &info.counters;
+    let mut cin = BytesMut::with_capacity(8192);
+    let mut uin = BytesMut::with_capacity(8192);
+    let mut params = Vec::new();
+    Counters::add(&c.bytes_to_upstream, startup_raw.len() as u64);
+    io.uw.write_all(&startup_raw).await?;
+    let mut out = WriteQueue::default();
+    loop {
+        let msg = read_message(&mut io.ur, &mut uin, max, timeout)
+            .await
+            .map_err(|source| HandshakeEnd::Upstream { addr: addr.clone(), source })?;
+        Counters::add(&c.bytes_from_upstream, msg.len() as u64);
+        let t = msg[0];
+        let mut needs_answer = false;
+        let msg = match t {
+            tag::AUTHENTICATION => {
+                let code = backend::auth_code(&msg).unwrap_or(-1);
+                needs_answer = backend::auth_needs_answer(code);
+                if code == auth::SASL && (client_tls || shared.upstream_tls.is_some()) {
+                    backend::strip_channel_binding(msg)
+                } else {
+                    msg
+                }
+            }
+            tag::BACKEND_KEY_DATA => {
+                if let Some((pid, secret)) = backend::backend_key(&msg) {
+                    info.upstream_pid.store(pid as u64, std::sync::atomic::Ordering::Relaxed);
+                    shared.register_cancel_key(pid, secret);
+                }
+                msg
+            }
+            tag::PARAMETER_STATUS => {
+                if let Some((k, v)) = backend::parameter_status(&msg) {
+                    params.push((k.to_owned(), v.to_owned()));
+                }
+                msg
+            }
+            _ => msg,
+        };
+        Counters::add(&c.bytes_to_client, msg.len() as u64);
+        out.push(msg);
+        match t {
+            tag::READY_FOR_QUERY => {
+                out.write_all(&mut io.cw).await?;
+                return Ok((cin, uin, params));
+            }
+            tag::ERROR_RESPONSE => {
+                Counters::add(&c.errors, 1);
+                out.write_all(&mut io.cw).await?;
+                return Err(HandshakeEnd::Refused);
+            }
+            _ => {}
+        }
+        if needs_answer {
+            out.write_all(&mut io.cw).await?;
+            let answer = read_message(&mut io.cr, &mut cin, max, timeout).await.map_err(HandshakeEnd::Client)?;
+            if answer[0] != tag::PASSWORD {
+                return Err(HandshakeEnd::Unexpected(answer[0]));
+            }
+            Counters::add(&c.handshake_round_trips, 1);
+            Counters::add(&c.bytes_from_client, answer.len() as u64);
+            io.uw.write_all(&answer).await?;
+        }
+    }
+}

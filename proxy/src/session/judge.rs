@@ -1,0 +1,58 @@
+//! The coalescer's view of the planner's statement classes.
+
+use onetrip_planner::classify::{ClassCache, Classification, StatementClass};
+
+/// Distinct statement texts whose class a session remembers.
+const CACHE_ENTRIES: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Read,
+    MaybeWrite,
+    TransactionControl,
+    /// Writes, session settings, unsafe functions: never coalesced.
+    Never(StatementClass),
+    Unknown,
+}
+
+impl Verdict {
+    /// The reason counted when a batch is not coalesced because of its class.
+    pub fn fallback_reason(self) -> &'static str {
+        match self {
+            Verdict::Read => "coalesce: read (other condition)",
+            Verdict::MaybeWrite => "coalesce: maybe-write, probe disabled or failed before",
+            Verdict::TransactionControl => "coalesce: transaction control",
+            Verdict::Never(StatementClass::Write) => "coalesce: write",
+            Verdict::Never(StatementClass::SessionSetting) => "coalesce: session setting",
+            Verdict::Never(_) => "coalesce: unsafe function or statement",
+            Verdict::Unknown => "coalesce: statement not understood",
+        }
+    }
+}
+
+pub struct Judged {
+    pub verdict: Verdict,
+    pub isolation: Vec<onetrip_planner::classify::IsolationChange>,
+}
+
+pub struct Judge {
+    cache: ClassCache,
+}
+
+impl Judge {
+    pub fn new(read_only_functions: &[String]) -> Self {
+        Self { cache: ClassCache::new(CACHE_ENTRIES, read_only_functions.to_vec()) }
+    }
+
+    pub fn judge(&mut self, sql: &str) -> Judged {
+        let c: Classification = self.cache.classify(sql).clone();
+        let verdict = match c.class {
+            StatementClass::Read => Verdict::Read,
+            StatementClass::MaybeWrite => Verdict::MaybeWrite,
+            StatementClass::TransactionControl => Verdict::TransactionControl,
+            StatementClass::Unknown => Verdict::Unknown,
+            other => Verdict::Never(other),
+        };
+        Judged { verdict, isolation: c.isolation }
+    }
+}

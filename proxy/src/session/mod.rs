@@ -1,0 +1,153 @@
+//! One client session: startup negotiation, then either the admin console
+//! or a relay to one upstream connection.
+
+mod coalesce;
+mod handshake;
+mod judge;
+pub mod io;
+mod relay;
+mod state;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use bytes::{Bytes, BytesMut};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::{
+    server::Shared,
+    net::Stream,
+    wire::{
+        startup::{self, StartupMessage},
+        write::{self, Severity},
+    },
+};
+
+/// Serves one accepted client connection to its end.
+pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
+    let _ = tcp.set_nodelay(true);
+    let span = info_span!("session", id = conn_id, peer = %peer);
+    async move {
+        match negotiate(tcp, &shared).await {
+            Ok(Some((stream, raw, params, handshake_rts))) => {
+                let database = StartupMessage::param(&params, "database")
+                    .or(StartupMessage::param(&params, "user"))
+                    .unwrap_or("")
+                    .to_owned();
+                if database == shared.config.admin.database {
+                    crate::admin::serve(stream, params, &shared, peer).await;
+                } else {
+                    relay::run(stream, raw, params, peer, &shared, handshake_rts).await;
+                }
+            }
+            Ok(None) => debug!("connection ended during startup"),
+            Err(e) => warn!("startup failed: {e}"),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupFailure {
+    #[error("client sent an invalid startup packet: {0}")]
+    Protocol(#[from] startup::StartupError),
+    #[error("startup packet not received within {0:?}")]
+    Timeout(Duration),
+    #[error("TLS handshake with client failed: {0}")]
+    Tls(std::io::Error),
+    #[error("I/O error during startup: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Startup packet exchange: answers SSL/GSS requests, forwards cancels, and
+/// returns the stream with the client's startup packet (raw and parsed) and
+/// the handshake round trips spent so far. `None` when the connection ended
+/// normally (a cancel request, or a client that gave up).
+async fn negotiate(
+    tcp: TcpStream,
+    shared: &Shared,
+) -> Result<Option<(Stream, Bytes, Vec<(String, String)>, u64)>, StartupFailure> {
+    let timeout = shared.config.limits.startup_timeout;
+    let mut stream = Stream::Plain(tcp);
+    let mut round_trips = 0u64;
+    loop {
+        let raw = match tokio::time::timeout(timeout, read_startup(&mut stream)).await {
+            Err(_) => {
+                // PostgreSQL closes silently here too; there is no protocol
+                // state in which an error message would be understood.
+                return Err(StartupFailure::Timeout(timeout));
+            }
+            Ok(Ok(Some(raw))) => raw,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(StartupFailure::Protocol(e))) => {
+                let _ = stream.write_all(&write::error(Severity::Fatal, "08P01", &e.to_string())).await;
+                return Err(e.into());
+            }
+            Ok(Err(e)) => return Err(e),
+        };
+        round_trips += 1;
+        match startup::decode(raw) {
+            Ok(StartupMessage::SslRequest) => match (&shared.tls_acceptor, stream) {
+                (Some(acceptor), Stream::Plain(mut tcp)) => {
+                    tcp.write_all(b"S").await?;
+                    let tls = acceptor.accept(tcp).await.map_err(StartupFailure::Tls)?;
+                    stream = Stream::ServerTls(Box::new(tls));
+                }
+                (_, mut s) => {
+                    s.write_all(b"N").await?;
+                    stream = s;
+                }
+            },
+            Ok(StartupMessage::GssEncRequest) => stream.write_all(b"N").await?,
+            Ok(StartupMessage::Cancel { pid, secret }) => {
+                shared.forward_cancel(pid, secret).await;
+                return Ok(None);
+            }
+            Ok(StartupMessage::Startup { raw, params }) => {
+                return Ok(Some((stream, raw, params, round_trips)));
+            }
+            Err(e) => {
+                let _ = stream.write_all(&write::error(Severity::Fatal, "08P01", &e.to_string())).await;
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+async fn read_startup(stream: &mut Stream) -> Result<Option<Bytes>, StartupFailure> {
+    let mut buf = BytesMut::with_capacity(512);
+    loop {
+        if let Some(len) = startup::packet_len(&buf)?
+            && buf.len() >= len
+        {
+            if buf.len() > len {
+                // Nothing may follow a startup packet before the server answers.
+                return Err(startup::StartupError::BadLength.into());
+            }
+            return Ok(Some(buf.freeze()));
+        }
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// Logs a session's one summary line at close.
+fn log_summary(info: &crate::stats::SessionInfo, started: std::time::Instant) {
+    let c = info.counters.snapshot();
+    info!(
+        database = %info.database,
+        user = %info.user,
+        client_round_trips = c.client_round_trips,
+        upstream_round_trips = c.upstream_round_trips,
+        handshake_round_trips = c.handshake_round_trips,
+        statements = c.statements,
+        coalesced = c.coalesced_batches,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "session closed"
+    );
+}

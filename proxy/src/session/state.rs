@@ -1,0 +1,335 @@
+//! A session's protocol state: what the relay forwards, counts, holds back
+//! or answers itself. Pure bookkeeping over byte queues; no I/O here.
+
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::{
+    coalesce::{Coalescer, Ctx, Out},
+    io::WriteQueue,
+};
+use crate::{
+    server::Shared,
+    stats::{Counters, SessionInfo, SessionState, StatementCounts},
+    wire::{
+        self, backend,
+        frame::{FrameError, Piece, Splitter},
+        frontend, tag,
+    },
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Open,
+    /// The client sent Terminate; it is forwarded and the session ends.
+    Terminated,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("invalid frontend message: {0}")]
+    Frontend(FrameError),
+    #[error("invalid message from upstream: {0}")]
+    Backend(FrameError),
+}
+
+impl ProtocolError {
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            ProtocolError::Frontend(FrameError::TooLarge { .. }) => "54000",
+            _ => "08P01",
+        }
+    }
+}
+
+/// Most distinct statement texts counted per session.
+const MAX_STATEMENT_TEXTS: usize = 1000;
+
+pub struct Protocol {
+    pub shared: Arc<Shared>,
+    pub info: Arc<SessionInfo>,
+    pub flow: Flow,
+    csplit: Splitter,
+    usplit: Splitter,
+    /// A client flush request is waiting for its first answer byte.
+    client_rt: bool,
+    /// When the pending upstream round trip started.
+    up_rt_start: Option<Instant>,
+    delay_until: Option<Instant>,
+    /// Transaction status from the last ReadyForQuery.
+    pub txn_status: u8,
+    /// Between CopyIn/CopyOut and the end of the COPY.
+    pub in_copy: bool,
+    /// Prepared statements by name (the unnamed one under "").
+    pub prepared: HashMap<String, Arc<str>>,
+    /// Statement the latest round trips are attributed to.
+    current_sql: Option<Arc<str>>,
+    stmt_counts: HashMap<Arc<str>, StatementCounts>,
+    work_since_idle: bool,
+    pub co: Coalescer,
+    /// Reused output lists of the coalescer (no allocation per message).
+    out: Out,
+}
+
+impl Protocol {
+    pub fn new(shared: Arc<Shared>, info: Arc<SessionInfo>, startup_params: &[(String, String)]) -> Self {
+        let co = Coalescer::new(&shared, startup_params);
+        Self {
+            shared,
+            info,
+            flow: Flow::Open,
+            csplit: Splitter::default(),
+            usplit: Splitter::default(),
+            client_rt: false,
+            up_rt_start: None,
+            delay_until: None,
+            txn_status: b'I',
+            in_copy: false,
+            prepared: HashMap::new(),
+            current_sql: None,
+            stmt_counts: HashMap::new(),
+            work_since_idle: false,
+            co,
+            out: Out::default(),
+        }
+    }
+
+    pub fn on_server_params(&mut self, params: &[(String, String)]) {
+        self.co.on_server_params(params);
+    }
+
+    pub fn delay_until(&self) -> Option<Instant> {
+        self.delay_until
+    }
+
+    pub fn delay_elapsed(&mut self) {
+        self.delay_until = None;
+    }
+
+    /// Client input waits while a coalesced batch's outcome is unknown.
+    pub fn client_paused(&self) -> bool {
+        self.co.pauses_client()
+    }
+
+    pub fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
+        let mut out: HashMap<String, StatementCounts> = HashMap::new();
+        for (sql, c) in self.stmt_counts.drain() {
+            let e = out.entry(fingerprint(&sql)).or_default();
+            e.statements += c.statements;
+            e.client_round_trips += c.client_round_trips;
+            e.upstream_round_trips += c.upstream_round_trips;
+        }
+        out
+    }
+
+    fn counts_for_current(&mut self) -> Option<&mut StatementCounts> {
+        let sql = self.current_sql.as_ref()?;
+        if !self.stmt_counts.contains_key(sql) && self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
+            return None;
+        }
+        Some(self.stmt_counts.entry(sql.clone()).or_default())
+    }
+
+    // ---- client -> upstream ----
+
+    pub fn on_client_bytes(
+        &mut self,
+        cin: &mut BytesMut,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> Result<(), ProtocolError> {
+        let max = self.shared.config.limits.max_message_bytes;
+        while self.flow == Flow::Open && !self.client_paused() {
+            let piece = self
+                .csplit
+                .next(cin, max, |t| t != tag::COPY_DATA)
+                .map_err(ProtocolError::Frontend)?;
+            match piece {
+                None => break,
+                Some(Piece::Pass(_, bytes)) => {
+                    if !self.co.discarding() {
+                        self.send_up(to_up, bytes, false);
+                    }
+                }
+                Some(Piece::Whole(h, msg)) => self.on_client_message(h.tag, msg, to_up, to_client),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_client_message(&mut self, t: u8, msg: Bytes, to_up: &mut WriteQueue, to_client: &mut WriteQueue) {
+        if wire::is_flush_request(t) {
+            self.client_rt = true;
+        }
+        match t {
+            tag::QUERY => {
+                let sql: Option<Arc<str>> = frontend::query_text(&msg).map(Arc::from);
+                if let Some(sql) = &sql {
+                    self.co.on_simple_query(sql);
+                }
+                self.note_statement(sql);
+            }
+            tag::PARSE => {
+                if let Some((name, sql)) = frontend::parse(&msg) {
+                    self.prepared.insert(name.to_owned(), Arc::from(sql));
+                }
+            }
+            tag::CLOSE => {
+                if let Some((b'S', name)) = frontend::target(&msg) {
+                    self.prepared.remove(name);
+                }
+            }
+            tag::EXECUTE => {
+                let sql = self.co.batch_statement();
+                self.note_statement(sql);
+            }
+            tag::TERMINATE => self.flow = Flow::Terminated,
+            _ => {}
+        }
+        // The coalescer decides what, if anything, goes upstream.
+        let ctx = Ctx { prepared: &self.prepared, txn_status: self.txn_status, in_copy: self.in_copy, info: &self.info, shared: &self.shared };
+        self.co.on_client_message(t, msg, &ctx, &mut self.out);
+        self.drain_out(to_client, to_up);
+    }
+
+    fn note_statement(&mut self, sql: Option<Arc<str>>) {
+        Counters::add(&self.info.counters.statements, 1);
+        self.work_since_idle = true;
+        self.current_sql = sql;
+        if let Some(c) = self.counts_for_current() {
+            c.statements += 1;
+        }
+        self.info.set_state(SessionState::Active);
+    }
+
+    fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
+        Counters::add(&self.info.counters.bytes_to_upstream, bytes.len() as u64);
+        to_up.push(bytes);
+        if flush && self.up_rt_start.is_none() {
+            self.up_rt_start = Some(Instant::now());
+        }
+    }
+
+    /// Sends bytes to the client, ending a client round trip if one waits.
+    fn emit(&mut self, to_client: &mut WriteQueue, bytes: Bytes) {
+        if self.client_rt {
+            self.client_rt = false;
+            Counters::add(&self.info.counters.client_round_trips, 1);
+            if let Some(c) = self.counts_for_current() {
+                c.client_round_trips += 1;
+            }
+        }
+        Counters::add(&self.info.counters.bytes_to_client, bytes.len() as u64);
+        to_client.push(bytes);
+    }
+
+    // ---- upstream -> client ----
+
+    pub fn on_upstream_bytes(
+        &mut self,
+        uin: &mut BytesMut,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) -> Result<(), ProtocolError> {
+        if self.delay_until.is_some() || (uin.is_empty() && !self.usplit.in_pass()) {
+            return Ok(());
+        }
+        if let Some(start) = self.up_rt_start {
+            let rtt = self.shared.config.upstream.rtt;
+            if !rtt.is_zero() && start.elapsed() < rtt {
+                // Simulated distance: the answer is held back, never reordered.
+                self.delay_until = Some(start + rtt);
+                return Ok(());
+            }
+            self.up_rt_start = None;
+            Counters::add(&self.info.counters.upstream_round_trips, 1);
+            self.info.counters.record_latency(start.elapsed());
+            if let Some(c) = self.counts_for_current() {
+                c.upstream_round_trips += 1;
+            }
+        }
+        let max = self.shared.config.limits.max_message_bytes;
+        let holding = self.co.holds_all();
+        loop {
+            let piece = self
+                .usplit
+                .next(uin, max, |t| holding || wants_whole(t))
+                .map_err(ProtocolError::Backend)?;
+            match piece {
+                None => break,
+                Some(Piece::Pass(_, bytes)) => {
+                    if let Some(bytes) = self.co.on_upstream_pass(bytes) {
+                        self.emit(to_client, bytes);
+                    }
+                }
+                Some(Piece::Whole(h, msg)) => {
+                    self.on_upstream_message(h.tag, msg, to_client, to_up);
+                    if self.co.holds_all() != holding {
+                        // Framing needs change (a probe began or ended).
+                        return self.on_upstream_bytes(uin, to_client, to_up);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_upstream_message(&mut self, t: u8, msg: Bytes, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
+        match t {
+            tag::READY_FOR_QUERY => {
+                let status = backend::ready_status(&msg);
+                self.txn_status = status;
+                self.in_copy = false;
+                if status == b'I' && self.work_since_idle {
+                    self.work_since_idle = false;
+                    Counters::add(&self.info.counters.transactions, 1);
+                }
+                self.info.set_state(match status {
+                    b'T' => SessionState::InTransaction,
+                    b'E' => SessionState::FailedTransaction,
+                    _ => SessionState::Idle,
+                });
+            }
+            tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
+            tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => self.in_copy = true,
+            tag::COMMAND_COMPLETE => self.in_copy = false,
+            _ => {}
+        }
+        let ctx = Ctx { prepared: &self.prepared, txn_status: self.txn_status, in_copy: self.in_copy, info: &self.info, shared: &self.shared };
+        self.co.on_upstream_message(t, msg, &ctx, &mut self.out);
+        self.drain_out(to_client, to_up);
+    }
+
+    fn drain_out(&mut self, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
+        let mut out = std::mem::take(&mut self.out);
+        for bytes in out.to_client.drain(..) {
+            self.emit(to_client, bytes);
+        }
+        for bytes in out.to_upstream.drain(..) {
+            let flush = bytes.first().is_some_and(|t| wire::is_flush_request(*t));
+            self.send_up(to_up, bytes, flush);
+        }
+        self.out = out;
+    }
+}
+
+/// Backend messages read whole even when nothing is held: small ones whose
+/// content or position matters.
+fn wants_whole(t: u8) -> bool {
+    matches!(
+        t,
+        tag::READY_FOR_QUERY
+            | tag::ERROR_RESPONSE
+            | tag::COPY_IN_RESPONSE
+            | tag::COPY_OUT_RESPONSE
+            | tag::COPY_BOTH_RESPONSE
+            | tag::COMMAND_COMPLETE
+            | tag::PARAMETER_STATUS
+    )
+}
+
+/// Normalised statement text for grouping in reports.
+fn fingerprint(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect()
+}

@@ -1,0 +1,341 @@
+//! Round-trip accounting (DESIGN.md, "Round trips: definitions").
+//!
+//! Each session owns an `Arc<Counters>` that only its own task writes
+//! (relaxed atomics on a cache line nobody else writes), so the forwarding
+//! path shares no lock with other sessions. Readers (admin console, metrics,
+//! `measure`) sum live sessions and the totals of closed ones.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU8, AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use dashmap::DashMap;
+
+/// Upper bounds (seconds) of the upstream round-trip latency histogram.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Monotonic counters of one session or of a group of sessions.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+            /// Upstream round trips per latency bucket (last slot: over 10 s).
+            pub latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+            pub latency_sum_us: AtomicU64,
+        }
+
+        /// A plain copy of `Counters`, for reporting.
+        #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+        pub struct Snapshot {
+            $(pub $name: u64,)*
+            pub latency_buckets: Vec<u64>,
+            pub latency_sum_us: u64,
+        }
+
+        impl Counters {
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot {
+                    $($name: self.$name.load(Relaxed),)*
+                    latency_buckets: self.latency_buckets.iter().map(|b| b.load(Relaxed)).collect(),
+                    latency_sum_us: self.latency_sum_us.load(Relaxed),
+                }
+            }
+
+            /// Adds `other` into `self`.
+            pub fn absorb(&self, other: &Snapshot) {
+                $(self.$name.fetch_add(other.$name, Relaxed);)*
+                for (b, v) in self.latency_buckets.iter().zip(&other.latency_buckets) {
+                    b.fetch_add(*v, Relaxed);
+                }
+                self.latency_sum_us.fetch_add(other.latency_sum_us, Relaxed);
+            }
+
+            pub fn reset(&self) {
+                $(self.$name.store(0, Relaxed);)*
+                for b in &self.latency_buckets {
+                    b.store(0, Relaxed);
+                }
+                self.latency_sum_us.store(0, Relaxed);
+            }
+        }
+
+        impl Snapshot {
+            pub fn add(&mut self, other: &Snapshot) {
+                $(self.$name += other.$name;)*
+                if self.latency_buckets.len() < other.latency_buckets.len() {
+                    self.latency_buckets.resize(other.latency_buckets.len(), 0);
+                }
+                for (b, v) in self.latency_buckets.iter_mut().zip(&other.latency_buckets) {
+                    *b += v;
+                }
+                self.latency_sum_us += other.latency_sum_us;
+            }
+
+            /// (name, value) of every scalar counter, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Client connections accepted (for groups; 1 per session).
+    sessions,
+    client_round_trips,
+    upstream_round_trips,
+    handshake_round_trips,
+    /// Simple queries and Executes.
+    statements,
+    transactions,
+    bytes_from_client,
+    bytes_to_client,
+    bytes_to_upstream,
+    bytes_from_upstream,
+    /// ErrorResponses sent to the client.
+    errors,
+    coalesced_batches,
+    probes_passed,
+    probes_failed,
+    rewritten_queries,
+    fallbacks,
+}
+
+impl Counters {
+    #[inline]
+    pub fn add(field: &AtomicU64, n: u64) {
+        field.fetch_add(n, Relaxed);
+    }
+
+    pub fn record_latency(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS.iter().position(|b| s <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        self.latency_buckets[i].fetch_add(1, Relaxed);
+        self.latency_sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    }
+}
+
+/// What a session is doing, as `SHOW CLIENTS` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SessionState {
+    Startup = 0,
+    Idle = 1,
+    Active = 2,
+    InTransaction = 3,
+    FailedTransaction = 4,
+    Closing = 5,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Startup => "startup",
+            Self::Idle => "idle",
+            Self::Active => "active",
+            Self::InTransaction => "idle in transaction",
+            Self::FailedTransaction => "idle in failed transaction",
+            Self::Closing => "closing",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Idle,
+            2 => Self::Active,
+            3 => Self::InTransaction,
+            4 => Self::FailedTransaction,
+            5 => Self::Closing,
+            _ => Self::Startup,
+        }
+    }
+}
+
+/// A live session as seen from outside its task.
+#[derive(Debug)]
+pub struct SessionInfo {
+    pub id: u64,
+    pub peer: Option<SocketAddr>,
+    pub database: String,
+    pub user: String,
+    pub application_name: String,
+    pub started: SystemTime,
+    pub upstream_pid: AtomicU64,
+    state: AtomicU8,
+    pub counters: Counters,
+}
+
+impl SessionInfo {
+    pub fn state(&self) -> SessionState {
+        SessionState::from_u8(self.state.load(Relaxed))
+    }
+
+    pub fn set_state(&self, s: SessionState) {
+        self.state.store(s as u8, Relaxed);
+    }
+}
+
+/// Counts attributed to one normalised statement.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StatementCounts {
+    pub statements: u64,
+    pub client_round_trips: u64,
+    pub upstream_round_trips: u64,
+}
+
+/// Every session's counters, live and closed.
+#[derive(Debug, Default)]
+pub struct Stats {
+    live: DashMap<u64, Arc<SessionInfo>>,
+    /// Totals of closed sessions per (database, user).
+    closed: DashMap<(String, String), Snapshot>,
+    /// Statement fingerprints, merged in when sessions close.
+    statements: Mutex<HashMap<String, StatementCounts>>,
+    /// Why a feature stepped aside, with counts (rare; not on the hot path).
+    fallback_reasons: DashMap<String, u64>,
+    next_id: AtomicU64,
+    pub started: Option<Instant>,
+}
+
+/// Most statement fingerprints kept; the rest are counted under "(other)".
+const MAX_FINGERPRINTS: usize = 10_000;
+
+impl Stats {
+    pub fn new() -> Self {
+        Self { started: Some(Instant::now()), ..Default::default() }
+    }
+
+    pub fn open_session(
+        &self,
+        peer: Option<SocketAddr>,
+        database: &str,
+        user: &str,
+        application_name: &str,
+    ) -> Arc<SessionInfo> {
+        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        let info = Arc::new(SessionInfo {
+            id,
+            peer,
+            database: database.into(),
+            user: user.into(),
+            application_name: application_name.into(),
+            started: SystemTime::now(),
+            upstream_pid: AtomicU64::new(0),
+            state: AtomicU8::new(SessionState::Startup as u8),
+            counters: Counters::default(),
+        });
+        info.counters.sessions.store(1, Relaxed);
+        self.live.insert(id, info.clone());
+        info
+    }
+
+    /// Moves a session's counters into the closed totals and merges its
+    /// per-statement counts (already keyed by fingerprint).
+    pub fn close_session(&self, info: &SessionInfo, statements: HashMap<String, StatementCounts>) {
+        self.live.remove(&info.id);
+        let snap = info.counters.snapshot();
+        self.closed
+            .entry((info.database.clone(), info.user.clone()))
+            .or_default()
+            .add(&snap);
+        if statements.is_empty() {
+            return;
+        }
+        let mut all = self.statements.lock().unwrap_or_else(|e| e.into_inner());
+        for (fp, c) in statements {
+            let key = if all.len() >= MAX_FINGERPRINTS && !all.contains_key(&fp) { "(other)".into() } else { fp };
+            let e = all.entry(key).or_default();
+            e.statements += c.statements;
+            e.client_round_trips += c.client_round_trips;
+            e.upstream_round_trips += c.upstream_round_trips;
+        }
+    }
+
+    pub fn note_fallback(&self, reason: &str) {
+        *self.fallback_reasons.entry(reason.to_owned()).or_default() += 1;
+    }
+
+    pub fn fallback_reasons(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = self.fallback_reasons.iter().map(|e| (e.key().clone(), *e.value())).collect();
+        v.sort();
+        v
+    }
+
+    pub fn sessions(&self) -> Vec<Arc<SessionInfo>> {
+        let mut v: Vec<_> = self.live.iter().map(|e| e.value().clone()).collect();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+
+    /// Totals per (database, user), live sessions included.
+    pub fn by_database_user(&self) -> Vec<((String, String), Snapshot)> {
+        let mut groups: HashMap<(String, String), Snapshot> =
+            self.closed.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
+        for s in self.live.iter() {
+            groups
+                .entry((s.database.clone(), s.user.clone()))
+                .or_default()
+                .add(&s.counters.snapshot());
+        }
+        let mut v: Vec<_> = groups.into_iter().collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn total(&self) -> Snapshot {
+        let mut t = Snapshot::default();
+        for (_, s) in self.by_database_user() {
+            t.add(&s);
+        }
+        t
+    }
+
+    /// Statement fingerprints ordered by client round trips, most first.
+    pub fn top_statements(&self, n: usize) -> Vec<(String, StatementCounts)> {
+        let all = self.statements.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = all.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        v.sort_by(|a, b| b.1.client_round_trips.cmp(&a.1.client_round_trips).then(a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
+    pub fn reset(&self) {
+        self.closed.clear();
+        for s in self.live.iter() {
+            s.counters.reset();
+        }
+        self.statements.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.fallback_reasons.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_include_live_and_closed() {
+        let stats = Stats::new();
+        let a = stats.open_session(None, "db", "u", "");
+        let b = stats.open_session(None, "db", "u", "");
+        Counters::add(&a.counters.client_round_trips, 3);
+        Counters::add(&b.counters.client_round_trips, 4);
+        a.counters.record_latency(Duration::from_micros(300));
+        stats.close_session(&a, HashMap::new());
+        let t = stats.total();
+        assert_eq!(t.client_round_trips, 7);
+        assert_eq!(t.sessions, 2);
+        assert_eq!(t.latency_buckets[3], 1);
+        stats.reset();
+        assert_eq!(stats.total().client_round_trips, 0);
+    }
+}

@@ -1,0 +1,106 @@
+//! The few backend message bodies the proxy reads or rewrites.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Authentication request codes (the Int32 after the 'R' header).
+pub mod auth {
+    pub const OK: i32 = 0;
+    pub const CLEARTEXT: i32 = 3;
+    pub const MD5: i32 = 5;
+    pub const GSS: i32 = 7;
+    pub const GSS_CONTINUE: i32 = 8;
+    pub const SSPI: i32 = 9;
+    pub const SASL: i32 = 10;
+    pub const SASL_CONTINUE: i32 = 11;
+    pub const SASL_FINAL: i32 = 12;
+}
+
+/// Body of a whole message (header stripped).
+pub fn body(msg: &[u8]) -> &[u8] {
+    msg.get(5..).unwrap_or_default()
+}
+
+/// The authentication code of an 'R' message.
+pub fn auth_code(msg: &[u8]) -> Option<i32> {
+    let b = body(msg).get(..4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Does the client have to answer this authentication request?
+pub fn auth_needs_answer(code: i32) -> bool {
+    matches!(
+        code,
+        auth::CLEARTEXT | auth::MD5 | auth::GSS | auth::GSS_CONTINUE | auth::SSPI | auth::SASL | auth::SASL_CONTINUE
+    )
+}
+
+/// Removes `SCRAM-SHA-256-PLUS` from an AuthenticationSASL mechanism list:
+/// channel binding can't cross a proxy that terminates TLS. Returns the
+/// message unchanged if there is nothing to remove.
+pub fn strip_channel_binding(msg: Bytes) -> Bytes {
+    let Some(list) = body(&msg).get(4..) else { return msg };
+    let mechs: Vec<&[u8]> = list.split(|&b| b == 0).filter(|m| !m.is_empty()).collect();
+    if !mechs.iter().any(|m| m.ends_with(b"-PLUS")) {
+        return msg;
+    }
+    let mut out = BytesMut::with_capacity(msg.len());
+    out.put_u8(b'R');
+    out.put_u32(0);
+    out.put_i32(auth::SASL);
+    for m in mechs.iter().filter(|m| !m.ends_with(b"-PLUS")) {
+        out.put_slice(m);
+        out.put_u8(0);
+    }
+    out.put_u8(0);
+    let len = (out.len() - 1) as u32;
+    out[1..5].copy_from_slice(&len.to_be_bytes());
+    out.freeze()
+}
+
+/// Transaction status of a ReadyForQuery: b'I', b'T' or b'E'.
+pub fn ready_status(msg: &[u8]) -> u8 {
+    body(msg).first().copied().unwrap_or(b'I')
+}
+
+/// (pid, secret) of a BackendKeyData message.
+pub fn backend_key(msg: &[u8]) -> Option<(i32, Bytes)> {
+    let b = body(msg);
+    let pid = b.get(..4)?;
+    let secret = b.get(4..)?;
+    Some((i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]), Bytes::copy_from_slice(secret)))
+}
+
+/// (name, value) of a ParameterStatus message.
+pub fn parameter_status(msg: &[u8]) -> Option<(&str, &str)> {
+    let mut it = body(msg).split(|&b| b == 0);
+    let name = std::str::from_utf8(it.next()?).ok()?;
+    let value = std::str::from_utf8(it.next()?).ok()?;
+    Some((name, value))
+}
+
+/// One field of an ErrorResponse / NoticeResponse (`b'C'` is the SQLSTATE).
+pub fn error_field(msg: &[u8], code: u8) -> Option<&str> {
+    body(msg)
+        .split(|&b| b == 0)
+        .find(|f| f.first() == Some(&code))
+        .and_then(|f| std::str::from_utf8(&f[1..]).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_plus_mechanism() {
+        let mut m = BytesMut::new();
+        m.put_u8(b'R');
+        m.put_u32(0);
+        m.put_i32(auth::SASL);
+        m.put_slice(b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0");
+        let len = (m.len() - 1) as u32;
+        m[1..5].copy_from_slice(&len.to_be_bytes());
+        let out = strip_channel_binding(m.freeze());
+        assert_eq!(&out[9..], b"SCRAM-SHA-256\0\0");
+        assert_eq!(u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize, out.len() - 1);
+    }
+}

@@ -1,0 +1,60 @@
+//! The frontend message bodies the proxy reads: statement text, names, and
+//! the Execute row limit. Every accessor is bounds-checked.
+
+/// Body of a whole message (header stripped).
+fn body(msg: &[u8]) -> &[u8] {
+    msg.get(5..).unwrap_or_default()
+}
+
+fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
+    let nul = buf.iter().position(|&b| b == 0)?;
+    let s = std::str::from_utf8(&buf[..nul]).ok()?;
+    Some((s, &buf[nul + 1..]))
+}
+
+/// Query: the SQL text.
+pub fn query_text(msg: &[u8]) -> Option<&str> {
+    cstr(body(msg)).map(|(s, _)| s)
+}
+
+/// Parse: (statement name, SQL text).
+pub fn parse(msg: &[u8]) -> Option<(&str, &str)> {
+    let (name, rest) = cstr(body(msg))?;
+    let (sql, _) = cstr(rest)?;
+    Some((name, sql))
+}
+
+/// Bind: (portal name, statement name).
+pub fn bind(msg: &[u8]) -> Option<(&str, &str)> {
+    let (portal, rest) = cstr(body(msg))?;
+    let (stmt, _) = cstr(rest)?;
+    Some((portal, stmt))
+}
+
+/// Execute: (portal name, max rows; 0 means all).
+pub fn execute(msg: &[u8]) -> Option<(&str, i32)> {
+    let (portal, rest) = cstr(body(msg))?;
+    let n = rest.get(..4)?;
+    Some((portal, i32::from_be_bytes([n[0], n[1], n[2], n[3]])))
+}
+
+/// Close or Describe: (kind b'S' or b'P', name).
+pub fn target(msg: &[u8]) -> Option<(u8, &str)> {
+    let b = body(msg);
+    let kind = *b.first()?;
+    let (name, _) = cstr(&b[1..])?;
+    Some((kind, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncated_bodies_are_none() {
+        assert_eq!(execute(b"E\0\0\0\x08p\0\0"), None);
+        assert_eq!(parse(b"P\0\0\0\x05s"), None);
+        assert_eq!(target(b"C\0\0\0\x04"), None);
+        assert_eq!(execute(b"E\0\0\0\x09\0\0\0\0\x05"), Some(("", 5)));
+    }
+}

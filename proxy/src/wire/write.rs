@@ -1,0 +1,115 @@
+//! Messages the proxy writes itself (errors, the admin console's answers).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Error severity as the protocol spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Error,
+    Fatal,
+}
+
+/// Appends one message with `tag`, letting `body` write the body.
+pub fn message(out: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {
+    out.put_u8(tag);
+    let at = out.len();
+    out.put_u32(0);
+    body(out);
+    let len = (out.len() - at) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn cstr(out: &mut BytesMut, s: &str) {
+    // A NUL inside would end the field early; PostgreSQL's strings never hold one.
+    out.put_slice(s.replace('\0', " ").as_bytes());
+    out.put_u8(0);
+}
+
+/// An ErrorResponse with severity, SQLSTATE and message.
+pub fn error(severity: Severity, sqlstate: &str, text: &str) -> Bytes {
+    let mut out = BytesMut::new();
+    error_into(&mut out, severity, sqlstate, text);
+    out.freeze()
+}
+
+pub fn error_into(out: &mut BytesMut, severity: Severity, sqlstate: &str, text: &str) {
+    let sev = match severity {
+        Severity::Error => "ERROR",
+        Severity::Fatal => "FATAL",
+    };
+    message(out, b'E', |b| {
+        b.put_u8(b'S');
+        cstr(b, sev);
+        b.put_u8(b'V');
+        cstr(b, sev);
+        b.put_u8(b'C');
+        cstr(b, sqlstate);
+        b.put_u8(b'M');
+        cstr(b, text);
+        b.put_u8(0);
+    });
+}
+
+pub fn ready_for_query(out: &mut BytesMut, status: u8) {
+    message(out, b'Z', |b| b.put_u8(status));
+}
+
+pub fn auth_request(out: &mut BytesMut, code: i32, extra: &[u8]) {
+    message(out, b'R', |b| {
+        b.put_i32(code);
+        b.put_slice(extra);
+    });
+}
+
+pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
+    message(out, b'S', |b| {
+        cstr(b, name);
+        cstr(b, value);
+    });
+}
+
+/// RowDescription with every column typed `text`.
+pub fn row_description(out: &mut BytesMut, columns: &[&str]) {
+    message(out, b'T', |b| {
+        b.put_i16(columns.len() as i16);
+        for c in columns {
+            cstr(b, c);
+            b.put_u32(0); // table oid
+            b.put_i16(0); // column number
+            b.put_u32(25); // text
+            b.put_i16(-1);
+            b.put_i32(-1);
+            b.put_i16(0); // text format
+        }
+    });
+}
+
+pub fn data_row<S: AsRef<str>>(out: &mut BytesMut, values: &[Option<S>]) {
+    message(out, b'D', |b| {
+        b.put_i16(values.len() as i16);
+        for v in values {
+            match v {
+                Some(v) => {
+                    b.put_i32(v.as_ref().len() as i32);
+                    b.put_slice(v.as_ref().as_bytes());
+                }
+                None => b.put_i32(-1),
+            }
+        }
+    });
+}
+
+pub fn command_complete(out: &mut BytesMut, tag: &str) {
+    message(out, b'C', |b| cstr(b, tag));
+}
+
+pub fn empty_query(out: &mut BytesMut) {
+    message(out, b'I', |_| {});
+}
+
+/// A ReadyForQuery with the given status, as one frame.
+pub fn ready_frame(status: u8) -> Bytes {
+    let mut out = BytesMut::with_capacity(6);
+    ready_for_query(&mut out, status);
+    out.freeze()
+}
