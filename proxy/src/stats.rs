@@ -334,7 +334,7 @@ mod tests {
         let t = stats.total();
         assert_eq!(t.client_round_trips, 7);
         assert_eq!(t.sessions, 2);
-        assert_eq!(t.latency_buckets[3], 1);
+        assert_eq!(t.latency_buckets[2], 1);
         stats.reset();
         assert_eq!(stats.total().client_round_trips, 0);
     }
