@@ -1,1 +1,228 @@
 //! Statement classification for coalescing (DESIGN.md, "Coalescing a single-read batch").
+//!
+//! An early Sync ends an implicit transaction sooner than the client asked; that is invisible
+//! only for statements that change nothing. [`classify`] decides which statements those are,
+//! and which isolation level a statement sets. It never fails: SQL it can't parse is
+//! [`StatementClass::Unknown`].
+//!
+//! ```
+//! use onetrip_planner::classify::{ClassCache, StatementClass};
+//!
+//! let mut cache = ClassCache::new(1024, vec!["my_fn".to_string()]);
+//! let c = cache.classify("SELECT my_fn(x) FROM t WHERE id = $1");
+//! assert_eq!(c.class, StatementClass::Read);
+//! assert_eq!(cache.classify("SELECT nextval('s')").class, StatementClass::Unsafe);
+//! ```
+
+mod cache;
+mod cypher_scan;
+mod fallback;
+mod functions;
+mod isolation;
+pub(crate) mod lexer;
+mod query;
+mod statement;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+pub use cache::ClassCache;
+pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
+
+/// What a statement may do, from safest to least safe (the derived order is that ranking; a
+/// multi-statement string gets the greatest class of its statements).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StatementClass {
+    /// SELECT / VALUES / TABLE / SHOW / EXPLAIN without ANALYZE, no row locks, no SELECT INTO,
+    /// only side-effect-free functions. Safe to coalesce.
+    Read,
+    /// A read except for data-modifying CTEs: coalesce only behind a write probe.
+    MaybeWrite,
+    /// SET, RESET, DISCARD, LISTEN, PREPARE, DEALLOCATE, ...: changes session state.
+    SessionSetting,
+    /// INSERT, UPDATE, DELETE, DDL, COPY, SELECT INTO, SELECT ... FOR UPDATE, ...
+    Write,
+    /// A side effect that is not a plain write: sequence functions, `set_config`, advisory
+    /// locks, `pg_notify`, `dblink*`, `lo_*`, unknown functions, EXECUTE, FETCH ...
+    Unsafe,
+    /// BEGIN, COMMIT, ROLLBACK, SAVEPOINT, SET TRANSACTION, PREPARE TRANSACTION, ...
+    TransactionControl,
+    /// Not understood (parse error).
+    Unknown,
+}
+
+impl StatementClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatementClass::Read => "read",
+            StatementClass::MaybeWrite => "maybe-write",
+            StatementClass::SessionSetting => "session setting",
+            StatementClass::Write => "write",
+            StatementClass::Unsafe => "unsafe",
+            StatementClass::TransactionControl => "transaction control",
+            StatementClass::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for StatementClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verdict on one SQL string (one or more statements). Cheap to clone: the reason is
+/// shared and `isolation` is empty (no allocation) for almost every statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classification {
+    /// The least safe class of the string's statements.
+    pub class: StatementClass,
+    /// Why, for logs and reports: e.g. "data-modifying CTE (UPDATE)".
+    pub reason: Arc<str>,
+    /// Isolation changes made by the statements, in order.
+    pub isolation: Vec<IsolationChange>,
+    /// Number of non-empty statements.
+    pub statement_count: usize,
+}
+
+/// Classifies SQL with a fixed set of extra read-only functions. Shareable between sessions
+/// (`Arc<Classifier>`); see [`ClassCache`] for the per-session cache.
+#[derive(Clone, Debug, Default)]
+pub struct Classifier {
+    extra: functions::ExtraFunctions,
+}
+
+impl Classifier {
+    /// `read_only_functions`: `[coalesce] read_only_functions`. A bare name (`my_fn`) matches
+    /// that function in any schema; a qualified one (`app.my_fn`) only when called qualified.
+    /// Unquoted names are case-insensitive; write `"MyFn"` for a quoted one.
+    pub fn new<I, S>(read_only_functions: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Classifier {
+            extra: functions::ExtraFunctions::new(read_only_functions),
+        }
+    }
+
+    /// Classifies `sql`, which may hold several `;`-separated statements.
+    pub fn classify(&self, sql: &str) -> Classification {
+        let pieces = lexer::split_statements(sql);
+        if pieces.is_empty() {
+            // PostgreSQL answers EmptyQueryResponse and does nothing else.
+            return Classification {
+                class: StatementClass::Read,
+                reason: Arc::from("empty query"),
+                isolation: Vec::new(),
+                statement_count: 0,
+            };
+        }
+        let count = pieces.len();
+        let mut worst: Option<(Verdict, usize)> = None;
+        let mut isolation = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            let v = self.classify_piece(sql, piece);
+            isolation.extend(v.isolation.iter().copied());
+            if worst.as_ref().is_none_or(|(w, _)| v.class > w.class) {
+                worst = Some((v, i));
+            }
+        }
+        let (v, i) =
+            worst.unwrap_or_else(|| (Verdict::new(StatementClass::Unknown, "no statement"), 0));
+        let reason = if count > 1 {
+            format!("{} (statement {} of {count})", v.reason, i + 1)
+        } else {
+            v.reason.into_owned()
+        };
+        Classification {
+            class: v.class,
+            reason: Arc::from(reason),
+            isolation,
+            statement_count: count,
+        }
+    }
+
+    fn classify_piece(&self, sql: &str, piece: &lexer::Piece) -> Verdict {
+        let text = sql.get(piece.start..piece.end).unwrap_or("");
+        let mut v = match parse_one(text) {
+            Ok(stmt) => statement::classify(&stmt, text, &self.extra),
+            Err(err) => fallback::classify(text, err, &self.extra),
+        };
+        // Anything not understood precisely that mentions isolation may change it (ALTER
+        // SYSTEM plus a reload, a DO block, an unparsed BEGIN ...).
+        if v.isolation.is_empty()
+            && v.class != StatementClass::Read
+            && contains_ignore_ascii_case(text, "isolation")
+            && !v.isolation_exact
+        {
+            v.isolation.push(IsolationChange::Unknown);
+        }
+        v
+    }
+}
+
+/// Classifies `sql` with the built-in function table only.
+pub fn classify(sql: &str) -> Classification {
+    static DEFAULT: std::sync::LazyLock<Classifier> = std::sync::LazyLock::new(Classifier::default);
+    DEFAULT.classify(sql)
+}
+
+/// Parses exactly one statement. sqlparser is not expected to panic, but the classifier must
+/// never take the proxy down, so a panic is turned into a parse error.
+pub(crate) fn parse_one(text: &str) -> Result<sqlparser::ast::Statement, String> {
+    let parsed = std::panic::catch_unwind(|| Parser::parse_sql(&PostgreSqlDialect {}, text));
+    match parsed {
+        Ok(Ok(mut stmts)) if stmts.len() == 1 => Ok(stmts.remove(0)),
+        Ok(Ok(stmts)) => Err(format!("expected one statement, found {}", stmts.len())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("parser panicked".to_string()),
+    }
+}
+
+fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// The classification of one statement while it is being built: the worst finding wins.
+#[derive(Clone, Debug)]
+pub(crate) struct Verdict {
+    pub class: StatementClass,
+    pub reason: Cow<'static, str>,
+    pub isolation: Vec<IsolationChange>,
+    /// The statement's isolation effect is fully known (possibly "none"), so the textual
+    /// "mentions isolation" safety net does not apply.
+    pub isolation_exact: bool,
+}
+
+impl Verdict {
+    pub fn new(class: StatementClass, reason: impl Into<Cow<'static, str>>) -> Self {
+        Verdict {
+            class,
+            reason: reason.into(),
+            isolation: Vec::new(),
+            isolation_exact: false,
+        }
+    }
+
+    /// Records a finding; keeps the first reason among equally bad findings.
+    pub fn raise(&mut self, class: StatementClass, reason: impl Into<Cow<'static, str>>) {
+        if class > self.class {
+            self.class = class;
+            self.reason = reason.into();
+        }
+    }
+
+    pub fn with_isolation(mut self, change: Option<IsolationChange>) -> Self {
+        self.isolation.extend(change);
+        self.isolation_exact = true;
+        self
+    }
+}
