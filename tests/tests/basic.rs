@@ -1,0 +1,43 @@
+//! Transparency: the same answers through the proxy as direct.
+
+use onetrip_tests::{Env, connect};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_and_extended_queries_match_direct() {
+    let env = Env::start().await;
+    let mut seen = Vec::new();
+    for via in [false, true] {
+        let c = connect(&env.dsn(via)).await;
+        let msgs = c.simple_query("select 1 as a, 'x' as b; select 2").await.unwrap();
+        let rows: Vec<Vec<Option<String>>> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        let r = c.query_one("select $1::int + 1", &[&41i32]).await.unwrap();
+        seen.push((rows, r.get::<_, i32>(0)));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[1].1, 42);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_counts_one_round_trip_after_handshake() {
+    let env = Env::start().await;
+    let out = env.psql(true, &["-c", "select 1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The session closes when psql exits; wait for its counters to land.
+    for _ in 0..100 {
+        if env.proxy().stats().sessions().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let t = env.proxy().stats().total();
+    assert_eq!((t.client_round_trips, t.upstream_round_trips), (1, 1), "{t:?}");
+    assert_eq!(t.statements, 1);
+}
