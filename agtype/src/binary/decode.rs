@@ -1,0 +1,142 @@
+//! Reads AGE's container format as AGE reads it: child positions follow the
+//! stored lengths and end offsets literally (so bytes written with AGE's
+//! entity-padding quirk decode to what AGE prints), numerics, containers and
+//! extended values at the next 4-byte boundary.
+
+use super::container::utf8;
+use super::error::{DecodeError, DecodeErrorKind as K};
+use super::*;
+use crate::numeric::binary as numeric_bin;
+use crate::value::{Edge, Object, Path, Value, Vertex};
+
+/// Decodes AGE's container bytes (the datum without its varlena header).
+///
+/// Strings are cut at a NUL byte, as AGE's printer cuts them. Object keys
+/// that are out of order or repeated (AGE never writes them) are put in
+/// order, the later duplicate winning.
+pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
+    decoder(bytes).container(0, 0)
+}
+
+pub(crate) fn decoder(bytes: &[u8]) -> Decoder<'_> {
+    Decoder {
+        buf: bytes,
+        // AGE-written data never needs more node visits and string bytes than
+        // this; only overlapping children (crafted input) can exceed it.
+        budget: bytes.len().saturating_mul(2).saturating_add(16),
+    }
+}
+
+pub(crate) struct Decoder<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) budget: usize,
+}
+
+impl<'a> Decoder<'a> {
+    fn spend(&mut self, n: usize, at: usize) -> Result<(), DecodeError> {
+        self.budget = self
+            .budget
+            .checked_sub(n)
+            .ok_or(DecodeError::new(at, K::Overlapping))?;
+        Ok(())
+    }
+
+    /// Decodes the container at `at`; `depth` counts enclosing containers.
+    pub(crate) fn container(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
+        let c = Container::parse(self.buf, at)?;
+        if c.is_scalar() {
+            if depth > 0 {
+                return Err(DecodeError::new(at, K::BadHeader));
+            }
+            return self.child(&c, 0, 0, depth);
+        }
+        if depth >= crate::MAX_DEPTH {
+            return Err(DecodeError::new(at, K::TooDeep));
+        }
+        let mut off = 0;
+        if !c.is_object() {
+            let mut items = Vec::with_capacity(c.count.min(1024));
+            for j in 0..c.count {
+                items.push(self.child(&c, j, off, depth + 1)?);
+                off = c.span(j, off)?.1;
+            }
+            return Ok(Value::Array(items));
+        }
+        let mut keys = Vec::with_capacity(c.count.min(1024));
+        for j in 0..c.count {
+            match c.child(j, off)? {
+                Child::Str(s) => {
+                    self.spend(1 + s.len(), c.data_at)?;
+                    keys.push(utf8(s, c.data_at + off)?.to_owned());
+                }
+                _ => return Err(DecodeError::new(c.entries_at + 4 * j, K::KeyNotString)),
+            }
+            off = c.span(j, off)?.1;
+        }
+        let mut pairs = Vec::with_capacity(keys.len());
+        for (i, key) in keys.into_iter().enumerate() {
+            let j = c.count + i;
+            pairs.push((key, self.child(&c, j, off, depth + 1)?));
+            off = c.span(j, off)?.1;
+        }
+        Ok(Value::Object(Object::from_pairs(pairs)))
+    }
+
+    fn child(
+        &mut self,
+        c: &Container<'a>,
+        j: usize,
+        off: usize,
+        depth: usize,
+    ) -> Result<Value, DecodeError> {
+        self.spend(1, c.entries_at + 4 * j)?;
+        Ok(match c.child(j, off)? {
+            Child::Null => Value::Null,
+            Child::Bool(b) => Value::Bool(b),
+            Child::Str(s) => {
+                self.spend(s.len(), c.data_at + off)?;
+                Value::String(utf8(s, c.data_at + off)?.to_owned())
+            }
+            Child::Numeric(at) => {
+                let data = self.buf.get(at..).unwrap_or(&[]);
+                Value::Numeric(
+                    numeric_bin::read(data).map_err(|_| DecodeError::new(at, K::BadNumeric))?,
+                )
+            }
+            Child::Container(at) => self.container(at, depth)?,
+            Child::Extended(at) => self.extended(at, depth)?,
+        })
+    }
+
+    fn extended(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
+        let truncated = DecodeError::new(at, K::Truncated);
+        let sub = read_u32(self.buf, at).ok_or(truncated.clone())?;
+        let body = at + 4;
+        let word = || read_u64(self.buf, body).ok_or(truncated.clone());
+        let bad_entity = DecodeError::new(at, K::BadEntity);
+        match sub {
+            EXT_INTEGER => Ok(Value::Integer(word()? as i64)),
+            EXT_FLOAT => Ok(Value::Float(f64::from_bits(word()?))),
+            EXT_VERTEX | EXT_EDGE => {
+                let Value::Object(o) = self.container(body, depth)? else {
+                    return Err(bad_entity);
+                };
+                if sub == EXT_VERTEX {
+                    Vertex::try_from_object(o).map(Value::Vertex)
+                } else {
+                    Edge::try_from_object(o).map(Value::Edge)
+                }
+                .map_err(|_| bad_entity)
+            }
+            EXT_PATH => {
+                let Value::Array(items) = self.container(body, depth)? else {
+                    return Err(bad_entity);
+                };
+                Path::try_from_values(items)
+                    .map(Value::Path)
+                    .map_err(|_| bad_entity)
+            }
+            _ => Err(DecodeError::new(at, K::BadExtendedType)),
+        }
+    }
+}

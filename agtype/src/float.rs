@@ -1,0 +1,308 @@
+//! float8 text conversions as PostgreSQL (and so AGE) performs them.
+//!
+//! Output: PostgreSQL's `float8out` with `extra_float_digits >= 1` prints
+//! the fewest digits whose value lies *strictly* inside the double's rounding
+//! interval, nearest the exact value. Rust's shortest formatter (like `ryu`)
+//! also accepts an interval end point when the mantissa is even, so its
+//! answer is used unless it is such an end point; then the next longer
+//! correctly rounded candidates are tried. End points can only have 17 or
+//! fewer significant digits when the double is at least 2^52, so smaller
+//! values never need the check.
+
+use std::fmt::Write as _;
+
+/// Digits and exponent of a finite double: value = 0.d1d2… × 10^(exp+1),
+/// i.e. `exp` is the decimal exponent of the first digit.
+struct Decimal {
+    digits: [u8; 17],
+    len: usize,
+    exp: i32,
+}
+
+/// Appends the text `float8out` prints for `f`, with AGE's `.0` suffix for
+/// integral values in fixed notation.
+pub fn write_float(out: &mut String, f: f64) {
+    if f.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if f.is_infinite() {
+        out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+        return;
+    }
+    if f.is_sign_negative() {
+        out.push('-');
+    }
+    if f == 0.0 {
+        out.push_str("0.0");
+        return;
+    }
+    let d = shortest(f.abs());
+    let digits = &d.digits[..d.len];
+    let push_digits = |out: &mut String, ds: &[u8]| {
+        for &c in ds {
+            out.push(char::from(b'0' + c));
+        }
+    };
+    if (-4..15).contains(&d.exp) {
+        if d.exp < 0 {
+            out.push_str("0.");
+            for _ in 0..(-d.exp - 1) {
+                out.push('0');
+            }
+            push_digits(out, digits);
+        } else {
+            let int_len = d.exp as usize + 1;
+            if digits.len() <= int_len {
+                push_digits(out, digits);
+                for _ in digits.len()..int_len {
+                    out.push('0');
+                }
+                out.push_str(".0");
+            } else {
+                push_digits(out, &digits[..int_len]);
+                out.push('.');
+                push_digits(out, &digits[int_len..]);
+            }
+        }
+    } else {
+        push_digits(out, &digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            push_digits(out, &digits[1..]);
+        }
+        let _ = write!(
+            out,
+            "e{}{:02}",
+            if d.exp < 0 { '-' } else { '+' },
+            d.exp.unsigned_abs()
+        );
+    }
+}
+
+/// The text `float8out` + AGE print for `f`.
+pub fn format_float(f: f64) -> String {
+    let mut s = String::with_capacity(24);
+    write_float(&mut s, f);
+    s
+}
+
+/// Shortest digits strictly inside the rounding interval of a positive finite `f`.
+fn shortest(f: f64) -> Decimal {
+    let mut buf = StackBuf::new();
+    let _ = write!(buf, "{f:e}");
+    let d = parse_sci(buf.as_str());
+    if f < 4503599627370496.0 || strictly_inside(&d, f) {
+        return break_tie(d, f);
+    }
+    for precision in d.len..17 {
+        let mut buf = StackBuf::new();
+        let _ = write!(buf, "{:.*e}", precision, f);
+        let c = parse_sci(buf.as_str());
+        if strictly_inside(&c, f) {
+            return break_tie(c, f);
+        }
+    }
+    d
+}
+
+/// When `f` lies exactly halfway between two candidates of `d`'s length,
+/// PostgreSQL's Ryu picks the one with the even last digit; Rust's
+/// formatter rounds half up. A tie needs the exact value to have just one
+/// more significant digit, a 5, which can only happen at 16 or 17 digits
+/// (shorter candidates are never that close to `f`).
+fn break_tie(d: Decimal, f: f64) -> Decimal {
+    if d.len < 15 {
+        return d;
+    }
+    let mut buf = StackBuf::new();
+    let _ = write!(buf, "{:.*e}", d.len + 20, f);
+    let (mant, _) = buf.as_str().split_once('e').unwrap_or(("", ""));
+    let digits: Vec<u8> = mant
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|b| b - b'0')
+        .collect();
+    let n = d.len;
+    let is_tie = digits.get(n) == Some(&5) && digits[n + 1..].iter().all(|&x| x == 0);
+    if !is_tie {
+        return d;
+    }
+    let mut lower = Decimal {
+        digits: [0; 17],
+        len: n,
+        exp: d.exp,
+    };
+    lower.digits[..n].copy_from_slice(&digits[..n]);
+    if lower.digits[n - 1].is_multiple_of(2) {
+        return trim(lower);
+    }
+    // Round the odd lower candidate up to the even one.
+    let mut i = n;
+    while i > 0 {
+        i -= 1;
+        if lower.digits[i] == 9 {
+            lower.digits[i] = 0;
+        } else {
+            lower.digits[i] += 1;
+            return trim(lower);
+        }
+    }
+    lower.digits[0] = 1;
+    lower.exp += 1;
+    trim(lower)
+}
+
+fn trim(mut d: Decimal) -> Decimal {
+    while d.len > 1 && d.digits[d.len - 1] == 0 {
+        d.len -= 1;
+    }
+    d
+}
+
+/// Whether the decimal lies strictly between `f`'s rounding end points:
+/// nudging it a hair up and down (far less than any gap between a
+/// 17-digit decimal and a 54-bit binary end point) still parses to `f`.
+fn strictly_inside(d: &Decimal, f: f64) -> bool {
+    let mut mantissa: u64 = 0;
+    for &c in &d.digits[..d.len] {
+        mantissa = mantissa * 10 + u64::from(c);
+    }
+    // value = mantissa × 10^(exp - len + 1)
+    let e = d.exp - d.len as i32 + 1 - 40;
+    let up = format!("{mantissa}{}1e{e}", "0".repeat(39));
+    let down = format!("{}{}e{e}", mantissa - 1, "9".repeat(40));
+    up.parse::<f64>().ok() == Some(f) && down.parse::<f64>().ok() == Some(f)
+}
+
+/// Parses Rust's `{:e}` output (`d[.ddd]e[-]x`).
+fn parse_sci(s: &str) -> Decimal {
+    let mut d = Decimal {
+        digits: [0; 17],
+        len: 0,
+        exp: 0,
+    };
+    let (mant, exp) = s.split_once('e').unwrap_or((s, "0"));
+    for b in mant.bytes().filter(u8::is_ascii_digit) {
+        if d.len < d.digits.len() {
+            d.digits[d.len] = b - b'0';
+            d.len += 1;
+        }
+    }
+    while d.len > 1 && d.digits[d.len - 1] == 0 {
+        d.len -= 1;
+    }
+    d.exp = exp.parse().unwrap_or(0);
+    d
+}
+
+/// A fixed-size formatting buffer, so float printing does not allocate.
+struct StackBuf {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl StackBuf {
+    fn new() -> Self {
+        StackBuf {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Parses a JSON-syntax number token (already validated by the lexer) as
+/// float8. Errors as PostgreSQL does when the value overflows to infinity or
+/// underflows to zero.
+pub(crate) fn parse_float_token(token: &str) -> Result<f64, String> {
+    let v: f64 = token
+        .parse()
+        .map_err(|_| format!("invalid input syntax for type double precision: \"{token}\""))?;
+    check_range(token, v)
+}
+
+fn check_range(token: &str, v: f64) -> Result<f64, String> {
+    let mantissa = token.split(['e', 'E']).next().unwrap_or(token);
+    let nonzero_input = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if v.is_infinite() || (v == 0.0 && nonzero_input) {
+        return Err(format!(
+            "\"{token}\" is out of range for type double precision"
+        ));
+    }
+    Ok(v)
+}
+
+/// PostgreSQL's `float8in` on arbitrary text (used by the `::float`
+/// annotation): surrounding whitespace, `NaN`, `[+-]Infinity`, `[+-]inf` in
+/// any case, else a decimal number.
+pub(crate) fn float8in(text: &str) -> Result<f64, String> {
+    let invalid = || format!("invalid input syntax for type double precision: \"{text}\"");
+    let s = text.trim_matches(crate::numeric::is_pg_space);
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if body.eq_ignore_ascii_case("nan") {
+        return Ok(f64::NAN);
+    }
+    if body.eq_ignore_ascii_case("infinity") || body.eq_ignore_ascii_case("inf") {
+        return Ok(if neg {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
+    }
+    if !is_decimal(body) {
+        return Err(invalid());
+    }
+    let v: f64 = s.parse().map_err(|_| invalid())?;
+    check_range(text.trim_matches(crate::numeric::is_pg_space), v)
+        .map_err(|_| format!("\"{}\" is out of range for type double precision", text))
+}
+
+/// `digits[.digits]` or `.digits`, then an optional exponent, as `strtod`
+/// accepts (hexadecimal floats are not supported).
+fn is_decimal(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let int_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    i += int_digits;
+    let mut frac_digits = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        frac_digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        i += frac_digits;
+    }
+    if int_digits + frac_digits == 0 {
+        return false;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        let mut j = i + 1;
+        if matches!(b.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        let exp_digits = b[j.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if exp_digits > 0 {
+            i = j + exp_digits;
+        }
+    }
+    i == b.len()
+}

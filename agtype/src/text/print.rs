@@ -1,0 +1,111 @@
+//! `agtype_out`: [`Value`] to AGE's canonical text.
+
+use std::fmt;
+
+use crate::float::write_float;
+use crate::value::{Object, Value};
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        write_value(&mut out, self);
+        f.write_str(&out)
+    }
+}
+
+/// Prints `value` as AGE's `agtype_out` does.
+pub fn to_text(value: &Value) -> String {
+    let mut out = String::with_capacity(64);
+    write_value(&mut out, value);
+    out
+}
+
+/// Appends the text of `value` to `out`.
+pub fn write_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Integer(i) => {
+            use fmt::Write as _;
+            let _ = write!(out, "{i}");
+        }
+        Value::Float(x) => write_float(out, *x),
+        Value::Numeric(n) => {
+            use fmt::Write as _;
+            let _ = write!(out, "{n}::numeric");
+        }
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => write_array(out, items),
+        Value::Object(o) => write_object(out, o),
+        Value::Vertex(v) => {
+            write_object(out, v.as_object());
+            out.push_str("::vertex");
+        }
+        Value::Edge(e) => {
+            write_object(out, e.as_object());
+            out.push_str("::edge");
+        }
+        Value::Path(p) => {
+            write_array(out, p.elements());
+            out.push_str("::path");
+        }
+    }
+}
+
+fn write_array(out: &mut String, items: &[Value]) {
+    out.push('[');
+    for (i, v) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_value(out, v);
+    }
+    out.push(']');
+}
+
+fn write_object(out: &mut String, o: &Object) {
+    out.push('{');
+    for (i, (k, v)) in o.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_string(out, k);
+        out.push_str(": ");
+        write_value(out, v);
+    }
+    out.push('}');
+}
+
+/// Escapes as AGE does; output stops at a NUL, as AGE's C-string handling does.
+pub(crate) fn write_string(out: &mut String, s: &str) {
+    let s = s.split('\0').next().unwrap_or("");
+    out.push('"');
+    let bytes = s.as_bytes();
+    let mut run_start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[run_start..i]);
+        if esc.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        } else {
+            out.push_str(esc);
+        }
+        run_start = i + 1;
+    }
+    out.push_str(&s[run_start..]);
+    out.push('"');
+}
