@@ -315,6 +315,9 @@ impl Iterator for Lexer<'_> {
 pub(crate) struct Piece {
     pub start: usize,
     pub end: usize,
+    /// Operators that chain (operator tokens, subscripts, AND, OR, UNION ...): a bound on how
+    /// deep sqlparser's left-nested trees for this statement can get.
+    pub operators: usize,
 }
 
 /// Splits at top-level `;` (not inside parentheses, strings or comments) and drops empty
@@ -324,9 +327,14 @@ pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
     // Span of the current statement's tokens so far.
     let mut cur: Option<(usize, usize)> = None;
     let mut depth = 0usize;
-    let mut flush = |cur: &mut Option<(usize, usize)>| {
+    let mut operators = 0usize;
+    let mut flush = |cur: &mut Option<(usize, usize)>, operators: &mut usize| {
         if let Some((start, end)) = cur.take() {
-            pieces.push(Piece { start, end });
+            pieces.push(Piece {
+                start,
+                end,
+                operators: std::mem::take(operators),
+            });
         }
     };
     for t in tokens(sql) {
@@ -335,14 +343,18 @@ pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
                 "(" | "[" => depth += 1,
                 ")" | "]" => depth = depth.saturating_sub(1),
                 ";" if depth == 0 => {
-                    flush(&mut cur);
+                    flush(&mut cur, &mut operators);
                     continue;
                 }
                 _ => {}
             }
         }
+        let chains = ["and", "or", "union", "except", "intersect"];
+        if t.kind == Kind::Op || t.is_punct(sql, "[") || chains.iter().any(|w| t.is_word(sql, w)) {
+            operators += 1;
+        }
         cur = Some((cur.map_or(t.start, |(s, _)| s), t.end));
     }
-    flush(&mut cur);
+    flush(&mut cur, &mut operators);
     pieces
 }

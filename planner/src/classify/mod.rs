@@ -150,6 +150,14 @@ impl Classifier {
 
     fn classify_piece(&self, sql: &str, piece: &lexer::Piece) -> Verdict {
         let text = sql.get(piece.start..piece.end).unwrap_or("");
+        if piece.operators > MAX_OPERATORS {
+            // sqlparser builds `a + b + c ...` as a left-nested tree, and walking or even
+            // dropping a very deep one overflows the stack.
+            return Verdict::new(
+                StatementClass::Unknown,
+                format!("too complex to classify ({} operators)", piece.operators),
+            );
+        }
         let mut v = match parse_one(text) {
             Ok(stmt) => statement::classify(&stmt, text, &self.extra),
             Err(err) => fallback::classify(text, err, &self.extra),
@@ -166,6 +174,9 @@ impl Classifier {
         v
     }
 }
+
+/// Statements with more binary operators than this are Unknown (see `classify_piece`).
+const MAX_OPERATORS: usize = 4096;
 
 /// Classifies `sql` with the built-in function table only.
 pub fn classify(sql: &str) -> Classification {

@@ -521,7 +521,9 @@ fn isolation_changes() {
 #[test]
 fn no_panic_on_odd_input() {
     let deep = format!("select {}1{}", "(".repeat(5000), ")".repeat(5000));
-    let long = "select 1 + ".repeat(20_000) + "1";
+    let long = "select 1".to_string() + &" + 1".repeat(200_000);
+    let unions = "select 1".to_string() + &" union all select 1".repeat(100_000);
+    let wide = "select x from t where ".to_string() + &"a = 1 and ".repeat(200_000) + "true";
     for sql in [
         "\0",
         "$",
@@ -540,6 +542,8 @@ fn no_panic_on_odd_input() {
         "for no key",
         deep.as_str(),
         long.as_str(),
+        wide.as_str(),
+        unions.as_str(),
     ] {
         let c = classify(sql);
         assert!(
