@@ -3,3 +3,4 @@
 
 pub mod classify;
 pub mod cypher;
+pub mod fingerprint;
