@@ -45,7 +45,7 @@ impl Judge {
     }
 
     pub fn judge(&mut self, sql: &str) -> Judged {
-        let c: Classification = self.cache.classify(sql).clone();
+        let c: Classification = self.cache.classify(sql);
         let verdict = match c.class {
             StatementClass::Read => Verdict::Read,
             StatementClass::MaybeWrite => Verdict::MaybeWrite,

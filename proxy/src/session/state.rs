@@ -115,7 +115,7 @@ impl Protocol {
     pub fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
         let mut out: HashMap<String, StatementCounts> = HashMap::new();
         for (sql, c) in self.stmt_counts.drain() {
-            let e = out.entry(fingerprint(&sql)).or_default();
+            let e = out.entry(onetrip_planner::fingerprint::fingerprint(&sql)).or_default();
             e.statements += c.statements;
             e.client_round_trips += c.client_round_trips;
             e.upstream_round_trips += c.upstream_round_trips;
@@ -327,9 +327,4 @@ fn wants_whole(t: u8) -> bool {
             | tag::COMMAND_COMPLETE
             | tag::PARAMETER_STATUS
     )
-}
-
-/// Normalised statement text for grouping in reports.
-fn fingerprint(sql: &str) -> String {
-    sql.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect()
 }
