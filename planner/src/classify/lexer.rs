@@ -320,14 +320,16 @@ pub(crate) struct Piece {
     pub operators: usize,
 }
 
-/// Splits at top-level `;` (not inside parentheses, strings or comments) and drops empty
-/// statements, as PostgreSQL does for a simple Query.
+/// Splits at top-level `;` (not inside parentheses, strings, comments or a `BEGIN ATOMIC ...
+/// END` function body) and drops empty statements, as PostgreSQL does for a simple Query.
 pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     // Span of the current statement's tokens so far.
     let mut cur: Option<(usize, usize)> = None;
     let mut depth = 0usize;
     let mut operators = 0usize;
+    // Inside BEGIN ATOMIC bodies, `;` separates the body's statements; CASE also ends in END.
+    let (mut atomic, mut cases, mut prev_begin) = (0usize, 0usize, false);
     let mut flush = |cur: &mut Option<(usize, usize)>, operators: &mut usize| {
         if let Some((start, end)) = cur.take() {
             pieces.push(Piece {
@@ -338,11 +340,25 @@ pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
         }
     };
     for t in tokens(sql) {
+        if t.kind == Kind::Word {
+            if prev_begin && t.is_word(sql, "atomic") {
+                atomic += 1;
+            } else if atomic > 0 && t.is_word(sql, "case") {
+                cases += 1;
+            } else if atomic > 0 && t.is_word(sql, "end") {
+                if cases > 0 {
+                    cases -= 1;
+                } else {
+                    atomic -= 1;
+                }
+            }
+        }
+        prev_begin = t.is_word(sql, "begin");
         if t.kind == Kind::Punct {
             match t.text(sql) {
                 "(" | "[" => depth += 1,
                 ")" | "]" => depth = depth.saturating_sub(1),
-                ";" if depth == 0 => {
+                ";" if depth == 0 && atomic == 0 => {
                     flush(&mut cur, &mut operators);
                     continue;
                 }

@@ -427,6 +427,11 @@ fn multi_statement() {
     let c = classify("select ';', $$;$$, $a$ ; $a$ /* ; */ -- ;\n");
     assert_eq!((c.class, c.statement_count), (Read, 1));
     let c = classify(
+        "create function f() returns int language sql begin atomic select 1; \
+         select case when true then 2 end; end; select 3",
+    );
+    assert_eq!(c.statement_count, 2);
+    let c = classify(
         "create rule r as on insert to t do also (insert into u values (1); insert into v values (2))",
     );
     assert_eq!((c.class, c.statement_count), (Write, 1));
