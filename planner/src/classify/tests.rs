@@ -557,3 +557,57 @@ fn no_panic_on_odd_input() {
         );
     }
 }
+
+#[test]
+fn functions_are_found_in_every_clause() {
+    for sql in [
+        "select 1 limit my_fn()",
+        "select 1 offset my_fn()",
+        "select 1 fetch first my_fn() rows only",
+        "select a from t group by my_fn(a)",
+        "select a from t group by a having my_fn(a)",
+        "select sum(a) over w from t window w as (order by my_fn(a))",
+        "select my_fn() over ()",
+        "select count(*) filter (where my_fn()) from t",
+        "select string_agg(x, ',' order by my_fn(x)) from t",
+        "select percentile_cont(0.5) within group (order by my_fn(x)) from t",
+        "select distinct on (my_fn(a)) a from t",
+        "select x from t where x = any(my_fn())",
+        "select x from t where x between my_fn() and 2",
+        "select x from t where x in (1, my_fn())",
+        "select x from t where (a, b) = (my_fn(), 1)",
+        "select x from t where x like my_fn()",
+        "select x from t where my_fn() is null",
+        "select case when my_fn() then 1 else 2 end",
+        "select case my_fn() when 1 then 2 end",
+        "select array[my_fn()], row(my_fn()), (my_fn()).x",
+        "select a[my_fn()], a[1:my_fn()] from t",
+        "select 1 where exists (select my_fn())",
+        "select * from t join u on my_fn(t.a, u.b)",
+        "select * from t left join lateral my_fn(t.a) f on true",
+        "select * from t, lateral (select my_fn(t.a)) x",
+        "select * from (values (my_fn())) v",
+        "values (1), (my_fn())",
+        "select * from t tablesample bernoulli (my_fn())",
+        "select x::int + my_fn() from t",
+        "select coalesce(a, my_fn()) from t",
+        "select extract(year from my_fn())",
+        "select substring(my_fn() from 1 for 2)",
+        "select trim(both from my_fn())",
+        "select my_fn() at time zone 'UTC'",
+        "select a collate \"C\" from t order by my_fn(a) desc nulls last",
+        "select 1 union select my_fn()",
+        "with recursive r as (select 1 union all select my_fn() from r) select * from r",
+        "select * from t where a = (select max(my_fn(b)) from u)",
+        "select * from cypher('g', $$ MATCH (n) RETURN n $$) as (n agtype) where my_fn()",
+        "select jsonb_path_query(v, '$.a') from t where my_fn()",
+        "table t; select my_fn()",
+        "explain analyze select * from t where my_fn()",
+        "with d as (update t set a = my_fn() returning *) select * from d",
+    ] {
+        // sqlparser can't parse a few of these; Unknown is as safe.
+        let c = classify(sql);
+        let ok = (c.class == Unsafe && c.reason.contains("my_fn")) || c.class == Unknown;
+        assert!(ok, "{sql}: {c:?}");
+    }
+}
