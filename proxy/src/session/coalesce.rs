@@ -208,7 +208,8 @@ impl Coalescer {
                     self.apply_isolation(&changes, ctx.txn_status != b'I');
                 }
             }
-            tag::SYNC => {
+            // A simple Query ends the extended batch as a Sync does.
+            tag::SYNC | tag::QUERY => {
                 self.batch = Batch::default();
             }
             tag::FLUSH => {
