@@ -25,10 +25,20 @@ pub fn fingerprint(sql: &str) -> String {
     let mut out = String::new();
     let mut prev_end: Option<usize> = None;
     let mut prev_open = false;
-    for t in lexer::tokens(sql) {
+    // A `-` here would be a sign, not subtraction (start, after an operator, `(` or `,`).
+    let mut sign_context = true;
+    let mut toks = lexer::tokens(sql).peekable();
+    while let Some(mut t) = toks.next() {
         let text = t.text(sql);
         if text.is_empty() {
             continue;
+        }
+        // `-1` is one constant to PostgreSQL too.
+        if sign_context && t.kind == Kind::Op && text == "-" {
+            if let Some(n) = toks.next_if(|n| n.kind == Kind::Number && n.start == t.end) {
+                t.kind = Kind::Number;
+                t.end = n.end;
+            }
         }
         let closes = t.kind == Kind::Punct && matches!(text, ")" | "," | ";" | "]");
         let gap = prev_end.is_some_and(|end| end < t.start);
@@ -42,6 +52,8 @@ pub fn fingerprint(sql: &str) -> String {
         }
         prev_end = Some(t.end);
         prev_open = t.kind == Kind::Punct && matches!(text, "(" | "[");
+        sign_context =
+            t.kind == Kind::Op || (t.kind == Kind::Punct && matches!(text, "(" | "[" | ","));
         if out.len() > MAX_FINGERPRINT_LEN + 1 {
             break;
         }
@@ -68,8 +80,8 @@ mod tests {
         for (sql, want) in [
             ("SELECT 1", "select ?"),
             (
-                "select  'a''b', E'x\\'y', $$ a $$, $q$b$q$, 0x1F, .5, 1e-3, -2",
-                "select ?, ?, ?, ?, ?, ?, ?, -?",
+                "select  'a''b', E'x\\'y', $$ a $$, $q$b$q$, 0x1F, .5, 1e-3, -2, 3 -4, - 5",
+                "select ?, ?, ?, ?, ?, ?, ?, ?, ? -?, - ?",
             ),
             ("select b'101', x'ff', u&'d\\0061'", "select ?, ?, ?"),
             (

@@ -1,0 +1,69 @@
+//! Fingerprints never panic, stay short, and ignore literal values and spacing.
+
+use onetrip_planner::classify::classify;
+use onetrip_planner::fingerprint::{MAX_FINGERPRINT_LEN, fingerprint};
+use proptest::prelude::*;
+
+/// SQL-ish fragments, so that generated strings hit quotes, comments and dollar quotes often.
+const PIECES: &[&str] = &[
+    "select",
+    " ",
+    "'",
+    "''",
+    "\"",
+    "$$",
+    "$a$",
+    "$1",
+    "--",
+    "\n",
+    "/*",
+    "*/",
+    "e'",
+    "\\",
+    ";",
+    "(",
+    ")",
+    "1.5e3",
+    "x",
+    "é",
+    "::",
+    "u&'",
+    "for no key update",
+    ") as (",
+    "table",
+    "begin",
+    "atomic",
+    "end",
+    "case",
+    "nextval(",
+    "cypher('g', ",
+    "isolation level serializable",
+];
+
+fn sqlish() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(PIECES), 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn never_panics(sql in prop_oneof![sqlish(), any::<String>()]) {
+        let f = fingerprint(&sql);
+        prop_assert!(f.len() <= MAX_FINGERPRINT_LEN);
+        let c = classify(&sql);
+        prop_assert!(!c.reason.is_empty());
+    }
+
+    #[test]
+    fn literals_do_not_matter(
+        n in any::<i64>(),
+        s in "[a-z' ]{0,20}",
+        ws in "[ \t\n]{1,3}",
+    ) {
+        let quoted = s.replace('\'', "''");
+        let a = format!("SELECT a FROM t WHERE b = {n} AND c = '{quoted}'");
+        let b = format!("select{ws}a from t{ws}where b = 0 and c = $${s}$$");
+        prop_assert_eq!(fingerprint(&a), fingerprint(&b));
+    }
+}
