@@ -34,11 +34,13 @@ pub fn fingerprint(sql: &str) -> String {
             continue;
         }
         // `-1` is one constant to PostgreSQL too.
-        if sign_context && t.kind == Kind::Op && text == "-" {
-            if let Some(n) = toks.next_if(|n| n.kind == Kind::Number && n.start == t.end) {
-                t.kind = Kind::Number;
-                t.end = n.end;
-            }
+        if sign_context
+            && t.kind == Kind::Op
+            && text == "-"
+            && let Some(n) = toks.next_if(|n| n.kind == Kind::Number && n.start == t.end)
+        {
+            t.kind = Kind::Number;
+            t.end = n.end;
         }
         let closes = t.kind == Kind::Punct && matches!(text, ")" | "," | ";" | "]");
         let gap = prev_end.is_some_and(|end| end < t.start);
