@@ -31,7 +31,7 @@ use std::sync::Arc;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
-pub use cache::ClassCache;
+pub use cache::{ClassCache, MAX_CACHED_LEN};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
