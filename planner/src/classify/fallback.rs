@@ -9,7 +9,7 @@ use super::isolation::{IsolationChange, parse_isolation_name};
 use super::lexer::{self, Kind, Token};
 use super::{StatementClass, Verdict, parse_one, statement};
 
-use StatementClass::{TransactionControl, Unknown, Unsafe, Write};
+use StatementClass::{SessionSetting, TransactionControl, Unknown, Unsafe, Write};
 
 /// An alias sqlparser needs where PostgreSQL allows none; never shown to anyone.
 const SYNTHETIC_ALIAS: &str = "onetrip_coldef_alias";
@@ -112,12 +112,15 @@ fn by_leading_keywords(text: &str, toks: &[Token]) -> Option<Verdict> {
         }
         ("DO", _) => Some(Verdict::new(Write, "DO block")),
         (
-            "CLUSTER" | "REINDEX" | "CHECKPOINT" | "REFRESH" | "SECURITY" | "IMPORT" | "REASSIGN"
-            | "LOAD",
+            "CLUSTER" | "REINDEX" | "CHECKPOINT" | "REFRESH" | "SECURITY" | "IMPORT" | "REASSIGN",
             _,
         ) => Some(Verdict::new(
             Write,
             format!("write statement ({})", statement::leading_keywords(text)),
+        )),
+        ("LOAD", _) => Some(Verdict::new(
+            SessionSetting,
+            "LOAD loads a library into the session",
         )),
         ("MOVE", _) => Some(Verdict::new(Unsafe, "MOVE repositions a cursor")),
         _ => None,

@@ -79,6 +79,8 @@ pub(crate) fn classify(stmt: &Statement, text: &str, extra: &ExtraFunctions) -> 
         Statement::NOTIFY { .. } => exact(Unsafe, "NOTIFY sends a notification"),
         Statement::Prepare { .. } => exact(SessionSetting, "PREPARE creates a prepared statement"),
         Statement::Deallocate { .. } => exact(SessionSetting, "DEALLOCATE"),
+        // `LOAD 'age'`, as AGE clients do per session.
+        Statement::Load { .. } => exact(SessionSetting, "LOAD loads a library into the session"),
         Statement::Declare { .. } => exact(SessionSetting, "DECLARE CURSOR"),
         Statement::Close { .. } => exact(SessionSetting, "CLOSE cursor"),
         Statement::Execute { .. } => {

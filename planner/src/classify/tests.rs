@@ -360,6 +360,17 @@ const TABLE: &[(&str, StatementClass, &str)] = &[
     ("deallocate all", SessionSetting, "DEALLOCATE"),
     ("declare c cursor for select 1", SessionSetting, "DECLARE"),
     ("close c", SessionSetting, "CLOSE"),
+    ("LOAD 'age'", SessionSetting, "LOAD"),
+    (
+        "SET search_path = ag_catalog, \"$user\", public",
+        SessionSetting,
+        "SET search_path",
+    ),
+    (
+        "create extension if not exists age",
+        Write,
+        "CREATE EXTENSION",
+    ),
     ("notify ch, 'x'", Unsafe, "NOTIFY"),
     ("execute p(1)", Unsafe, "EXECUTE"),
     ("fetch 10 from c", Unsafe, "FETCH"),
