@@ -1,0 +1,117 @@
+//! Coalescing with real clients: psycopg 3 pipelines and LangGraph's
+//! PostgresStore, each run direct and through the proxy with identical
+//! results; the proxy's counters show the upstream round trips saved.
+
+use onetrip::stats::Snapshot;
+use onetrip_tests::{Env, python_with_psycopg, run_py, skip};
+
+/// Runs `script args` direct and through the proxy, asserts equal output,
+/// and returns the proxy's counter deltas for the proxied run.
+async fn both(env: &Env, py: &std::path::Path, script: &str, args: &[&str]) -> Snapshot {
+    let py = py.to_path_buf();
+    let run = |dsn: String| {
+        let (py, script) = (py.clone(), script.to_owned());
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut all = vec![dsn.as_str()];
+            all.extend(args.iter().map(String::as_str));
+            run_py(&py, &script, &all)
+        })
+    };
+    let direct = run(env.direct_dsn()).await.expect("direct run");
+    let before = env.proxy().stats().total();
+    let proxied = run(env.proxy_dsn()).await.expect("proxied run");
+    wait_closed(env).await;
+    let after = env.proxy().stats().total();
+    assert_eq!(direct, proxied, "{script} {args:?}: direct vs proxy");
+    delta(&after, &before)
+}
+
+async fn wait_closed(env: &Env) {
+    for _ in 0..200 {
+        if env.proxy().stats().sessions().is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+fn delta(a: &Snapshot, b: &Snapshot) -> Snapshot {
+    Snapshot {
+        client_round_trips: a.client_round_trips - b.client_round_trips,
+        upstream_round_trips: a.upstream_round_trips - b.upstream_round_trips,
+        handshake_round_trips: a.handshake_round_trips - b.handshake_round_trips,
+        statements: a.statements - b.statements,
+        coalesced_batches: a.coalesced_batches - b.coalesced_batches,
+        probes_passed: a.probes_passed - b.probes_passed,
+        probes_failed: a.probes_failed - b.probes_failed,
+        ..Default::default()
+    }
+}
+
+fn psycopg() -> Option<std::path::PathBuf> {
+    let py = python_with_psycopg();
+    if py.is_none() {
+        skip("psycopg not installed (pip install 'psycopg[binary]')");
+    }
+    py
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_pipeline_scenarios() {
+    let Some(py) = psycopg() else { return };
+    let env = Env::start().await;
+    // Setup (3 simple queries) and the closing status read are not batches.
+    let setup = 3;
+    let d = both(&env, &py, "co_psycopg.py", &["lone"]).await;
+    assert_eq!((d.client_round_trips - setup, d.upstream_round_trips - setup), (2, 1), "lone read: {d:?}");
+    let d = both(&env, &py, "co_psycopg.py", &["many"]).await;
+    assert_eq!((d.client_round_trips - setup, d.upstream_round_trips - setup), (400, 200), "200 reads: {d:?}");
+    for s in ["failing", "more_before_sync", "block", "cte_no_rows", "cte_rows"] {
+        let d = both(&env, &py, "co_psycopg.py", &[s]).await;
+        assert!(d.coalesced_batches >= 1, "{s} should coalesce: {d:?}");
+    }
+    let d = both(&env, &py, "co_psycopg.py", &["cte_no_rows"]).await;
+    assert_eq!((d.probes_passed, d.probes_failed), (1, 0), "{d:?}");
+    let d = both(&env, &py, "co_psycopg.py", &["cte_rows"]).await;
+    assert_eq!(d.probes_failed, 1, "written rows: probe fails once, then no probe: {d:?}");
+    for s in ["write", "set_config", "repeatable_read"] {
+        let d = both(&env, &py, "co_psycopg.py", &[s]).await;
+        assert_eq!(d.coalesced_batches, 0, "{s} must not coalesce: {d:?}");
+    }
+}
+
+fn langgraph(py: &std::path::Path) -> bool {
+    let ok = std::process::Command::new(py)
+        .args(["-c", "import langgraph.store.postgres"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip("langgraph-checkpoint-postgres not installed (pip install langgraph-checkpoint-postgres==3.2.0)");
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraph_store_gets_cost_one_upstream_round_trip() {
+    let Some(py) = psycopg() else { return };
+    if !langgraph(&py) {
+        return;
+    }
+    let env = Env::start().await;
+    run_py(&py, "co_langgraph.py", &[&env.direct_dsn(), "setup"]);
+    let d = both(&env, &py, "co_langgraph.py", &["gets", "200"]).await;
+    assert_eq!(d.client_round_trips, 400, "{d:?}");
+    assert!(d.upstream_round_trips <= 201, "{d:?}");
+    assert_eq!(d.probes_passed, 200, "{d:?}");
+
+    let d = both(&env, &py, "co_langgraph.py", &["async", "50"]).await;
+    assert_eq!((d.client_round_trips, d.upstream_round_trips), (100, 50), "aget: {d:?}");
+
+    // TTL refreshed on read exactly as direct (the output says so); those
+    // gets write, so the probe catches them and they are not coalesced.
+    let d = both(&env, &py, "co_langgraph.py", &["ttl"]).await;
+    assert!(d.probes_failed >= 1, "{d:?}");
+
+    both(&env, &py, "co_langgraph.py", &["batch", "20"]).await;
+}
