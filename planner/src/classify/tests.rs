@@ -637,3 +637,30 @@ fn api_is_usable_across_tasks() {
     assert_eq!(a.classify("select my_fn()").class, Read);
     assert_eq!(b.classify("select my_fn()").class, Read);
 }
+
+#[test]
+/// Places where a lexer might disagree with PostgreSQL about what is code: a hidden call must
+/// never make a read.
+fn lexing_never_hides_a_call() {
+    for sql in [
+        "select 1 # nextval('s')",
+        "select 1 // nextval('s')",
+        "select 'a\\', nextval('s'), 'x'",
+        "select a$$, nextval('s'), $$x$$",
+        "select 1 /* a */ + nextval('s')",
+        "select `x`, nextval('s')",
+        "select [x], nextval('s')",
+        "select {fn nextval('s')}",
+        "select 1 -- x\n, nextval('s')",
+        "select e'\\'', nextval('s')",
+        "select U&'\\0041' UESCAPE '!', nextval('s')",
+        "select $a$ $b$ $a$, nextval('s')",
+        "select 1 as \"x\"\"\", nextval('s')",
+        "select 1 ?# nextval('s')",
+    ] {
+        let c = classify(sql);
+        assert!(matches!(c.class, Unsafe | Unknown), "{sql:?}: {c:?}");
+    }
+    // PostgreSQL comments nest: this call is commented out.
+    assert_eq!(classify("select /* /* */ nextval('s') */ 1").class, Read);
+}
