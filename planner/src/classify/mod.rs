@@ -5,6 +5,11 @@
 //! and which isolation level a statement sets. It never fails: SQL it can't parse is
 //! [`StatementClass::Unknown`].
 //!
+//! What the text alone can't show, and is therefore trusted: views, rules, row-level security
+//! policies, triggers, user-defined operators and casts that call side-effect functions, and a
+//! `search_path` that puts a schema before `pg_catalog` so that an unqualified built-in name
+//! resolves to another function.
+//!
 //! ```
 //! use onetrip_planner::classify::{ClassCache, StatementClass};
 //!
