@@ -346,8 +346,8 @@ impl Compiler<'_> {
                 }
             }
         }
-        let mut edges: Vec<(String, Option<String>)> = Vec::new();
         for p in &m.patterns {
+            let mut edges: Vec<(String, Option<String>)> = Vec::new();
             let mut left = self.node(&p.start, &labels)?;
             for (rel, node) in &p.chain {
                 let right = self.node(node, &labels)?;
@@ -355,15 +355,16 @@ impl Compiler<'_> {
                 edges.push((alias, label));
                 left = right;
             }
-        }
-        // AGE never binds one edge twice within a MATCH; edges of different
-        // labels cannot collide, so only overlapping ones are compared.
-        for i in 0..edges.len() {
-            for j in i + 1..edges.len() {
-                let (a, la) = &edges[i];
-                let (b, lb) = &edges[j];
-                if la.is_none() || lb.is_none() || la == lb {
-                    self.conds.push(format!("{a}.id <> {b}.id"));
+            // AGE never binds one edge twice within one path (comma-separated
+            // patterns may share edges); edges of different labels cannot
+            // collide, so only overlapping ones are compared.
+            for i in 0..edges.len() {
+                for j in i + 1..edges.len() {
+                    let (a, la) = &edges[i];
+                    let (b, lb) = &edges[j];
+                    if la.is_none() || lb.is_none() || la == lb {
+                        self.conds.push(format!("{a}.id <> {b}.id"));
+                    }
                 }
             }
         }
@@ -785,10 +786,9 @@ impl Compiler<'_> {
             if is_keyword(k) || !seen.insert(k.as_str()) {
                 return Err(D::KeywordKey);
             }
-            let val = match v {
-                Expr::Map(_) => self.map(v, keep_null)?,
-                _ => self.expr(v)?.agtype_only()?,
-            };
+            // Only the top-level inline map keeps nulls; AGE builds nested
+            // maps as ordinary map expressions.
+            let val = self.expr(v)?.agtype_only()?;
             args.push(format!("{}::text, {val}", sql_string(k)));
         }
         let f = if keep_null {
