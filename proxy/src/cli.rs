@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, LogFormat, UpstreamAddress};
 
 #[derive(Debug, Parser)]
-#[command(name = "onetrip", version, about = "A Postgres-wire proxy that counts and saves round trips")]
+#[command(
+    name = "onetrip",
+    version,
+    about = "A Postgres-wire proxy that counts and saves round trips"
+)]
 pub struct Cli {
     /// Configuration file (TOML); defaults apply to every key it leaves out.
     #[arg(long, short = 'c', global = true, env = "ONETRIP_CONFIG")]
@@ -26,6 +30,29 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (the default).
     Run,
+    /// Run a program against a private proxy and report its round trips.
+    ///
+    /// The program gets PGHOST, PGPORT and DATABASE_URL pointing at the proxy
+    /// (and PGUSER / PGDATABASE when unset). The report goes to stderr so the
+    /// program's stdout stays clean; `--json` prints one JSON object to stdout
+    /// instead. The exit code is the program's.
+    #[command(after_help = "Example: onetrip measure --rtt 1ms -- python3 app.py")]
+    Measure {
+        /// Delay added to every upstream round trip, e.g. 1ms ([upstream] rtt).
+        #[arg(long, value_parser = crate::config::duration::parse)]
+        rtt: Option<std::time::Duration>,
+        /// Print the report as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+        /// The program and its arguments, after `--`.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PROGRAM"
+        )]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Loads the config file, `ONETRIP_*` variables and flags, in that order.
@@ -36,7 +63,8 @@ pub fn load_config(cli: &Cli) -> Result<Config, String> {
         cfg.listen.address = l;
     }
     if let Some(u) = &cli.upstream {
-        cfg.upstream.address = UpstreamAddress::parse(u).map_err(|e| format!("invalid --upstream: {e}"))?;
+        cfg.upstream.address =
+            UpstreamAddress::parse(u).map_err(|e| format!("invalid --upstream: {e}"))?;
     }
     Ok(cfg)
 }
@@ -44,7 +72,9 @@ pub fn load_config(cli: &Cli) -> Result<Config, String> {
 pub fn init_logging(cfg: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ONETRIP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match cfg.log.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -53,23 +83,69 @@ pub fn init_logging(cfg: &Config) {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let cfg = match load_config(&cli) {
+    let mut cfg = match load_config(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("onetrip: {e}");
             return ExitCode::from(2);
         }
     };
+    let command = cli.command.unwrap_or(Command::Run);
+    if matches!(command, Command::Measure { .. }) && std::env::var_os("ONETRIP_LOG").is_none() {
+        // Per-session log lines would bury the report.
+        cfg.log.level = "warn".into();
+    }
     init_logging(&cfg);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("onetrip: cannot start runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match cli.command.unwrap_or(Command::Run) {
+    match command {
         Command::Run => rt.block_on(run(cfg)),
+        Command::Measure { rtt, json, command } => rt.block_on(measure(cfg, rtt, json, command)),
+    }
+}
+
+async fn measure(
+    mut cfg: Config,
+    rtt: Option<std::time::Duration>,
+    json: bool,
+    mut command: Vec<std::ffi::OsString>,
+) -> ExitCode {
+    if let Some(rtt) = rtt {
+        cfg.upstream.rtt = rtt;
+    }
+    let shown = command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let program = command.remove(0);
+    // Ctrl-C reaches the program too (same process group); outlive it so
+    // the report still prints.
+    tokio::spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
+    match crate::measure::run(cfg, program, command).await {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string(&report) {
+                    Ok(j) => println!("{j}"),
+                    Err(e) => eprintln!("onetrip measure: cannot encode the report: {e}"),
+                }
+            } else {
+                eprint!("{}", report.table(&shown));
+            }
+            ExitCode::from(u8::try_from(report.exit_code).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("onetrip measure: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 
@@ -99,7 +175,10 @@ async fn run(cfg: Config) -> ExitCode {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
         (Ok(mut i), Ok(mut t)) => {
             tokio::select! { _ = i.recv() => {}, _ = t.recv() => {} }
         }

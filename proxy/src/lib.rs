@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod config;
 pub mod embedded;
+pub mod measure;
 pub mod metrics;
 pub mod net;
 mod server;

@@ -1,9 +1,259 @@
-//! Prometheus text exposition.
+//! Prometheus text exposition (format 0.0.4) on `[metrics] listen`: a
+//! minimal HTTP/1.1 server that answers `GET /metrics` and closes.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    fmt::Write as _,
+    net::SocketAddr,
+    sync::{Arc, Weak},
+    time::Duration,
+};
 
-use crate::server::Shared;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+use tracing::{debug, info};
 
-pub async fn serve(addr: SocketAddr, _shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
-    Ok(addr)
+use crate::{
+    server::Shared,
+    stats::{LATENCY_BUCKETS, Snapshot, Stats},
+};
+
+/// Longest request head read; a scrape needs a few hundred bytes.
+const MAX_REQUEST: usize = 8192;
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `addr`, serves scrapes in the background, and returns the bound
+/// address. The server stops once the proxy it reports on is gone.
+pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    info!(listen = %local, "metrics endpoint ready");
+    // A weak reference: the endpoint must not keep a stopped proxy alive.
+    let weak = Arc::downgrade(&shared);
+    drop(shared);
+    tokio::spawn(accept_loop(listener, weak));
+    Ok(local)
+}
+
+async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, peer)) => {
+                    let Some(stats) = shared.upgrade().map(|s| s.stats.clone()) else { return };
+                    tokio::spawn(async move {
+                        if let Err(e) = answer(tcp, &stats).await {
+                            debug!(%peer, "metrics request failed: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    debug!("metrics accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = tick.tick() => if shared.strong_count() == 0 { return },
+        }
+    }
+}
+
+async fn answer(mut tcp: TcpStream, stats: &Stats) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let head_end = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok::<_, std::io::Error>(Some(i));
+            }
+            if buf.len() >= MAX_REQUEST {
+                return Ok(None);
+            }
+            let mut chunk = [0u8; 1024];
+            let n = tcp.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    let (status, ctype, body) = match head_end.map(|i| route(&buf[..i])) {
+        Some(Route::Metrics) => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(stats),
+        ),
+        Some(Route::NotFound) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found; try /metrics\n".into(),
+        ),
+        Some(Route::Method) => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "use GET\n".into(),
+        ),
+        Some(Route::Bad) | None => (
+            "400 Bad Request",
+            "text/plain; charset=utf-8",
+            "bad request\n".into(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await?;
+    tcp.write_all(body.as_bytes()).await?;
+    tcp.shutdown().await
+}
+
+enum Route {
+    Metrics,
+    NotFound,
+    Method,
+    Bad,
+}
+
+fn route(head: &[u8]) -> Route {
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let Ok(line) = std::str::from_utf8(line) else {
+        return Route::Bad;
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Route::Bad;
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Route::Bad;
+    }
+    if method != "GET" && method != "HEAD" {
+        return Route::Method;
+    }
+    match target.split('?').next() {
+        Some("/metrics") => Route::Metrics,
+        _ => Route::NotFound,
+    }
+}
+
+fn help(name: &str) -> &'static str {
+    match name {
+        "sessions" => "Client sessions opened.",
+        "client_round_trips" => "Round trips between clients and the proxy, after the handshake.",
+        "upstream_round_trips" => {
+            "Round trips between the proxy and the upstream server, after the handshake."
+        }
+        "handshake_round_trips" => "Round trips spent in startup and authentication.",
+        "statements" => "Simple queries and Executes.",
+        "transactions" => "Transactions ended.",
+        "bytes_from_client" => "Bytes read from clients.",
+        "bytes_to_client" => "Bytes written to clients.",
+        "bytes_to_upstream" => "Bytes written to the upstream server.",
+        "bytes_from_upstream" => "Bytes read from the upstream server.",
+        "errors" => "ErrorResponses sent to clients.",
+        "coalesced_batches" => "Single-read batches sent upstream as one round trip.",
+        "probes_passed" => "Write probes that found no write.",
+        "probes_failed" => "Write probes that found a write (batch replayed).",
+        "rewritten_queries" => "Queries rewritten by the planner.",
+        "fallbacks" => "Times a feature stepped aside.",
+        _ => "onetrip counter.",
+    }
+}
+
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The whole exposition. Counters are per (database, user).
+pub fn render(stats: &Stats) -> String {
+    let groups: Vec<(String, Snapshot)> = stats
+        .by_database_user()
+        .into_iter()
+        .map(|((db, user), s)| {
+            (
+                format!(
+                    "database=\"{}\",user=\"{}\"",
+                    label_value(&db),
+                    label_value(&user)
+                ),
+                s,
+            )
+        })
+        .collect();
+    let mut out = String::with_capacity(4096);
+    let names = Snapshot::default().fields();
+    for (i, (name, _)) in names.iter().enumerate() {
+        let metric = format!("onetrip_{name}_total");
+        let _ = writeln!(
+            out,
+            "# HELP {metric} {}\n# TYPE {metric} counter",
+            help(name)
+        );
+        for (labels, s) in &groups {
+            let _ = writeln!(out, "{metric}{{{labels}}} {}", s.fields()[i].1);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_sessions_active Client sessions open now.\n# TYPE onetrip_sessions_active gauge\nonetrip_sessions_active {}",
+        stats.sessions().len()
+    );
+    let h = "onetrip_upstream_round_trip_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {h} Upstream round-trip latency, flush request to first answer byte.\n# TYPE {h} histogram"
+    );
+    for (labels, s) in &groups {
+        let mut cumulative = 0u64;
+        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += s.latency_buckets.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{h}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let count: u64 = s.latency_buckets.iter().sum();
+        let _ = writeln!(out, "{h}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{h}_sum{{{labels}}} {}", s.latency_sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{h}_count{{{labels}}} {count}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert!(matches!(
+            route(b"GET /metrics HTTP/1.1\r\nHost: x"),
+            Route::Metrics
+        ));
+        assert!(matches!(route(b"GET / HTTP/1.1"), Route::NotFound));
+        assert!(matches!(route(b"POST /metrics HTTP/1.1"), Route::Method));
+        assert!(matches!(route(b"\xff\xfe"), Route::Bad));
+        assert!(matches!(route(b"GET /metrics"), Route::Bad));
+    }
+
+    #[test]
+    fn render_has_labels_and_cumulative_buckets() {
+        let stats = Stats::new();
+        let s = stats.open_session(None, "d\"b", "u", "");
+        crate::stats::Counters::add(&s.counters.client_round_trips, 2);
+        s.counters.record_latency(Duration::from_micros(300));
+        s.counters.record_latency(Duration::from_secs(20));
+        let text = render(&stats);
+        assert!(
+            text.contains("onetrip_client_round_trips_total{database=\"d\\\"b\",user=\"u\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("le=\"0.0005\"} 1\n"), "{text}");
+        assert!(text.contains("le=\"10\"} 1\n"), "{text}");
+        assert!(text.contains("le=\"+Inf\"} 2\n"), "{text}");
+        assert!(text.contains("onetrip_sessions_active 1\n"), "{text}");
+    }
 }

@@ -1,0 +1,331 @@
+//! The admin console end to end: psql and tokio-postgres, trust, md5 and
+//! SCRAM-SHA-256 logins, every command, errors that keep the session usable.
+
+use std::time::Duration;
+
+use onetrip::config::{AdminAuth, AdminUser};
+use onetrip_tests::{Env, PgOptions, connect};
+use tokio_postgres::{Client, SimpleQueryMessage, error::SqlState};
+
+fn admin_dsn(env: &Env, user: &str, password: Option<&str>) -> String {
+    let mut dsn = format!(
+        "host=127.0.0.1 port={} user={user} dbname=onetrip",
+        env.proxy_port()
+    );
+    if let Some(p) = password {
+        dsn.push_str(&format!(" password={p}"));
+    }
+    dsn
+}
+
+async fn try_admin(
+    env: &Env,
+    user: &str,
+    password: Option<&str>,
+) -> Result<Client, tokio_postgres::Error> {
+    let (client, conn) =
+        tokio_postgres::connect(&admin_dsn(env, user, password), tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// Result sets of a simple query: rows as (column, value) maps, in order.
+type Rows = Vec<Vec<(String, Option<String>)>>;
+
+async fn show(c: &Client, sql: &str) -> Vec<Rows> {
+    let mut sets: Vec<Rows> = Vec::new();
+    let mut current: Rows = Vec::new();
+    for m in c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    {
+        match m {
+            SimpleQueryMessage::Row(r) => current.push(
+                r.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, col)| (col.name().to_owned(), r.get(i).map(str::to_owned)))
+                    .collect(),
+            ),
+            SimpleQueryMessage::CommandComplete(_) => sets.push(std::mem::take(&mut current)),
+            _ => {}
+        }
+    }
+    sets
+}
+
+fn get<'a>(row: &'a [(String, Option<String>)], col: &str) -> Option<&'a str> {
+    row.iter()
+        .find(|(c, _)| c == col)
+        .unwrap_or_else(|| panic!("no column {col} in {row:?}"))
+        .1
+        .as_deref()
+}
+
+fn num(row: &[(String, Option<String>)], col: &str) -> i64 {
+    get(row, col)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{col} not a number in {row:?}"))
+}
+
+async fn settle(env: &Env, live: usize) {
+    for _ in 0..250 {
+        if env.proxy().stats().sessions().len() <= live {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_reads_stats_over_the_console() {
+    let env = Env::start().await;
+    let out = env.psql(true, &["-c", "select 1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    settle(&env, 0).await;
+    let port = env.proxy_port().to_string();
+    let out = env
+        .pg
+        .tool("psql")
+        .args([
+            "-X",
+            "-A",
+            "-F",
+            "|",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-d",
+            "onetrip",
+        ])
+        .args(["-c", "show stats"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split('|').collect();
+    let at = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no {name} in {header:?}"))
+    };
+    let row: Vec<&str> = lines
+        .find(|l| l.starts_with("postgres|postgres|"))
+        .expect("postgres row")
+        .split('|')
+        .collect();
+    assert_eq!(row[at("client_round_trips")], "1");
+    assert_eq!(row[at("upstream_round_trips")], "1");
+    assert_eq!(row[at("round_trips_saved")], "0");
+    assert_eq!(row[at("statements")], "1");
+    assert!(text.lines().any(|l| l.starts_with("(total)||")), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_answer_and_errors_keep_the_session() {
+    let env = Env::start().await;
+    let app = connect(&format!("{} application_name=rt-app", env.proxy_dsn())).await;
+    app.simple_query("select 1; select 2").await.unwrap();
+    let admin = try_admin(&env, "postgres", None).await.unwrap();
+
+    let stats = &show(&admin, "SHOW STATS").await[0];
+    let row = stats
+        .iter()
+        .find(|r| get(r, "database") == Some("postgres"))
+        .expect("postgres row");
+    assert_eq!(num(row, "client_round_trips"), 1);
+    // A simple query counts as one statement, however many it holds.
+    assert_eq!(num(row, "statements"), 1);
+    let total = stats.last().unwrap();
+    assert_eq!(get(total, "database"), Some("(total)"));
+    assert_eq!(num(total, "client_round_trips"), 1);
+
+    let clients = &show(&admin, "show clients;").await[0];
+    assert_eq!(clients.len(), 1, "{clients:?}");
+    assert_eq!(get(&clients[0], "application_name"), Some("rt-app"));
+    assert_eq!(get(&clients[0], "state"), Some("idle"));
+    assert_eq!(num(&clients[0], "client_round_trips"), 1);
+    assert!(num(&clients[0], "upstream_pid") > 0);
+    let servers = &show(&admin, "Show Servers").await[0];
+    assert_eq!(
+        get(&servers[0], "upstream"),
+        Some(env.pg.addr().to_string().as_str())
+    );
+    assert_eq!(
+        get(&servers[0], "upstream_pid"),
+        get(&clients[0], "upstream_pid")
+    );
+
+    // Several commands in one query, answered in order.
+    let sets = show(&admin, "show version; show help ;").await;
+    assert_eq!(sets.len(), 2);
+    assert!(get(&sets[0][0], "version").unwrap().starts_with("onetrip "));
+    assert!(
+        sets[1]
+            .iter()
+            .any(|r| get(r, "command") == Some("SHOW STATS"))
+    );
+
+    let config = &show(&admin, "show config").await[0];
+    assert!(
+        config
+            .iter()
+            .any(|r| get(r, "key") == Some("upstream.address"))
+    );
+    assert!(
+        config
+            .iter()
+            .all(|r| !get(r, "key").unwrap().contains("password"))
+    );
+    assert!(show(&admin, "show fallbacks").await[0].is_empty());
+    let rewrites = &show(&admin, "show rewrites").await[0];
+    assert_eq!(get(&rewrites[0], "outcome"), Some("rewritten"));
+
+    // Unknown commands: an error, then the session goes on.
+    let e = admin.simple_query("SHOW NONSENSE").await.unwrap_err();
+    let db = e.as_db_error().expect("server error");
+    assert_eq!(db.code(), &SqlState::FEATURE_NOT_SUPPORTED);
+    assert!(
+        db.message().contains("SHOW NONSENSE") && db.message().contains("SHOW HELP"),
+        "{}",
+        db.message()
+    );
+    let e = admin.simple_query("select 1").await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::SYNTAX_ERROR));
+    // The extended protocol is refused, and the session resyncs.
+    let e = admin.query("SHOW STATS", &[]).await.unwrap_err();
+    let msg = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
+    assert!(msg.contains("simple query protocol only"), "{e:?}");
+    assert_eq!(show(&admin, "show version").await.len(), 1);
+
+    app.simple_query("select 3").await.unwrap();
+    assert!(admin.simple_query("RESET STATS").await.is_ok());
+    let stats = &show(&admin, "show stats").await[0];
+    assert_eq!(num(stats.last().unwrap(), "client_round_trips"), 0);
+    app.simple_query("select 4").await.unwrap();
+    let stats = &show(&admin, "show stats").await[0];
+    assert_eq!(num(stats.last().unwrap(), "client_round_trips"), 1);
+}
+
+fn with_users(auth: AdminAuth) -> impl FnOnce(&mut onetrip::Config) {
+    move |cfg| {
+        cfg.admin.auth = auth;
+        cfg.admin.users = vec![AdminUser {
+            name: "ops".into(),
+            password: "s3cret pässword".into(),
+        }];
+    }
+}
+
+async fn check_password_auth(auth: AdminAuth) {
+    let env = Env::start_with(PgOptions::default(), with_users(auth)).await;
+    let c = try_admin(&env, "ops", Some("'s3cret pässword'"))
+        .await
+        .expect("right password");
+    assert_eq!(show(&c, "show version").await.len(), 1);
+    let e = try_admin(&env, "ops", Some("wrong"))
+        .await
+        .err()
+        .expect("wrong password refused");
+    assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e}");
+    let e = try_admin(&env, "postgres", Some("'s3cret pässword'"))
+        .await
+        .err()
+        .expect("unlisted user refused");
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+        "{e}"
+    );
+    // psql with the password in the environment.
+    let out = env
+        .pg
+        .tool("psql")
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.proxy_port().to_string(),
+            "-U",
+            "ops",
+            "-d",
+            "onetrip",
+        ])
+        .args(["-c", "SHOW VERSION"])
+        .env("PGPASSWORD", "s3cret pässword")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("onetrip "));
+    let out = env
+        .pg
+        .tool("psql")
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.proxy_port().to_string(),
+            "-U",
+            "ops",
+            "-d",
+            "onetrip",
+        ])
+        .args(["-c", "SHOW VERSION"])
+        .env("PGPASSWORD", "nope")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("password authentication failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_login_checks_the_password() {
+    check_password_auth(AdminAuth::ScramSha256).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_login_checks_the_password() {
+    check_password_auth(AdminAuth::Md5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_refuses_unlisted_users() {
+    let env = Env::start_with(PgOptions::default(), with_users(AdminAuth::Trust)).await;
+    assert!(try_admin(&env, "ops", None).await.is_ok());
+    let e = try_admin(&env, "mallory", None)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+        "{e}"
+    );
+}
