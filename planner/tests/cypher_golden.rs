@@ -125,7 +125,7 @@ const GOLDEN: &[(&str, &str)] = &[
 ];
 
 #[test]
-fn golden_sql() {
+fn cypher_golden_sql() {
     for (q, want) in GOLDEN {
         assert_eq!(compile(q).as_deref(), Ok(*want), "{q}");
     }
@@ -232,7 +232,7 @@ const DECLINED: &[(&str, &str)] = &[
 ];
 
 #[test]
-fn golden_declines() {
+fn cypher_golden_declines() {
     for (q, want) in DECLINED {
         let got = compile(q).map_err(|r| r.name());
         assert_eq!(got, Err(*want), "{q}");
@@ -240,14 +240,14 @@ fn golden_declines() {
 }
 
 #[test]
-fn params_need_an_argument() {
+fn cypher_params_need_an_argument() {
     let g = catalog().graph("g").expect("graph");
     let r = compile_cypher("MATCH (a:Person {id: $id}) RETURN a", &g, false, None, 1);
     assert_eq!(r, Err(DeclineReason::Params));
 }
 
 #[test]
-fn rewrite_keeps_surrounding_sql_byte_for_byte() {
+fn cypher_rewrite_keeps_surrounding_sql_byte_for_byte() {
     let cat = catalog();
     let sql = "SELECT a.n, b.m FROM cypher('g', $$ MATCH (p:Person) RETURN count(*) $$) AS a(n agtype), \
                cypher('g', $x$ MATCH (c:City) RETURN c.name $x$) AS b(\"M\" ag_catalog.agtype) WHERE true -- tail";
@@ -263,7 +263,7 @@ fn rewrite_keeps_surrounding_sql_byte_for_byte() {
 }
 
 #[test]
-fn rewrite_without_alias_and_with_params() {
+fn cypher_rewrite_without_alias_and_with_params() {
     let cat = catalog();
     let sql = "SELECT * FROM cypher('g', $$ MATCH (p:Person {id: $id}) RETURN p.name $$, $1) AS (name agtype)";
     assert_eq!(
@@ -277,7 +277,7 @@ fn rewrite_without_alias_and_with_params() {
 }
 
 #[test]
-fn rewrite_outcomes() {
+fn cypher_rewrite_outcomes() {
     let cat = catalog();
     let o = RewriteOptions::default();
     let d = |s: &str| match rewrite_sql(s, &cat, &o) {
@@ -331,7 +331,7 @@ fn rewrite_outcomes() {
 }
 
 #[test]
-fn assume_all_catalog_for_the_cli() {
+fn cypher_assume_all_catalog_for_the_cli() {
     let sql = "SELECT * FROM cypher('h', $$ MATCH (a:Any)-[r:REL]->(b) RETURN a $$) AS (a agtype)";
     let out = plan_cypher(sql, &Catalog::assume_all()).expect("compiles");
     assert!(out.contains("\"h\".\"Any\" AS _n0"), "{out}");

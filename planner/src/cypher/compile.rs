@@ -105,6 +105,10 @@ const SCALAR_FNS: &[(&str, usize, usize)] = &[
 /// Functions whose one argument is a whole vertex or edge.
 const ENTITY_FNS: &[&str] = &["id", "label", "type", "properties"];
 
+/// Relationships per pattern compiled at most; edge uniqueness grows
+/// quadratically, and AGE's own plan for such a pattern is no better.
+pub const MAX_HOPS: usize = 16;
+
 const AGGREGATES: &[&str] = &["count", "sum", "avg", "min", "max", "collect"];
 
 /// Compiles one Cypher statement into a SQL `SELECT` producing `ncols`
@@ -332,17 +336,19 @@ impl Compiler<'_> {
             if p.path_var.is_some() {
                 return Err(D::PathVariable);
             }
+            if p.chain.len() > MAX_HOPS {
+                return Err(D::TooLarge);
+            }
             let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
             for n in nodes {
                 if n.labels.len() > 1 {
                     return Err(D::MultipleLabels);
                 }
-                if let (Some(v), Some(l)) = (&n.var, n.labels.first()) {
-                    if let Some(prev) = labels.insert(v, l) {
-                        if prev != l {
-                            return Err(D::MultipleLabels);
-                        }
-                    }
+                if let (Some(v), Some(l)) = (&n.var, n.labels.first())
+                    && let Some(prev) = labels.insert(v, l)
+                    && prev != l
+                {
+                    return Err(D::MultipleLabels);
                 }
             }
         }
@@ -473,10 +479,10 @@ impl Compiler<'_> {
             return Err(D::MultipleRelTypes);
         }
         let label = r.types.first().cloned();
-        if let Some(v) = &r.var {
-            if self.vars.contains_key(v) {
-                return Err(D::VariableReuse);
-            }
+        if let Some(v) = &r.var
+            && self.vars.contains_key(v)
+        {
+            return Err(D::VariableReuse);
         }
         let a = format!("_e{}", self.n_edge);
         self.n_edge += 1;
@@ -535,10 +541,10 @@ impl Compiler<'_> {
         for s in &p.order_by {
             let mut alias_ref = false;
             s.expr.walk(&mut |x| {
-                if let Expr::Var(v) = x {
-                    if aliases.contains(v.as_str()) {
-                        alias_ref = true;
-                    }
+                if let Expr::Var(v) = x
+                    && aliases.contains(v.as_str())
+                {
+                    alias_ref = true;
                 }
             });
             if alias_ref {
@@ -624,12 +630,11 @@ impl Compiler<'_> {
         }
         let d = if distinct { "DISTINCT " } else { "" };
         // count(v) over a bound vertex/edge counts rows: its id is never null.
-        if name == "count" {
-            if let Expr::Var(v) = &args[0] {
-                if let Some(id) = self.entity_id(v) {
-                    return Ok(Sql::ag(format!("count({d}{id})::agtype")));
-                }
-            }
+        if name == "count"
+            && let Expr::Var(v) = &args[0]
+            && let Some(id) = self.entity_id(v)
+        {
+            return Ok(Sql::ag(format!("count({d}{id})::agtype")));
         }
         let a = self.expr(&args[0])?.agtype_only()?;
         let text = match name.as_str() {
@@ -710,13 +715,13 @@ impl Compiler<'_> {
         let a = self.props_alias(v)?;
         // First step a plain key: `->` on the properties object is AGE's
         // access, once a stored JSON null is read as SQL NULL.
-        if steps.len() == 1 {
-            if let Expr::Property(_, k) = e {
-                return Ok(Sql::ag(format!(
-                    "NULLIF({a}.properties -> {}::text, 'null'::agtype)",
-                    sql_string(k)
-                )));
-            }
+        if steps.len() == 1
+            && let Expr::Property(_, k) = e
+        {
+            return Ok(Sql::ag(format!(
+                "NULLIF({a}.properties -> {}::text, 'null'::agtype)",
+                sql_string(k)
+            )));
         }
         if let Expr::Index(..) = first_step(e) {
             // `n[0]` indexes the vertex itself; AGE treats that differently.

@@ -2,51 +2,27 @@
 //! and identifier quoting. Everything user-supplied that reaches the SQL
 //! goes through these functions, so no Cypher text can inject SQL.
 
+use agtype::Value;
+
 use super::ast::Literal;
 
 /// The agtype text of a scalar literal (`"a\"b"`, `42`, `1.5`, `true`,
-/// `null`), as AGE's `agtype_in` reads it back to the same value.
+/// `null`), printed by the `agtype` crate exactly as AGE prints it, so
+/// AGE's `agtype_in` reads it back to the same value.
 pub fn agtype_literal(lit: &Literal) -> String {
-    match lit {
-        Literal::Null => "null".to_string(),
-        Literal::Bool(b) => b.to_string(),
-        Literal::Int(i) => i.to_string(),
-        Literal::Float(f) => agtype_float(*f),
-        Literal::String(s) => agtype_string(s),
-    }
+    let v = match lit {
+        Literal::Null => Value::Null,
+        Literal::Bool(b) => Value::Bool(*b),
+        Literal::Int(i) => Value::Integer(*i),
+        Literal::Float(f) => Value::Float(*f),
+        Literal::String(s) => Value::String(s.clone()),
+    };
+    agtype::to_text(&v)
 }
 
-/// A float that agtype reads as a float (never as an integer): Rust's
-/// shortest round-trip form always carries a `.` or an exponent.
-fn agtype_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".to_string();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
-    }
-    format!("{f:?}")
-}
-
-/// JSON-style string with the escapes agtype's parser understands.
+/// The agtype text of a string.
 pub fn agtype_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    agtype::to_text(&Value::String(s.to_string()))
 }
 
 /// A SQL string constant. With a backslash inside, the `E'...'` form is

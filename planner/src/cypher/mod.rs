@@ -88,6 +88,8 @@ pub enum DeclineReason {
     UnsupportedExpr,
     /// The SQL around the call is not understood (quoting, shape, nesting).
     SqlShape,
+    /// More relationships in one pattern than [`compile::MAX_HOPS`].
+    TooLarge,
 }
 
 impl DeclineReason {
@@ -130,6 +132,7 @@ impl DeclineReason {
             BooleanOperand => "boolean_operand",
             UnsupportedExpr => "unsupported_expression",
             SqlShape => "sql_shape",
+            TooLarge => "too_large",
         }
     }
 }
