@@ -131,7 +131,7 @@ fn route(head: &[u8]) -> Route {
     if !version.starts_with("HTTP/1.") {
         return Route::Bad;
     }
-    if method != "GET" && method != "HEAD" {
+    if method != "GET" {
         return Route::Method;
     }
     match target.split('?').next() {

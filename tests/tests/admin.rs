@@ -329,3 +329,135 @@ async fn trust_refuses_unlisted_users() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_over_tls_with_psql() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let env = Env::start_with(PgOptions::default(), |cfg| {
+        with_users(AdminAuth::ScramSha256)(cfg);
+        cfg.tls.cert_file = Some(cert.clone());
+        cfg.tls.key_file = Some(key.clone());
+    })
+    .await;
+    let out = env
+        .pg
+        .tool("psql")
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.proxy_port().to_string(),
+            "-U",
+            "ops",
+            "-d",
+            "onetrip",
+        ])
+        .args(["-c", "\\conninfo", "-c", "show version"])
+        .env("PGSSLMODE", "require")
+        .env("PGPASSWORD", "s3cret pässword")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("SSL connection") && text.contains("onetrip "),
+        "{text}"
+    );
+}
+
+/// Startup packet for the console, as raw bytes.
+fn startup(user: &str) -> Vec<u8> {
+    let mut body = 196608u32.to_be_bytes().to_vec();
+    for (k, v) in [("user", user), ("database", "onetrip")] {
+        body.extend_from_slice(format!("{k}\0{v}\0").as_bytes());
+    }
+    body.push(0);
+    let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    msg.extend(body);
+    msg
+}
+
+/// Reads messages until one with `tag`; returns the tags seen.
+async fn read_until(s: &mut tokio::net::TcpStream, tag: u8) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut tags = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize - 4;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).await.unwrap();
+        tags.push(head[0]);
+        if head[0] == tag {
+            return tags;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_protocol_errors_resync_or_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = Env::start().await;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", env.proxy_port()))
+        .await
+        .unwrap();
+    s.write_all(&startup("postgres")).await.unwrap();
+    let tags = read_until(&mut s, b'Z').await;
+    assert_eq!(tags.first(), Some(&b'R'));
+    assert!(tags.contains(&b'S') && tags.contains(&b'K'), "{tags:?}");
+    // Parse, Bind, Execute, Sync: one error, then ReadyForQuery.
+    let mut batch = Vec::new();
+    for (t, body) in [
+        (b'P', &b"\0SHOW STATS\0\0\0"[..]),
+        (b'B', b"\0\0\0\0\0\0\0\0\0\0"),
+        (b'E', b"\0\0\0\0\0"),
+        (b'S', b""),
+    ] {
+        batch.push(t);
+        batch.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        batch.extend_from_slice(body);
+    }
+    s.write_all(&batch).await.unwrap();
+    assert_eq!(read_until(&mut s, b'Z').await, b"EZ");
+    // An empty query string, then a query.
+    s.write_all(b"Q\0\0\0\x05\0").await.unwrap();
+    assert_eq!(read_until(&mut s, b'Z').await, b"IZ");
+    s.write_all(b"Q\0\0\0\x12show version;\0").await.unwrap();
+    assert_eq!(read_until(&mut s, b'Z').await, b"TDCZ");
+    // An unknown message type: a FATAL error, then the connection closes.
+    s.write_all(b"z\0\0\0\x04").await.unwrap();
+    assert_eq!(read_until(&mut s, b'E').await, b"E");
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0);
+    // An absurd length: closed, and the console still serves others.
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", env.proxy_port()))
+        .await
+        .unwrap();
+    s.write_all(&startup("postgres")).await.unwrap();
+    read_until(&mut s, b'Z').await;
+    s.write_all(b"Q\x7f\xff\xff\xff").await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    let c = try_admin(&env, "postgres", None).await.unwrap();
+    assert_eq!(show(&c, "SHOW VERSION").await.len(), 1);
+}
