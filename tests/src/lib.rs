@@ -1,6 +1,8 @@
 //! Test harness: a private PostgreSQL cluster (temp dir, random port) and a
 //! onetrip proxy in front of it, both started in-process.
 
+pub mod transcript;
+
 use std::{
     path::PathBuf,
     process::{Command, Output},
@@ -123,4 +125,109 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
 /// Prints the standard skip line for a missing prerequisite.
 pub fn skip(what: &str) {
     eprintln!("skipped: {what}");
+}
+
+/// Connects with tokio-postgres and returns the client with the raw
+/// connection, for tests that poll it themselves (notifications).
+pub async fn connect_raw(
+    dsn: &str,
+) -> (tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>) {
+    tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.expect("connect")
+}
+
+/// A minimal protocol-3 client over a plain socket, for bytes no real client
+/// would send and for checking exactly what comes back.
+pub mod raw {
+    use std::time::Duration;
+
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    /// A startup packet for `user` / `database`.
+    pub fn startup(user: &str, database: &str) -> Vec<u8> {
+        let mut body = 196608u32.to_be_bytes().to_vec();
+        for (k, v) in [("user", user), ("database", database)] {
+            body.extend_from_slice(k.as_bytes());
+            body.push(0);
+            body.extend_from_slice(v.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut out = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+        out.extend(body);
+        out
+    }
+
+    /// A tagged message.
+    pub fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// A simple Query message.
+    pub fn query(sql: &str) -> Vec<u8> {
+        let mut body = sql.as_bytes().to_vec();
+        body.push(0);
+        message(b'Q', &body)
+    }
+
+    /// Reads one tagged message: `None` at EOF (or a reset). Panics after
+    /// `wait` without one, so a hung proxy fails the test instead of hanging it.
+    pub async fn read_message(s: &mut TcpStream, wait: Duration) -> Option<(u8, Vec<u8>)> {
+        let fut = async {
+            let mut head = [0u8; 5];
+            s.read_exact(&mut head).await.ok()?;
+            let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            let mut body = vec![0u8; len.checked_sub(4)?];
+            s.read_exact(&mut body).await.ok()?;
+            Some((head[0], body))
+        };
+        tokio::time::timeout(wait, fut).await.expect("no message or EOF in time")
+    }
+
+    /// Reads messages until EOF, returning them all.
+    pub async fn read_to_end(s: &mut TcpStream, wait: Duration) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(m) = read_message(s, wait).await {
+            out.push(m);
+        }
+        out
+    }
+
+    /// Fields of an ErrorResponse/NoticeResponse body, by field code.
+    pub fn fields(body: &[u8]) -> Vec<(u8, String)> {
+        body.split(|b| *b == 0)
+            .filter(|f| !f.is_empty())
+            .map(|f| (f[0], String::from_utf8_lossy(&f[1..]).into_owned()))
+            .collect()
+    }
+
+    pub fn field(body: &[u8], code: u8) -> Option<String> {
+        fields(body).into_iter().find(|(c, _)| *c == code).map(|(_, v)| v)
+    }
+
+    /// Connects and completes a trust-auth startup (through ReadyForQuery).
+    pub async fn connect_ready(port: u16) -> TcpStream {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+        s.write_all(&startup("postgres", "postgres")).await.expect("write startup");
+        loop {
+            let (tag, body) = read_message(&mut s, Duration::from_secs(10)).await.expect("startup answer");
+            assert_ne!(tag, b'E', "startup failed: {:?}", fields(&body));
+            if tag == b'Z' {
+                return s;
+            }
+        }
+    }
+}
+
+/// Runs `select 1` through a fresh tokio-postgres session: the proxy still
+/// serves new clients.
+pub async fn assert_serving(dsn: &str) {
+    let c = connect(dsn).await;
+    let one: i32 = c.query_one("select 1", &[]).await.expect("select 1").get(0);
+    assert_eq!(one, 1);
 }

@@ -1,0 +1,120 @@
+//! A client that reads a ~1 GB result slowly must not make the proxy buffer
+//! it: the `onetrip` binary runs as its own process so that its resident
+//! memory can be sampled from /proc.
+
+use std::{
+    net::TcpStream as StdTcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use bytes::BytesMut;
+use onetrip_tests::{raw, start_pg};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Most resident memory the proxy may use while streaming the result.
+const RSS_LIMIT_KB: u64 = 64 * 1024;
+const ROWS: u64 = 1_000_000;
+/// Reads between 1 ms pauses.
+const PAUSE_EVERY: u64 = 4;
+
+/// The `onetrip` binary: the test crate's copy of the CLI when cargo built
+/// one, else the proxy's own next to this test executable, else built now.
+fn onetrip_binary() -> PathBuf {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_onetrip-cli") {
+        return p.into();
+    }
+    // <target>/<profile>/deps/<this test>
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+    let bin = profile_dir.join("onetrip");
+    if !bin.exists() {
+        let target_dir = profile_dir.parent().unwrap();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "onetrip", "--bin", "onetrip"]).env("CARGO_TARGET_DIR", target_dir);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().unwrap().success(), "cargo build of the onetrip binary failed");
+    }
+    bin
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
+    let pg = start_pg(Default::default()).await;
+    let port = onetrip::embedded::free_port().unwrap();
+    let child = Command::new(onetrip_binary())
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &pg.addr().to_string()])
+        .env("ONETRIP_LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start onetrip");
+    let proxy = Killed(child);
+    let pid = proxy.0.id();
+    let start = Instant::now();
+    while StdTcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(30), "onetrip did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut s = raw::connect_ready(port).await;
+    let sql = format!("select repeat('x', 1000) from generate_series(1, {ROWS})");
+    s.write_all(&raw::query(&sql)).await.unwrap();
+    // Read nothing for a while (the server produces hundreds of MB meanwhile),
+    // then in small bites with pauses.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut buf, mut rows, mut max_rss, mut done) = (BytesMut::with_capacity(1 << 20), 0u64, 0u64, None);
+    let (mut chunk, mut reads) = (vec![0u8; 128 * 1024], 0u64);
+    let mut ready = false;
+    while !ready {
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "proxy closed mid-result after {rows} rows");
+        buf.extend_from_slice(&chunk[..n]);
+        while buf.len() >= 5 {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() < len + 1 {
+                break;
+            }
+            let msg = buf.split_to(len + 1);
+            match msg[0] {
+                b'D' => {
+                    // One column of 1000 bytes: 2 (count) + 4 (length) + 1000.
+                    assert_eq!(len, 4 + 2 + 4 + 1000);
+                    rows += 1;
+                }
+                b'C' => done = Some(String::from_utf8_lossy(&msg[5..msg.len() - 1]).into_owned()),
+                b'Z' => ready = true,
+                b'E' => panic!("error: {:?}", raw::fields(&msg[5..])),
+                _ => {}
+            }
+        }
+        reads += 1;
+        if reads % 32 == 0 {
+            max_rss = max_rss.max(rss_kb(pid));
+        }
+        if reads % PAUSE_EVERY == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    max_rss = max_rss.max(rss_kb(pid));
+    assert_eq!(done.as_deref(), Some(format!("SELECT {ROWS}").as_str()));
+    assert_eq!(rows, ROWS);
+    eprintln!("proxy peak VmRSS while streaming: {max_rss} kB");
+    assert!(max_rss < RSS_LIMIT_KB, "proxy VmRSS reached {max_rss} kB");
+}
