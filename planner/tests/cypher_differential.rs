@@ -186,6 +186,7 @@ async fn cypher_differential() {
             Rewrite::Rewritten(s) => s,
             Rewrite::Declined(r) => {
                 *declined.entry(r.name()).or_default() += 1;
+                println!("declined ({}): {}", r.name(), q.cypher);
                 pass += 1;
                 continue;
             }

@@ -122,6 +122,10 @@ const GOLDEN: &[(&str, &str)] = &[
         "MATCH (n:Person {address: {city: 'X'}}) RETURN n.age = 1",
         "SELECT ((NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) = '1'::agtype))::agtype AS c1 FROM \"g\".\"Person\" AS _n0 WHERE _n0.properties @> ag_catalog.agtype_build_map('address'::text, ag_catalog.agtype_build_map_nonull('city'::text, '\"X\"'::agtype))",
     ),
+    (
+        "MATCH (n:Person) RETURN CASE WHEN n.age > 1 THEN n.a ELSE 0 END, CASE n.g WHEN 1 THEN true END",
+        "SELECT (CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN NULLIF(_n0.properties -> 'a'::text, 'null'::agtype) ELSE '0'::agtype END) AS c1, (CASE NULLIF(_n0.properties -> 'g'::text, 'null'::agtype) WHEN '1'::agtype THEN 'true'::agtype END) AS c2 FROM \"g\".\"Person\" AS _n0",
+    ),
 ];
 
 #[test]
@@ -202,7 +206,10 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) WHERE a.x IN [] RETURN a", "in_empty_list"),
     ("MATCH (a:Person) RETURN a LIMIT $n", "skip_limit_expr"),
     ("MATCH (a:Person) RETURN a SKIP 1 + 1", "skip_limit_expr"),
-    ("MATCH (a:Person) RETURN CASE WHEN a.x THEN 1 END", "case"),
+    (
+        "MATCH (a:Person) RETURN CASE WHEN a.x THEN a.y > 1 END",
+        "case",
+    ),
     (
         "MATCH (a:Person) RETURN [x IN a.l | x + 1]",
         "list_comprehension",

@@ -742,7 +742,11 @@ impl Compiler<'_> {
             Expr::Slice(..) => Err(D::ListSlice),
             Expr::HasLabel(..) => Err(D::LabelPredicate),
             Expr::Chain(..) => Err(D::ChainedComparison),
-            Expr::Case { .. } => Err(D::Case),
+            Expr::Case {
+                operand,
+                whens,
+                else_,
+            } => self.case(operand.as_deref(), whens, else_.as_deref()),
             Expr::ListComprehension { .. } => Err(D::ListComprehension),
             Expr::ExistsPattern(_) | Expr::Exists(_) => Err(D::Exists),
             Expr::CountStar => Err(D::AggregateShape),
@@ -774,6 +778,37 @@ impl Compiler<'_> {
             Expr::Map(_) => Ok(Sql::ag(self.map(e, false)?)),
             Expr::Function { .. } => self.function(e),
         }
+    }
+
+    /// `CASE`: simple form compares with agtype `=`, searched form tests
+    /// each condition as a boolean; results must be agtype values.
+    fn case(
+        &mut self,
+        operand: Option<&Expr>,
+        whens: &[(Expr, Expr)],
+        else_: Option<&Expr>,
+    ) -> Result<Sql, D> {
+        let mut s = String::from("CASE");
+        if let Some(o) = operand {
+            s.push(' ');
+            s.push_str(&self.expr(o)?.agtype_only().map_err(|_| D::Case)?);
+        }
+        for (w, t) in whens {
+            let w = self.expr(w)?;
+            let w = if operand.is_some() {
+                w.agtype_only().map_err(|_| D::Case)?
+            } else {
+                w.to_bool()
+            };
+            let t = self.expr(t)?.agtype_only().map_err(|_| D::Case)?;
+            s.push_str(&format!(" WHEN {w} THEN {t}"));
+        }
+        if let Some(e) = else_ {
+            let e = self.expr(e)?.agtype_only().map_err(|_| D::Case)?;
+            s.push_str(&format!(" ELSE {e}"));
+        }
+        s.push_str(" END");
+        Ok(Sql::ag(format!("({s})")))
     }
 
     /// A map: AGE keeps null values in inline property maps and drops
