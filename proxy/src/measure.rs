@@ -79,7 +79,7 @@ impl Report {
         Self {
             client_round_trips: t.client_round_trips,
             upstream_round_trips: t.upstream_round_trips,
-            round_trips_saved: t.client_round_trips as i64 - t.upstream_round_trips as i64,
+            round_trips_saved: t.round_trips_saved(),
             handshake_round_trips: t.handshake_round_trips,
             statements: t.statements,
             round_trips_per_statement: if t.statements == 0 {

@@ -215,7 +215,7 @@ pub fn render(stats: &Stats) -> String {
             cumulative += s.latency_buckets.get(i).copied().unwrap_or(0);
             let _ = writeln!(out, "{h}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
         }
-        let count: u64 = s.latency_buckets.iter().sum();
+        let count = s.latency_count();
         let _ = writeln!(out, "{h}_bucket{{{labels},le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{h}_sum{{{labels}}} {}", s.latency_sum_us as f64 / 1e6);
         let _ = writeln!(out, "{h}_count{{{labels}}} {count}");

@@ -110,6 +110,24 @@ counters! {
     fallbacks,
 }
 
+impl Snapshot {
+    /// Client round trips minus upstream ones: what the proxy saved (negative
+    /// if it ever spent more than the client did).
+    pub fn round_trips_saved(&self) -> i64 {
+        self.client_round_trips as i64 - self.upstream_round_trips as i64
+    }
+
+    /// Upstream round trips with a latency sample.
+    pub fn latency_count(&self) -> u64 {
+        self.latency_buckets.iter().sum()
+    }
+
+    /// Mean upstream round-trip latency in microseconds (0 without samples).
+    pub fn avg_latency_us(&self) -> u64 {
+        self.latency_sum_us.checked_div(self.latency_count()).unwrap_or(0)
+    }
+}
+
 impl Counters {
     #[inline]
     pub fn add(field: &AtomicU64, n: u64) {

@@ -51,6 +51,9 @@ async fn tokio_postgres_unprepared_query_is_prepare_then_execute() {
     let c = connect(&env.proxy_dsn()).await;
     let s = only_session(&env);
     let before = s.counters.snapshot();
+    // tokio-postgres without TLS, trust: StartupMessage -> AuthenticationOk.
+    assert_eq!(before.handshake_round_trips, 1, "{before:?}");
+    assert_eq!(rts(&before), (0, 0));
     let rows = c.query("select $1::int + 1", &[&41i32]).await.unwrap();
     assert_eq!(rows[0].get::<_, i32>(0), 42);
     let after = s.counters.snapshot();

@@ -138,21 +138,14 @@ const STATS_COLUMNS: &[&str] = &[
     "avg_upstream_round_trip_us",
 ];
 
-/// Mean upstream round-trip latency in microseconds (0 with no samples).
-pub fn avg_latency_us(c: &Snapshot) -> u64 {
-    let n: u64 = c.latency_buckets.iter().sum();
-    c.latency_sum_us.checked_div(n).unwrap_or(0)
-}
-
 fn stats_row(database: Option<String>, user: Option<String>, c: &Snapshot) -> Row {
-    let saved = c.client_round_trips as i64 - c.upstream_round_trips as i64;
     vec![
         database,
         user,
         s(c.sessions),
         s(c.client_round_trips),
         s(c.upstream_round_trips),
-        s(saved),
+        s(c.round_trips_saved()),
         s(c.handshake_round_trips),
         s(c.statements),
         s(c.transactions),
@@ -166,7 +159,7 @@ fn stats_row(database: Option<String>, user: Option<String>, c: &Snapshot) -> Ro
         s(c.probes_failed),
         s(c.rewritten_queries),
         s(c.fallbacks),
-        s(avg_latency_us(c)),
+        s(c.avg_latency_us()),
     ]
 }
 
