@@ -2,6 +2,12 @@
 //! place. A small lexer (strings, dollar quotes, identifiers, comments)
 //! gives exact byte spans; every byte outside a replaced call is kept.
 
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{ObjectNamePart, visit_relations};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
 use super::DeclineReason as D;
 use super::catalog::Catalog;
 use super::compile::compile_cypher;
@@ -271,6 +277,10 @@ pub fn rewrite_sql(sql: &str, catalog: &Catalog, opts: &RewriteOptions) -> Rewri
     if calls.is_empty() {
         return Rewrite::Unchanged;
     }
+    let starts: Vec<usize> = calls.iter().map(|c| c.start).collect();
+    if !sqlparser_confirms(sql, &starts) {
+        return Rewrite::Declined(D::SqlShape);
+    }
     let mut out = String::with_capacity(sql.len() * 2);
     let mut last = 0;
     for c in &calls {
@@ -299,6 +309,37 @@ pub fn rewrite_sql(sql: &str, catalog: &Catalog, opts: &RewriteOptions) -> Rewri
     }
     out.push_str(&sql[last..]);
     Rewrite::Rewritten(out)
+}
+
+/// When sqlparser can parse the statement, it must see every call as a
+/// relation named `cypher` at the same position. sqlparser 0.64 rejects
+/// the most common form, a column definition list without an alias
+/// (`AS (v agtype)`); then the scanner above decides alone.
+fn sqlparser_confirms(sql: &str, starts: &[usize]) -> bool {
+    let Ok(stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return true;
+    };
+    let mut found = Vec::new();
+    let _ = visit_relations(&stmts, |name| {
+        if let Some(ObjectNamePart::Identifier(id)) = name.0.last()
+            && id.quote_style.is_none()
+            && id.value.eq_ignore_ascii_case("cypher")
+        {
+            found.push((id.span.start.line, id.span.start.column));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    starts.iter().all(|&s| found.contains(&line_col(sql, s)))
+}
+
+/// 1-based line and column (in characters) of a byte offset, as sqlparser
+/// reports token positions.
+fn line_col(sql: &str, at: usize) -> (u64, u64) {
+    let before = &sql[..at];
+    let line = before.matches('\n').count() as u64 + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let col = sql[line_start..at].chars().count() as u64 + 1;
+    (line, col)
 }
 
 fn parse_call(sql: &str, toks: &[Tk], k: usize) -> Result<Call, D> {
@@ -433,6 +474,14 @@ mod tests {
         };
         assert!(out.starts_with("SELECT country, count(*) FROM (SELECT "));
         assert!(out.ends_with(") AS t(country) WHERE country::text LIKE 'N%' GROUP BY country"));
+    }
+
+    #[test]
+    fn sqlparser_agrees_on_positions() {
+        let sql = "SELECT *\nFROM  cypher('g', $$ MATCH (a) RETURN a $$) AS é(a agtype),\n  cypher('g', $$ RETURN 1 $$) AS t(b agtype)";
+        let starts: Vec<usize> = sql.match_indices("cypher(").map(|(i, _)| i).collect();
+        assert!(sqlparser_confirms(sql, &starts));
+        assert!(!sqlparser_confirms(sql, &[0]));
     }
 
     #[test]
