@@ -244,13 +244,11 @@ async fn check_password_auth(auth: AdminAuth) {
     assert_eq!(show(&c, "show version").await.len(), 1);
     let e = try_admin(&env, "ops", Some("wrong"))
         .await
-        .err()
-        .expect("wrong password refused");
+        .expect_err("wrong password refused");
     assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e}");
     let e = try_admin(&env, "postgres", Some("'s3cret pässword'"))
         .await
-        .err()
-        .expect("unlisted user refused");
+        .expect_err("unlisted user refused");
     assert_eq!(
         e.code(),
         Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
@@ -319,10 +317,7 @@ async fn md5_login_checks_the_password() {
 async fn trust_refuses_unlisted_users() {
     let env = Env::start_with(PgOptions::default(), with_users(AdminAuth::Trust)).await;
     assert!(try_admin(&env, "ops", None).await.is_ok());
-    let e = try_admin(&env, "mallory", None)
-        .await
-        .err()
-        .expect("refused");
+    let e = try_admin(&env, "mallory", None).await.expect_err("refused");
     assert_eq!(
         e.code(),
         Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),

@@ -243,3 +243,79 @@ fn tempfile_dir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_and_embedded_default() {
+    let pg = start_pg(Default::default()).await;
+    let path = format!(
+        "{}:{}",
+        pg.bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // --config names the upstream and the delay.
+    let dir = tempfile_dir();
+    let cfg = dir.join("measure.toml");
+    std::fs::write(
+        &cfg,
+        format!("[upstream]\naddress = \"{}\"\nrtt = \"2ms\"\n", pg.addr()),
+    )
+    .unwrap();
+    let out = onetrip()
+        .args([
+            "measure",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--",
+            "psql",
+            "-X",
+            "-c",
+            "select 1",
+        ])
+        .env("PATH", &path)
+        .env_remove("ONETRIP_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(n(&j, "upstream_round_trips"), 1, "{j}");
+    assert!(j["wall_seconds"].as_f64().unwrap() >= 0.002, "{j}");
+    // A bad config file: a clear error naming the key, not a run.
+    std::fs::write(&cfg, "[upstream]\nrtt = \"soon\"\n").unwrap();
+    let out = onetrip()
+        .args(["measure", "--config", cfg.to_str().unwrap(), "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rtt"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // No upstream given: a private embedded server.
+    let out = onetrip()
+        .args(["measure", "--json", "--", "psql", "-X", "-c", "select 1"])
+        .env("PATH", &path)
+        .env_remove("ONETRIP_CONFIG")
+        .env_remove("ONETRIP_UPSTREAM_ADDRESS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (n(&j, "client_round_trips"), n(&j, "upstream_round_trips")),
+        (1, 1),
+        "{j}"
+    );
+}
