@@ -60,16 +60,25 @@ fn rss_kb(pid: u32) -> u64 {
 async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     let pg = start_pg(Default::default()).await;
     let port = onetrip::embedded::free_port().unwrap();
-    let child = Command::new(onetrip_binary())
+    let mut cmd = Command::new(onetrip_binary());
+    // Only flags configure it: the harness's own ONETRIP_* variables (such
+    // as ONETRIP_PYTHON) are not config keys.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("ONETRIP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let child = cmd
         .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &pg.addr().to_string()])
         .env("ONETRIP_LOG_LEVEL", "warn")
         .stdin(Stdio::null())
         .spawn()
         .expect("start onetrip");
-    let proxy = Killed(child);
+    let mut proxy = Killed(child);
     let pid = proxy.0.id();
     let start = Instant::now();
     while StdTcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(proxy.0.try_wait().unwrap().is_none(), "onetrip exited at start (its stderr is above)");
         assert!(start.elapsed() < Duration::from_secs(30), "onetrip did not start listening");
         std::thread::sleep(Duration::from_millis(50));
     }
