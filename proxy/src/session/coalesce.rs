@@ -188,7 +188,8 @@ impl Coalescer {
                 }
                 // Nothing is pending upstream: there is nothing to flush.
                 tag::FLUSH => return,
-                _ if failed => return,
+                // The server would discard these until the Sync; so do we.
+                _ if failed && t != tag::TERMINATE => return,
                 _ => self.state = State::Normal,
             },
         }
