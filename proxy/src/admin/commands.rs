@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::SystemTime};
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 
 use crate::{
     server::Shared,
@@ -95,8 +95,51 @@ fn run(
 
 type Row = Vec<Option<String>>;
 
+/// Counts are typed int8, so psql aligns them and typed clients read
+/// numbers; everything else is text.
+fn is_count(column: &str) -> bool {
+    const COUNTS: &[&str] = &[
+        "id",
+        "sessions",
+        "statements",
+        "transactions",
+        "errors",
+        "coalesced_batches",
+        "probes_passed",
+        "probes_failed",
+        "rewritten_queries",
+        "fallbacks",
+        "upstream_pid",
+        "count",
+    ];
+    COUNTS.contains(&column)
+        || column.ends_with("round_trips")
+        || column.starts_with("bytes_")
+        || column.starts_with("avg_")
+        || column == "round_trips_saved"
+}
+
+fn row_description(out: &mut BytesMut, columns: &[&str]) {
+    const INT8: u32 = 20;
+    const TEXT: u32 = 25;
+    write::message(out, b'T', |b| {
+        b.put_i16(columns.len() as i16);
+        for c in columns {
+            b.put_slice(c.as_bytes());
+            b.put_u8(0);
+            b.put_u32(0); // table oid
+            b.put_i16(0); // column number
+            let (oid, size) = if is_count(c) { (INT8, 8) } else { (TEXT, -1) };
+            b.put_u32(oid);
+            b.put_i16(size);
+            b.put_i32(-1); // type modifier
+            b.put_i16(0); // text format
+        }
+    });
+}
+
 fn table(out: &mut BytesMut, columns: &[&str], rows: Vec<Row>) {
-    write::row_description(out, columns);
+    row_description(out, columns);
     for r in &rows {
         write::data_row(out, r);
     }
@@ -260,6 +303,12 @@ fn config(shared: &Arc<Shared>, out: &mut BytesMut) {
     match toml::Value::try_from(&*shared.config) {
         Ok(toml::Value::Table(t)) => flatten("", &toml::Value::Table(t), &mut rows),
         Ok(_) | Err(_) => rows.push(vec![s("error"), s("configuration cannot be shown")]),
+    }
+    // Where "embedded" actually listens.
+    for r in &mut rows {
+        if r[0].as_deref() == Some("upstream.address") && r[1].as_deref() == Some("embedded") {
+            r[1] = s(format!("embedded ({})", shared.upstream_addr()));
+        }
     }
     table(out, &["key", "value"], rows);
 }
