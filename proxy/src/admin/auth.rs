@@ -32,6 +32,8 @@ pub enum AuthError {
     Scram(&'static str),
     #[error("expected a password message, got message type '{}'", char::from(*.0))]
     Unexpected(u8),
+    #[error("authentication not completed within {0:?}")]
+    Timeout(std::time::Duration),
     #[error(transparent)]
     Message(#[from] MessageError),
     #[error("I/O error during authentication: {0}")]

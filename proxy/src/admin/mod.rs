@@ -61,7 +61,16 @@ pub async fn serve(
     let user = StartupMessage::param(&params, "user")
         .unwrap_or("")
         .to_owned();
-    if let Err(e) = auth::authenticate(&mut stream, &shared.config.admin, &user).await {
+    // Authentication shares the startup deadline: a client that stops
+    // answering must not hold a task forever.
+    let limit = shared.config.limits.startup_timeout;
+    let authenticated = tokio::time::timeout(
+        limit,
+        auth::authenticate(&mut stream, &shared.config.admin, &user),
+    )
+    .await
+    .unwrap_or(Err(AuthError::Timeout(limit)));
+    if let Err(e) = authenticated {
         info!(%peer, user = %user, "admin console login refused: {e}");
         if !matches!(e, AuthError::Io(_)) {
             let _ = stream
