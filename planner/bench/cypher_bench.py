@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Benchmark: Cypher compiled to SQL vs AGE's own cypher(), per query.
+
+Builds (with --load) a seeded LDBC-like graph of about 227k vertices and
+1M edges inside PostgreSQL with AGE's own functions plus INSERT ... SELECT,
+then times each query both ways: the original `SELECT * FROM cypher(...)`
+and the statement `onetrip plan-cypher` prints for it. Rounds alternate
+the order of the two runs; every result is fully fetched by the client.
+With --proxy HOST:PORT the "compiled" side is instead the original SQL sent
+through a running onetrip proxy (which rewrites it), as an application
+would see it.
+
+Needs Python 3.9+ and psycopg 3. Example:
+
+  python3 planner/bench/cypher_bench.py --port 5432 --load
+  python3 planner/bench/cypher_bench.py --port 5432 --rounds 9 \
+      --plan-cmd "target/release/onetrip plan-cypher"
+
+Output: one line per query (median ms for AGE and compiled, speedup) and the
+geometric mean of the speedups. Rows of both sides are compared once.
+"""
+
+import argparse
+import math
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+import psycopg
+
+GRAPH = "bench_snb"
+N_PERSON, N_CITY, N_TAG, N_FORUM, N_POST, N_COMMENT = 100_000, 1_000, 1_000, 5_000, 80_000, 40_000
+
+# (name, cypher, number of returned columns)
+QUERIES = [
+    ("point_lookup", "MATCH (p:Person {id: 12345}) RETURN p.name, p.age", 2),
+    ("filter_count", "MATCH (p:Person) WHERE p.age > 60 AND p.gender = 'f' RETURN count(*)", 1),
+    ("string_prefix", "MATCH (p:Person) WHERE p.name STARTS WITH 'Ann' RETURN count(*)", 1),
+    ("nested_prop", "MATCH (p:Person) WHERE p.address.city = 'City_7' RETURN count(*)", 1),
+    ("hop1_out", "MATCH (p:Person {id: 12345})-[:KNOWS]->(q:Person) RETURN q.id, q.name", 2),
+    ("hop1_in", "MATCH (p:Person {id: 12345})<-[:KNOWS]-(q:Person) RETURN q.id", 1),
+    ("hop1_undirected", "MATCH (p:Person {id: 12345})-[:KNOWS]-(q:Person) RETURN q.id", 1),
+    ("hop2_distinct", "MATCH (p:Person {id: 12345})-[:KNOWS]->()-[:KNOWS]->(q:Person) RETURN count(DISTINCT q)", 1),
+    ("hop2_tags", "MATCH (p:Person {id: 4242})-[:LIKES]->(m:Post)-[:HAS_TAG]->(t:Tag) RETURN t.name, count(*)", 2),
+    ("creator_posts", "MATCH (m:Post)-[:HAS_CREATOR]->(p:Person {id: 777}) RETURN m.id, m.content", 2),
+    ("return_vertices", "MATCH (p:Person) WHERE p.id < 2000 RETURN p", 1),
+    ("return_edges", "MATCH (a:Person {id: 99})-[k:KNOWS]->(b) RETURN k, b", 2),
+    ("edge_prop_count", "MATCH (a:Person)-[k:KNOWS]->(b:Person) WHERE k.weight > 0.9 RETURN count(*)", 1),
+    ("group_city", "MATCH (p:Person)-[:IS_LOCATED_IN]->(c:City) RETURN c.name, count(*)", 2),
+    ("order_limit", "MATCH (p:Person) RETURN p.id, p.age ORDER BY p.age DESC, p.id LIMIT 20", 2),
+    ("agg_stats", "MATCH (p:Person) RETURN avg(p.age), min(p.age), max(p.age), sum(p.age)", 4),
+]
+
+
+def sql_for(cypher, ncols):
+    cols = ", ".join("c%d agtype" % (i + 1) for i in range(ncols))
+    return "SELECT * FROM cypher('%s', $$ %s $$) AS (%s)" % (GRAPH, cypher, cols)
+
+
+def load(conn):
+    """Creates the graph server-side; deterministic (hash of the row number)."""
+    x = conn.execute
+    x("CREATE EXTENSION IF NOT EXISTS age")
+    x("LOAD 'age'")
+    x("SET search_path = ag_catalog, \"$user\", public")
+    if x("SELECT 1 FROM ag_graph WHERE name = %s", (GRAPH,)).fetchone():
+        x("SELECT drop_graph(%s, true)", (GRAPH,))
+    x("SELECT create_graph(%s)", (GRAPH,))
+    for l in ["Person", "City", "Tag", "Forum", "Post", "Comment"]:
+        x("SELECT create_vlabel(%s, %s)", (GRAPH, l))
+    for l in ["KNOWS", "IS_LOCATED_IN", "HAS_CREATOR", "LIKES", "HAS_TAG", "HAS_MEMBER", "REPLY_OF"]:
+        x("SELECT create_elabel(%s, %s)", (GRAPH, l))
+    lid = dict(x("SELECT l.name, l.id FROM ag_label l JOIN ag_graph g ON l.graph = g.graphid "
+                 "WHERE g.name = %s", (GRAPH,)).fetchall())
+    # h(i, k): a stable pseudo-random integer in [0, 2^31).
+    x("CREATE OR REPLACE FUNCTION pg_temp.h(i bigint, k int) RETURNS bigint LANGUAGE sql IMMUTABLE AS "
+      "$$ SELECT abs(hashint8(i * 31 + k))::bigint $$")
+
+    def gid(label, expr):
+        return "ag_catalog._graphid(%d, %s)" % (lid[label], expr)
+
+    def vertices(label, n, props):
+        x('INSERT INTO "%s"."%s" (id, properties) SELECT %s, (%s)::agtype FROM generate_series(1, %d) i'
+          % (GRAPH, label, gid(label, "i"), props, n))
+
+    vertices("City", N_CITY, "format('{\"id\": %s, \"name\": \"City_%s\"}', i, i)")
+    vertices("Tag", N_TAG, "format('{\"id\": %s, \"name\": \"Tag_%s\"}', i, i)")
+    vertices("Forum", N_FORUM, "format('{\"id\": %s, \"title\": \"Forum %s\"}', i, i)")
+    vertices("Person", N_PERSON,
+             "format('{\"id\": %s, \"name\": \"%s_%s\", \"age\": %s, \"gender\": \"%s\"%s}', i, "
+             "(ARRAY['Ann','Bob','Cid','Dee','Eve'])[1 + pg_temp.h(i,1) % 5], i, 12 + pg_temp.h(i,2) % 70, "
+             "CASE WHEN pg_temp.h(i,3) % 2 = 0 THEN 'f' ELSE 'm' END, "
+             "CASE WHEN pg_temp.h(i,4) % 3 = 0 THEN '' ELSE format(', \"address\": {\"city\": \"City_%s\", \"zip\": \"%s\"}', "
+             "pg_temp.h(i,5) % 50, pg_temp.h(i,6) % 99999) END)")
+    vertices("Post", N_POST,
+             "format('{\"id\": %s, \"content\": \"post %s\", \"length\": %s}', i, i, pg_temp.h(i,7) % 200)")
+    vertices("Comment", N_COMMENT, "format('{\"id\": %s, \"content\": \"c %s\"}', i, i)")
+
+    def edges(label, src, dst, n, s_expr, d_expr, props="'{}'"):
+        x('INSERT INTO "%s"."%s" (id, start_id, end_id, properties) SELECT %s, %s, %s, (%s)::agtype '
+          "FROM generate_series(1, %d) i" % (GRAPH, label, gid(label, "i"), gid(src, s_expr), gid(dst, d_expr), props, n))
+
+    edges("KNOWS", "Person", "Person", 4 * N_PERSON, "1 + (i - 1) %% %d" % N_PERSON,
+          "1 + pg_temp.h(i, 8) %% %d" % N_PERSON,
+          "format('{\"weight\": %s}', (pg_temp.h(i, 9) % 100) / 100.0)")
+    edges("IS_LOCATED_IN", "Person", "City", N_PERSON, "i", "1 + pg_temp.h(i, 10) %% %d" % N_CITY)
+    edges("HAS_CREATOR", "Post", "Person", N_POST, "i", "1 + pg_temp.h(i, 11) %% %d" % N_PERSON)
+    edges("LIKES", "Person", "Post", 2 * N_PERSON, "1 + (i - 1) %% %d" % N_PERSON, "1 + pg_temp.h(i, 12) %% %d" % N_POST)
+    edges("HAS_TAG", "Post", "Tag", N_POST, "i", "1 + pg_temp.h(i, 13) %% %d" % N_TAG)
+    edges("HAS_MEMBER", "Forum", "Person", 10 * N_FORUM, "1 + (i - 1) %% %d" % N_FORUM, "1 + pg_temp.h(i, 14) %% %d" % N_PERSON)
+    edges("REPLY_OF", "Comment", "Post", N_COMMENT, "i", "1 + pg_temp.h(i, 15) %% %d" % N_POST)
+    for l in ["Person", "City", "Tag", "Forum", "Post", "Comment"]:
+        x('CREATE INDEX ON "%s"."%s" (id)' % (GRAPH, l))
+        x('CREATE INDEX ON "%s"."%s" USING gin (properties)' % (GRAPH, l))
+    for l in ["KNOWS", "IS_LOCATED_IN", "HAS_CREATOR", "LIKES", "HAS_TAG", "HAS_MEMBER", "REPLY_OF"]:
+        for c in ["id", "start_id", "end_id"]:
+            x('CREATE INDEX ON "%s"."%s" (%s)' % (GRAPH, l, c))
+    x("ANALYZE")
+
+
+def timed(conn, sql):
+    t0 = time.perf_counter()
+    rows = conn.execute(sql).fetchall()
+    return time.perf_counter() - t0, rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=5432)
+    ap.add_argument("--user", default="postgres")
+    ap.add_argument("--db", default="postgres")
+    ap.add_argument("--load", action="store_true", help="(re)build the graph first")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--plan-cmd", default="onetrip plan-cypher",
+                    help="command printing the compiled SQL for the SQL given as its last argument")
+    ap.add_argument("--proxy", help="HOST:PORT of a onetrip proxy; its answers are the compiled side")
+    ap.add_argument("--only", help="comma-separated query names")
+    a = ap.parse_args()
+
+    setup = ["LOAD 'age'", "SET search_path = ag_catalog, \"$user\", public"]
+    age = psycopg.connect(host=a.host, port=a.port, user=a.user, dbname=a.db, autocommit=True)
+    if a.load:
+        t0 = time.perf_counter()
+        load(age)
+        print("loaded %s in %.1fs" % (GRAPH, time.perf_counter() - t0), file=sys.stderr)
+    for s in setup:
+        age.execute(s)
+    if a.proxy:
+        ph, pp = a.proxy.rsplit(":", 1)
+        comp = psycopg.connect(host=ph, port=int(pp), user=a.user, dbname=a.db, autocommit=True)
+        for s in setup:
+            comp.execute(s)
+    else:
+        comp = age
+    nv = age.execute('SELECT count(*) FROM "%s"._ag_label_vertex' % GRAPH).fetchone()[0]
+    ne = age.execute('SELECT count(*) FROM "%s"._ag_label_edge' % GRAPH).fetchone()[0]
+    print("graph %s: %d vertices, %d edges; %d rounds, median ms" % (GRAPH, nv, ne, a.rounds))
+    print("%-18s %10s %10s %8s  %s" % ("query", "cypher()", "compiled", "speedup", "rows"))
+    ratios = []
+    for name, cypher, ncols in QUERIES:
+        if a.only and name not in a.only.split(","):
+            continue
+        sql = sql_for(cypher, ncols)
+        if a.proxy:
+            compiled = sql
+        else:
+            p = subprocess.run(shlex.split(a.plan_cmd) + [sql], capture_output=True, text=True)
+            if p.returncode != 0:
+                print("%-18s declined: %s" % (name, p.stderr.strip()))
+                continue
+            compiled = p.stdout.strip()
+        ta, tb = [], []
+        ra = rb = None
+        timed(age, sql)  # warm caches for both sides alike
+        timed(comp, compiled)
+        for r in range(a.rounds):
+            order = [(age, sql, ta), (comp, compiled, tb)]
+            if r % 2:
+                order.reverse()
+            for conn, q, acc in order:
+                dt, rows = timed(conn, q)
+                acc.append(dt)
+                if conn is age and q is sql:
+                    ra = rows
+                else:
+                    rb = rows
+        same = sorted(map(repr, ra)) == sorted(map(repr, rb))
+        ma, mb = statistics.median(ta) * 1000, statistics.median(tb) * 1000
+        ratios.append(ma / mb)
+        print("%-18s %10.2f %10.2f %7.2fx  %d%s" % (name, ma, mb, ma / mb, len(ra), "" if same else "  ROWS DIFFER"))
+    if ratios:
+        gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print("geometric mean speedup: %.2fx over %d queries; slowest %.2fx" % (gm, len(ratios), min(ratios)))
+
+
+if __name__ == "__main__":
+    main()
