@@ -149,6 +149,13 @@ async fn psycopg_pipeline_read_fetched_inside_costs_two() {
     assert_eq!(rts(&t), (20, 20), "{t:?}");
     assert_eq!(t.statements, 10);
     assert_eq!(t.coalesced_batches, 0);
+
+    // Coalescing may save upstream round trips; the client's stay two.
+    let env = Env::start().await;
+    run_py(&py, "rt_pipeline.py", &["reads", &env.proxy_dsn(), "10"]);
+    let t = settle(&env).await;
+    assert_eq!(t.client_round_trips, 20, "{t:?}");
+    assert!(t.upstream_round_trips <= 20, "{t:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
