@@ -55,7 +55,8 @@ fn n(v: &Value, key: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_script_counted_and_reported() {
     let pg = start_pg(Default::default()).await;
-    let dir = tempfile_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let script = dir.join("ten.sql");
     std::fs::write(&script, "select 1;\n".repeat(10)).unwrap();
     let (out, j) = measure(
@@ -173,7 +174,8 @@ async fn environment_exit_code_and_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rtt_delays_every_upstream_round_trip() {
     let pg = start_pg(Default::default()).await;
-    let dir = tempfile_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let script = dir.join("many.sql");
     std::fs::write(&script, "select 1;\n".repeat(200)).unwrap();
     let psql = ["psql", "-X", "-q", "-f", script.to_str().unwrap()];
@@ -234,16 +236,6 @@ async fn langgraph_store_gets_cost_two_round_trips_each() {
     assert!(n(&j, "upstream_round_trips") <= 400, "{j}");
 }
 
-fn tempfile_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "onetrip-measure-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_file_and_embedded_default() {
     let pg = start_pg(Default::default()).await;
@@ -253,7 +245,8 @@ async fn config_file_and_embedded_default() {
         std::env::var("PATH").unwrap_or_default()
     );
     // --config names the upstream and the delay.
-    let dir = tempfile_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let cfg = dir.join("measure.toml");
     std::fs::write(
         &cfg,
