@@ -51,6 +51,9 @@ QUERIES = [
     ("group_city", "MATCH (p:Person)-[:IS_LOCATED_IN]->(c:City) RETURN c.name, count(*)", 2),
     ("order_limit", "MATCH (p:Person) RETURN p.id, p.age ORDER BY p.age DESC, p.id LIMIT 20", 2),
     ("agg_stats", "MATCH (p:Person) RETURN avg(p.age), min(p.age), max(p.age), sum(p.age)", 4),
+    ("return_props", "MATCH (p:Person) WHERE p.age > 78 RETURN p.id, p.name, p.age, p.gender, p.address", 5),
+    ("hop1_props", "MATCH (p:Person)-[k:KNOWS]->(q:Person) WHERE p.id < 300 RETURN p.name, k.weight, q.name, q.age", 4),
+    ("hop2_props", "MATCH (f:Forum {id: 17})-[:HAS_MEMBER]->(p:Person)-[:IS_LOCATED_IN]->(c:City) RETURN p.name, p.age, c.name", 3),
 ]
 
 
@@ -138,10 +141,14 @@ def main():
                     help="command printing the compiled SQL for the SQL given as its last argument")
     ap.add_argument("--proxy", help="HOST:PORT of a onetrip proxy; its answers are the compiled side")
     ap.add_argument("--only", help="comma-separated query names")
+    ap.add_argument("--prepared", action="store_true",
+                    help="let the driver prepare repeated statements (default: every run is parsed and planned)")
     a = ap.parse_args()
 
     setup = ["LOAD 'age'", "SET search_path = ag_catalog, \"$user\", public"]
     age = psycopg.connect(host=a.host, port=a.port, user=a.user, dbname=a.db, autocommit=True)
+    threshold = 5 if a.prepared else None
+    age.prepare_threshold = threshold
     if a.load:
         t0 = time.perf_counter()
         load(age)
@@ -151,13 +158,15 @@ def main():
     if a.proxy:
         ph, pp = a.proxy.rsplit(":", 1)
         comp = psycopg.connect(host=ph, port=int(pp), user=a.user, dbname=a.db, autocommit=True)
+        comp.prepare_threshold = threshold
         for s in setup:
             comp.execute(s)
     else:
         comp = age
     nv = age.execute('SELECT count(*) FROM "%s"._ag_label_vertex' % GRAPH).fetchone()[0]
     ne = age.execute('SELECT count(*) FROM "%s"._ag_label_edge' % GRAPH).fetchone()[0]
-    print("graph %s: %d vertices, %d edges; %d rounds, median ms" % (GRAPH, nv, ne, a.rounds))
+    print("graph %s: %d vertices, %d edges; %d rounds, median ms, %s" % (
+        GRAPH, nv, ne, a.rounds, "prepared" if a.prepared else "unprepared"))
     print("%-18s %10s %10s %8s  %s" % ("query", "cypher()", "compiled", "speedup", "rows"))
     ratios = []
     for name, cypher, ncols in QUERIES:

@@ -180,6 +180,10 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) RETURN rand()", "unknown_function"),
     ("MATCH (a:Person) RETURN b.name", "unbound_variable"),
     (
+        "MATCH (a:Person) WHERE b.x = 1 MATCH (b:Person) RETURN a",
+        "unbound_variable",
+    ),
+    (
         "MATCH (a:Person)-[r:KNOWS]->(b)-[r:KNOWS]->(c) RETURN c",
         "variable_reuse",
     ),
@@ -293,6 +297,10 @@ fn cypher_rewrite_outcomes() {
         Rewrite::Rewritten(_) => "rewritten",
     };
     assert_eq!(d("SELECT 1"), "unchanged");
+    assert_eq!(
+        plan_cypher("SELECT 1", &cat),
+        Err(DeclineReason::NoCypherCall)
+    );
     assert_eq!(d("SELECT 'cypher(' AS x"), "unchanged");
     assert_eq!(d("SELECT cypher FROM t"), "unchanged");
     assert_eq!(

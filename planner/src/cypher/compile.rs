@@ -156,10 +156,9 @@ pub fn compile_cypher(
         refs: HashMap::new(),
     };
     cx.count_refs(&matches, ret);
+    // Each WHERE sees only the variables bound so far, as in AGE.
     for m in &matches {
         cx.match_clause(m)?;
-    }
-    for m in &matches {
         if let Some(w) = &m.where_ {
             if contains_aggregate(w) {
                 return Err(D::AggregateShape);

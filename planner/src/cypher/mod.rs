@@ -19,7 +19,7 @@ pub use catalog::{Catalog, Graph, Label, LabelKind};
 pub use compile::compile_cypher;
 pub use literal::agtype_literal;
 pub use parser::parse;
-pub use sql::{Rewrite, RewriteOptions, rewrite_sql};
+pub use sql::{Rewrite, RewriteOptions, invalidates_catalog, rewrite_sql};
 
 use std::fmt;
 
@@ -90,6 +90,8 @@ pub enum DeclineReason {
     SqlShape,
     /// More relationships in one pattern than [`compile::MAX_HOPS`].
     TooLarge,
+    /// `plan_cypher` only: the statement has no `cypher()` call in FROM.
+    NoCypherCall,
 }
 
 impl DeclineReason {
@@ -133,6 +135,7 @@ impl DeclineReason {
             UnsupportedExpr => "unsupported_expression",
             SqlShape => "sql_shape",
             TooLarge => "too_large",
+            NoCypherCall => "no_cypher_call",
         }
     }
 }
@@ -149,7 +152,7 @@ pub fn plan_cypher(sql: &str, catalog: &Catalog) -> Result<String, DeclineReason
     match rewrite_sql(sql, catalog, &RewriteOptions::default()) {
         Rewrite::Rewritten(s) => Ok(s),
         Rewrite::Declined(r) => Err(r),
-        Rewrite::Unchanged => Err(DeclineReason::SqlShape),
+        Rewrite::Unchanged => Err(DeclineReason::NoCypherCall),
     }
 }
 

@@ -311,6 +311,61 @@ pub fn rewrite_sql(sql: &str, catalog: &Catalog, opts: &RewriteOptions) -> Rewri
     Rewrite::Rewritten(out)
 }
 
+/// AGE functions that change graphs or labels.
+const AGE_DDL: &[&str] = &[
+    "create_graph",
+    "drop_graph",
+    "alter_graph",
+    "create_vlabel",
+    "create_elabel",
+    "drop_label",
+    "load_labels_from_file",
+    "load_edges_from_file",
+];
+
+/// Whether running `sql` may change the AGE catalog (graphs, labels): a
+/// call of one of AGE's graph/label functions, or a `cypher()` call whose
+/// text writes (CREATE and MERGE create labels on the fly) or cannot be
+/// parsed. The proxy refreshes its cached [`Catalog`] after such statements.
+pub fn invalidates_catalog(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    if !AGE_DDL.iter().any(|f| lower.contains(f)) && !lower.contains("cypher") {
+        return false;
+    }
+    let Ok(toks) = lex(sql) else {
+        return true;
+    };
+    for (k, t) in toks.iter().enumerate() {
+        let T::Word(w) = &t.t else { continue };
+        if toks.get(k + 1).map(|t| &t.t) != Some(&T::Punct(b'(')) {
+            continue;
+        }
+        if AGE_DDL.contains(&w.as_str()) {
+            return true;
+        }
+        if w == "cypher" {
+            match toks.get(k + 4).map(|t| &t.t) {
+                Some(T::Str { value, .. }) => match super::parse(value) {
+                    Ok(st) => {
+                        let writes = st.parts.iter().flat_map(|p| &p.clauses).any(|c| {
+                            matches!(
+                                c,
+                                super::ast::Clause::Write(_) | super::ast::Clause::Call { .. }
+                            )
+                        });
+                        if writes {
+                            return true;
+                        }
+                    }
+                    Err(_) => return true,
+                },
+                _ => return true,
+            }
+        }
+    }
+    false
+}
+
 /// When sqlparser can parse the statement, it must see every call as a
 /// relation named `cypher` at the same position. sqlparser 0.64 rejects
 /// the most common form, a column definition list without an alias
@@ -474,6 +529,25 @@ mod tests {
         };
         assert!(out.starts_with("SELECT country, count(*) FROM (SELECT "));
         assert!(out.ends_with(") AS t(country) WHERE country::text LIKE 'N%' GROUP BY country"));
+    }
+
+    #[test]
+    fn catalog_invalidation() {
+        assert!(!invalidates_catalog("SELECT 1"));
+        assert!(invalidates_catalog("SELECT create_vlabel('g', 'L')"));
+        assert!(invalidates_catalog(
+            "SELECT ag_catalog.drop_graph('g', true)"
+        ));
+        assert!(invalidates_catalog(
+            "SELECT * FROM cypher('g', $$ CREATE (:New {a: 1}) $$) AS (a agtype)"
+        ));
+        assert!(invalidates_catalog(
+            "SELECT * FROM cypher('g', $$ MATCH (a) MERGE (a)-[:R]->(:B) $$) AS (a agtype)"
+        ));
+        assert!(!invalidates_catalog(
+            "SELECT * FROM cypher('g', $$ MATCH (a:Person) RETURN a $$) AS (a agtype)"
+        ));
+        assert!(!invalidates_catalog("SELECT 'create_graph(' AS x"));
     }
 
     #[test]
