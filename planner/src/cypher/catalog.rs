@@ -121,6 +121,30 @@ impl Catalog {
         c
     }
 
+    /// Reads [`Catalog::QUERY`]'s rows as tab-separated text, one row a
+    /// line, empty fields for NULL (what `psql -AtF $'\t' -c "<QUERY>"`
+    /// prints). Malformed lines are skipped.
+    pub fn from_tsv(text: &str) -> Catalog {
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split('\t').collect::<Vec<_>>())
+            .filter(|r| r.len() == 6 && r[2].parse::<i64>().is_ok())
+            .collect();
+        fn opt(s: &str) -> Option<&str> {
+            if s.is_empty() { None } else { Some(s) }
+        }
+        Catalog::from_rows(rows.iter().map(|r| {
+            (
+                r[0],
+                r[1],
+                r[2].parse().unwrap_or(0),
+                opt(r[3]),
+                opt(r[4]),
+                opt(r[5]),
+            )
+        }))
+    }
+
     /// The graph, or in assume mode a synthesized one.
     pub fn graph(&self, name: &str) -> Option<Graph> {
         if let Some(g) = self.graphs.get(name) {
@@ -197,5 +221,13 @@ mod tests {
         assert_eq!(g.labels["KNOWS"].kind, LabelKind::Edge);
         assert_eq!(c.graph("h").unwrap().namespace, "H x");
         assert!(c.graph("nope").is_none());
+    }
+
+    #[test]
+    fn from_tsv_matches_rows() {
+        let t = "g\tg\t7\tPerson\tv\tg.\"Person\"\ng\tg\t7\tKNOWS\te\t\"KNOWS\"\nh\th\t8\t\t\t\nbad line\n";
+        let c = Catalog::from_tsv(t);
+        assert_eq!(c.graphs.len(), 2);
+        assert_eq!(c.graph("g").unwrap().labels["KNOWS"].relation, "KNOWS");
     }
 }
