@@ -71,16 +71,23 @@ fn check_value(v: &Value) {
 }
 
 /// Asserts that the view and the owned value agree on `len`, `get`,
-/// `index` and scalar content, recursively.
+/// `index` and content. Linear in the size of `v`.
 pub fn assert_view_agrees(r: &AgtypeRef<'_>, v: &Value) {
-    assert_eq!(r.len(), v.len(), "len of {v}");
     assert_eq!(&r.to_value().expect("view decodes"), v);
+    agrees(r, v);
+}
+
+fn agrees(r: &AgtypeRef<'_>, v: &Value) {
+    assert_eq!(r.len(), v.len(), "len of {v}");
     match v {
         Value::String(s) => assert_eq!(r.as_str(), Some(s.as_str())),
+        Value::Integer(i) => assert_eq!(r.as_i64(), Some(*i)),
         Value::Object(o) => {
             for (k, child) in o.iter() {
-                let got = r.get(k).unwrap_or_else(|| panic!("key {k:?} missing"));
-                assert_view_agrees(&got, child);
+                agrees(
+                    &r.get(k).unwrap_or_else(|| panic!("key {k:?} missing")),
+                    child,
+                );
             }
             assert!(r.get("\u{1}no such key").is_none());
         }
@@ -91,14 +98,19 @@ pub fn assert_view_agrees(r: &AgtypeRef<'_>, v: &Value) {
                 _ => unreachable!("matched above"),
             };
             for (k, child) in props.iter() {
-                assert_view_agrees(&r.get(k).expect("property present"), child);
+                agrees(&r.get(k).expect("property present"), child);
             }
         }
         Value::Array(_) | Value::Path(_) => {
             let n = v.len().unwrap_or(0) as i64;
-            for i in -n..n {
-                let want = v.index(i).expect("in range");
-                assert_view_agrees(&r.index(i).expect("index in range"), want);
+            for i in 0..n {
+                let here = r.index(i).expect("index in range");
+                agrees(&here, v.index(i).expect("in range"));
+                // A negative index must land on the same element.
+                let from_end = r.index(i - n).expect("negative index in range");
+                assert_eq!(from_end.len(), here.len());
+                assert_eq!(from_end.as_str(), here.as_str());
+                assert_eq!(from_end.as_i64(), here.as_i64());
             }
             assert!(r.index(n).is_none() && r.index(-n - 1).is_none());
         }

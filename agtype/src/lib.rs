@@ -73,4 +73,4 @@ pub use view::{
 /// Deepest nesting of arrays and objects (vertex and edge objects included)
 /// that [`parse`] and [`decode`] accept; deeper input is an error
 /// (`stack depth limit exceeded`, as AGE reports when its stack runs out).
-pub const MAX_DEPTH: usize = 2048;
+pub const MAX_DEPTH: usize = 1024;

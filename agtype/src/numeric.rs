@@ -136,7 +136,25 @@ impl Numeric {
     }
 
     /// Strips zero groups at both ends, as PostgreSQL's `make_result` does.
-    pub(crate) fn canonical(negative: bool, weight: i16, dscale: u16, digits: Vec<u16>) -> Self {
+    ///
+    /// Digits beyond `dscale` (which `numeric_in` never produces, but corrupt
+    /// bytes can hold) are dropped, as `numeric_out` does not print them.
+    pub(crate) fn canonical(
+        negative: bool,
+        weight: i16,
+        dscale: u16,
+        mut digits: Vec<u16>,
+    ) -> Self {
+        let last_weight = -((i64::from(dscale) + 3) / 4);
+        for (i, d) in digits.iter_mut().enumerate() {
+            let w = i64::from(weight) - i as i64;
+            if w < last_weight {
+                *d = 0;
+            } else if w == last_weight {
+                let hidden = 4 * (-w) - i64::from(dscale);
+                *d -= *d % [1, 10, 100, 1000][hidden.clamp(0, 3) as usize];
+            }
+        }
         let Some(first) = digits.iter().position(|&d| d != 0) else {
             return Self::zero(dscale);
         };
