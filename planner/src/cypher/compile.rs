@@ -709,7 +709,13 @@ impl Compiler<'_> {
         }
         steps.reverse();
         let Expr::Var(v) = cur else {
-            return Err(D::UnsupportedExpr);
+            // Any other base (parameter, literal, function result): AGE
+            // applies one access call to the base's value.
+            let base = self.expr(cur)?.agtype_only()?;
+            return Ok(Sql::ag(format!(
+                "ag_catalog.agtype_access_operator(VARIADIC ARRAY[{base}, {}])",
+                steps.join(", ")
+            )));
         };
         let a = self.props_alias(v)?;
         // First step a plain key: `->` on the properties object is AGE's
