@@ -27,7 +27,15 @@ fn cypher_hostile_inputs_do_not_panic() {
     let deep_not = format!("MATCH (n) WHERE {} true RETURN n", "NOT ".repeat(10_000));
     let long_chain = format!("MATCH (a){} RETURN a", "-[:R]->()".repeat(2_000));
     let patterns = format!("MATCH (n) WHERE {} RETURN n", "(n)-->(".repeat(3_000));
+    let long_sum = format!("RETURN 1{}", " + 1".repeat(100_000));
+    let long_and = format!("MATCH (n) WHERE n.a{} RETURN n", " AND n.a".repeat(100_000));
+    let long_cmp = format!("RETURN 1{}", " < 1".repeat(100_000));
+    let long_is_null = format!("RETURN 1{}", " IS NULL".repeat(100_000));
     let inputs: Vec<Vec<u8>> = vec![
+        long_sum.into_bytes(),
+        long_and.into_bytes(),
+        long_cmp.into_bytes(),
+        long_is_null.into_bytes(),
         deep_parens.into_bytes(),
         deep_maps.into_bytes(),
         deep_index.into_bytes(),

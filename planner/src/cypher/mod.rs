@@ -10,6 +10,7 @@
 pub mod ast;
 pub mod catalog;
 pub mod compile;
+mod display;
 pub mod lexer;
 pub mod literal;
 pub mod parser;
@@ -167,7 +168,13 @@ pub mod fuzzing {
         let Ok(text) = std::str::from_utf8(data) else {
             return;
         };
-        if let Ok(_st) = parse(text) {
+        if let Ok(st) = parse(text) {
+            // Printing is stable: the printed text parses back and prints
+            // the same (it may exceed the depth limit, being parenthesized).
+            let printed = st.to_string();
+            if let Ok(again) = parse(&printed) {
+                assert_eq!(printed, again.to_string(), "unstable print of {text:?}");
+            }
             let cat = Catalog::assume_all();
             if let Some(g) = cat.graph("g") {
                 let _ = compile_cypher(text, &g, true, Some("$1"), 3);

@@ -107,6 +107,13 @@ impl Parser {
     fn leave(&mut self) {
         self.depth -= 1;
     }
+    /// Each operator of a left-associative chain nests the tree one level
+    /// deeper; count it like a parenthesis so later recursive walks stay
+    /// shallow. The caller gives the levels back with `self.depth -= n`.
+    fn chain_step(&mut self, n: &mut usize) -> Result<(), ParseError> {
+        *n += 1;
+        self.enter()
+    }
 
     fn statement(&mut self) -> Result<Statement, ParseError> {
         let mut parts = vec![self.single_query()?];
@@ -440,29 +447,38 @@ impl Parser {
     }
 
     fn or_expr(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.xor_expr()?;
         while self.eat_kw("OR") {
+            self.chain_step(&mut levels)?;
             let r = self.xor_expr()?;
             l = Expr::Binary(BinaryOp::Or, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
     fn xor_expr(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.and_expr()?;
         while self.eat_kw("XOR") {
+            self.chain_step(&mut levels)?;
             let r = self.and_expr()?;
             l = Expr::Binary(BinaryOp::Xor, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
     fn and_expr(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.not_expr()?;
         while self.eat_kw("AND") {
+            self.chain_step(&mut levels)?;
             let r = self.not_expr()?;
             l = Expr::Binary(BinaryOp::And, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
@@ -477,6 +493,7 @@ impl Parser {
     }
 
     fn comparison(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let first = self.predicate()?;
         let mut rest = Vec::new();
         loop {
@@ -490,8 +507,10 @@ impl Parser {
                 _ => break,
             };
             self.bump();
+            self.chain_step(&mut levels)?;
             rest.push((op, self.predicate()?));
         }
+        self.depth -= levels;
         Ok(match rest.len() {
             0 => first,
             1 => {
@@ -503,6 +522,7 @@ impl Parser {
     }
 
     fn predicate(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.additive()?;
         loop {
             let op = if self.eat(&Tok::RegexMatch) {
@@ -523,18 +543,22 @@ impl Parser {
                 self.bump();
                 let neg = self.eat_kw("NOT");
                 self.expect_kw("NULL")?;
+                self.chain_step(&mut levels)?;
                 l = Expr::IsNull(Box::new(l), neg);
                 continue;
             } else {
                 break;
             };
+            self.chain_step(&mut levels)?;
             let r = self.additive()?;
             l = Expr::Binary(op, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
     fn additive(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.multiplicative()?;
         loop {
             let op = match self.peek() {
@@ -543,13 +567,16 @@ impl Parser {
                 _ => break,
             };
             self.bump();
+            self.chain_step(&mut levels)?;
             let r = self.multiplicative()?;
             l = Expr::Binary(op, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
     fn multiplicative(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.power()?;
         loop {
             let op = match self.peek() {
@@ -559,18 +586,23 @@ impl Parser {
                 _ => break,
             };
             self.bump();
+            self.chain_step(&mut levels)?;
             let r = self.power()?;
             l = Expr::Binary(op, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
     fn power(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut l = self.unary()?;
         while self.eat(&Tok::Caret) {
+            self.chain_step(&mut levels)?;
             let r = self.unary()?;
             l = Expr::Binary(BinaryOp::Pow, Box::new(l), Box::new(r));
         }
+        self.depth -= levels;
         Ok(l)
     }
 
@@ -588,13 +620,13 @@ impl Parser {
     }
 
     fn postfix(&mut self) -> Result<Expr, ParseError> {
+        let mut levels = 0usize;
         let mut e = self.atom()?;
-        let mut n = 0usize;
         loop {
-            n += 1;
-            if n > MAX_DEPTH {
-                return self.err("nesting too deep");
+            if !matches!(self.peek(), Tok::Dot | Tok::LBracket | Tok::Colon) {
+                break;
             }
+            self.chain_step(&mut levels)?;
             if self.eat(&Tok::Dot) {
                 let key = self.ident()?;
                 e = Expr::Property(Box::new(e), key);
@@ -633,6 +665,7 @@ impl Parser {
                 break;
             }
         }
+        self.depth -= levels;
         Ok(e)
     }
 
