@@ -112,7 +112,7 @@ fn shortest(f: f64) -> Decimal {
 /// more significant digit, a 5, which can only happen at 16 or 17 digits
 /// (shorter candidates are never that close to `f`).
 fn break_tie(d: Decimal, f: f64) -> Decimal {
-    if d.len < 15 {
+    if d.len < 15 || !may_have_short_expansion(f) {
         return d;
     }
     let mut buf = StackBuf::new();
@@ -151,6 +151,31 @@ fn break_tie(d: Decimal, f: f64) -> Decimal {
     lower.digits[0] = 1;
     lower.exp += 1;
     trim(lower)
+}
+
+/// Whether the exact decimal expansion of `f` can have 18 or fewer
+/// significant digits (a precondition for a tie at 17). With `f = m × 2^q`,
+/// `m` odd and `q < 0`, the expansion's digits are those of `m × 5^-q`.
+fn may_have_short_expansion(f: f64) -> bool {
+    let bits = f.to_bits();
+    let exp_bits = ((bits >> 52) & 0x7ff) as i32;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, q) = if exp_bits == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1 << 52), exp_bits - 1075)
+    };
+    if m == 0 {
+        return true;
+    }
+    let tz = m.trailing_zeros();
+    let (m, q) = (m >> tz, q + tz as i32);
+    if q >= 0 {
+        return true;
+    }
+    let digits_m = (64 - m.leading_zeros()) as f64 * std::f64::consts::LOG10_2;
+    let digits_5 = f64::from(-q) * (10f64.log10() - std::f64::consts::LOG10_2);
+    digits_m + digits_5 < 19.5
 }
 
 fn trim(mut d: Decimal) -> Decimal {

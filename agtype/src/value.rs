@@ -160,16 +160,22 @@ impl Object {
         if pairs.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
             return Object { pairs };
         }
-        // Stable sort keeps input order among equal keys, so the last of a run wins.
-        pairs.sort_by(|a, b| key_cmp(&a.0, &b.0));
-        let mut out: Vec<(String, Value)> = Vec::with_capacity(pairs.len());
-        for pair in pairs {
-            match out.last_mut() {
-                Some(last) if last.0 == pair.0 => *last = pair,
-                _ => out.push(pair),
-            }
+        // Stable sorts keep input order among equal keys, so the last of a
+        // run of duplicates is the one AGE keeps.
+        if pairs.len() <= 16 {
+            insertion_sort(&mut pairs);
+        } else {
+            pairs.sort_by(|a, b| key_cmp(&a.0, &b.0));
         }
-        Object { pairs: out }
+        let mut kept = 0;
+        for i in 1..pairs.len() {
+            if pairs[i].0 != pairs[kept].0 {
+                kept += 1;
+            }
+            pairs.swap(kept, i);
+        }
+        pairs.truncate(kept + 1);
+        Object { pairs }
     }
 
     /// Inserts or replaces; returns the previous value.
@@ -228,6 +234,17 @@ impl Object {
 impl<K: Into<String>> FromIterator<(K, Value)> for Object {
     fn from_iter<I: IntoIterator<Item = (K, Value)>>(iter: I) -> Self {
         Object::from_pairs(iter.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+}
+
+/// Stable and allocation-free; objects are usually small.
+fn insertion_sort(pairs: &mut [(String, Value)]) {
+    for i in 1..pairs.len() {
+        let mut j = i;
+        while j > 0 && key_cmp(&pairs[j - 1].0, &pairs[j].0).is_gt() {
+            pairs.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::binary::{
 };
 use crate::inline_stack::InlineStack;
 use crate::numeric::{Numeric, binary as numeric_bin};
-use crate::value::{Value, key_cmp, resolve_index};
+use crate::value::{Value, resolve_index};
 
 /// Objects with at least this many pairs are searched by binary search;
 /// smaller ones are scanned. Chosen from the `lookup` benchmark
@@ -286,6 +286,13 @@ impl<'a> ObjectRef<'a> {
         }
     }
 
+    /// Raw bytes of key `j` given its length and start offset; no UTF-8
+    /// check is needed to compare them with a `&str`.
+    fn key_bytes(&self, len: usize, off: usize) -> Option<&'a [u8]> {
+        let start = self.0.data_at.checked_add(off)?;
+        self.0.buf.get(start..start.checked_add(len)?)
+    }
+
     /// Looks `key` up: a linear scan below [`BINARY_SEARCH_MIN_PAIRS`]
     /// pairs, binary search (in AGE's key order) from there on.
     pub fn get(&self, key: &str) -> Option<AgtypeRef<'a>> {
@@ -298,12 +305,11 @@ impl<'a> ObjectRef<'a> {
 
     #[doc(hidden)]
     pub fn get_linear(&self, key: &str) -> Option<AgtypeRef<'a>> {
-        let n = self.0.count;
         let mut off = 0;
-        for j in 0..n {
-            // Comparing lengths first skips most keys without touching their bytes.
+        for j in 0..self.0.count {
             let (len, next) = self.0.span(j, off).ok()?;
-            if len == key.len() && self.key(j, off) == Some(key) {
+            // Lengths first: most keys are skipped without touching their bytes.
+            if len == key.len() && self.key_bytes(len, off)? == key.as_bytes() {
                 return self.value(j);
             }
             off = next;
@@ -316,8 +322,12 @@ impl<'a> ObjectRef<'a> {
         let (mut lo, mut hi) = (0, self.0.count);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let k = self.key(mid, self.0.offset_of(mid))?;
-            match key_cmp(k, key) {
+            let off = self.0.offset_of(mid);
+            let (len, _) = self.0.span(mid, off).ok()?;
+            let order = len
+                .cmp(&key.len())
+                .then_with(|| self.key_bytes(len, off).unwrap_or(&[]).cmp(key.as_bytes()));
+            match order {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return self.value(mid),

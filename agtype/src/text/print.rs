@@ -26,10 +26,7 @@ pub fn write_value(out: &mut String, value: &Value) {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Integer(i) => {
-            use fmt::Write as _;
-            let _ = write!(out, "{i}");
-        }
+        Value::Integer(i) => write_i64(out, *i),
         Value::Float(x) => write_float(out, *x),
         Value::Numeric(n) => {
             use fmt::Write as _;
@@ -50,6 +47,26 @@ pub fn write_value(out: &mut String, value: &Value) {
             write_array(out, p.elements());
             out.push_str("::path");
         }
+    }
+}
+
+fn write_i64(out: &mut String, i: i64) {
+    let mut buf = [0u8; 20];
+    let mut n = i.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        out.push('-');
+    }
+    for &b in &buf[at..] {
+        out.push(char::from(b));
     }
 }
 
