@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# pgbench -S (simple and extended protocol) direct, through onetrip and
+# through PgBouncer (session mode), at -c 1, 8 and 32, in alternating rounds.
+# Prints the median TPS and average latency per target, with ratios to direct.
+#
+#   bash bench/pgbench.sh            # BENCH_SECONDS=10 BENCH_ROUNDS=3 BENCH_CLIENTS="1 8 32"
+#
+# Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
+# and PgBouncer (apt-get install pgbouncer; installed here when missing and
+# running as root). Everything runs on loopback ports in a temporary directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_RUN=${BENCH_SECONDS:-10}
+ROUNDS=${BENCH_ROUNDS:-3}
+CLIENTS=${BENCH_CLIENTS:-"1 8 32"}
+MODES=${BENCH_MODES:-"simple extended"}
+read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip pgbouncer}"
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found: apt-get install postgresql" >&2; exit 1; }
+if ! command -v pgbouncer >/dev/null; then
+    [ "$(id -u)" = 0 ] || { echo "pgbouncer not found: apt-get install pgbouncer" >&2; exit 1; }
+    say "apt-get install -y pgbouncer"
+    apt-get install -y --no-install-recommends pgbouncer >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
+fi
+
+say "cargo build --release -p onetrip"
+cargo build --release -p onetrip --bin onetrip >&2
+ONETRIP="$TARGET_DIR/release/onetrip"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port)
+
+WORK=$(mktemp -d /tmp/onetrip-bench.XXXXXX)
+chmod 755 "$WORK"
+# PostgreSQL and PgBouncer refuse to run as root: use the postgres user then.
+if [ "$(id -u)" = 0 ]; then AS=(runuser -u postgres --); chown postgres: "$WORK"; else AS=(); fi
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+say "initdb, PostgreSQL on 127.0.0.1:$PG_PORT"
+"${AS[@]}" "$BIN/initdb" -D "$WORK/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$WORK'
+max_connections = 200
+shared_buffers = 256MB
+fsync = off
+synchronous_commit = off
+CONF
+"${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
+
+say "onetrip on 127.0.0.1:$OT_PORT"
+ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT_PORT" --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
+pids+=($!)
+
+say "PgBouncer (session mode) on 127.0.0.1:$PB_PORT"
+cat >"$WORK/pgbouncer.ini" <<INI
+[databases]
+postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PB_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $WORK/userlist.txt
+pool_mode = session
+default_pool_size = 40
+max_client_conn = 200
+logfile = $WORK/pgbouncer.log
+pidfile = $WORK/pgbouncer.pid
+INI
+echo '"postgres" ""' >"$WORK/userlist.txt"
+[ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
+"${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
+pids+=($!)
+
+for p in $OT_PORT $PB_PORT; do
+    for _ in $(seq 100); do "$BIN/pg_isready" -q -h 127.0.0.1 -p "$p" -d postgres -U postgres && break; sleep 0.1; done
+done
+
+say "pgbench -i -s 10"
+"$BIN/pgbench" -i -q -s 10 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
+
+declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT)
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
+for round in $(seq "$ROUNDS"); do
+    # Rotate the order each round so no target always runs first.
+    k=$(( (round - 1) % ${#targets[@]} ))
+    order=("${targets[@]:$k}" "${targets[@]:0:$k}")
+    for mode in $MODES; do
+        for c in $CLIENTS; do
+            j=$(( c < 2 ? c : 2 ))
+            for t in "${order[@]}"; do
+                out=$("$BIN/pgbench" -n -S -M "$mode" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
+                    -h 127.0.0.1 -p "${PORT[$t]}" -U postgres postgres 2>&1)
+                tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+                lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
+                [ -n "$tps" ] || { echo "pgbench failed for $t:" >&2; echo "$out" >&2; exit 1; }
+                printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$c" "$t" "$tps" "$lat" >>"$RESULTS"
+                say "round $round $mode -c $c $t: $tps tps, $lat ms"
+            done
+        done
+    done
+done
+
+python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" <<'PY'
+import collections, statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
+by = collections.defaultdict(lambda: ([], []))
+for _, mode, c, t, tps, lat in rows:
+    by[(mode, int(c), t)][0].append(float(tps))
+    by[(mode, int(c), t)][1].append(float(lat))
+print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
+print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8}")
+for (mode, c) in sorted({(m, c) for m, c, _ in by}, key=lambda k: (k[0] != "simple", k[1])):
+    d_tps, d_lat = (statistics.median(v) for v in by.get((mode, c, "direct"), ([float("nan")], [float("nan")])))
+    for t in ("direct", "onetrip", "pgbouncer"):
+        if (mode, c, t) not in by:
+            continue
+        tps, lat = (statistics.median(v) for v in by[(mode, c, t)])
+        print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}")
+PY
