@@ -6,6 +6,20 @@
 //! statement as written. A call is only rewritten when the compiler is sure
 //! the answer is AGE's own; otherwise the statement is left to AGE and the
 //! [`DeclineReason`] says why.
+//!
+//! Compiled: one or more MATCH clauses (comma-separated patterns, labeled
+//! or unlabeled nodes and edges, inline property maps, directed and
+//! undirected fixed-length relationships) with WHERE, then RETURN with
+//! DISTINCT, ORDER BY, SKIP, LIMIT, aggregates (count, sum, avg, min, max,
+//! collect) and implicit grouping; expressions over properties, parameters,
+//! literals, lists, maps, CASE and a list of scalar functions.
+//!
+//! AGE semantics kept (each checked against AGE 1.6 by the differential
+//! test): a stored JSON null reads as SQL NULL; inline maps are containment
+//! with nulls kept only at the top level; edges are unique within one path,
+//! not across comma-separated paths; an undirected edge yields one row per
+//! orientation and a self-loop once; AGE's own operators, `age_*`
+//! functions and aggregates compute every value.
 
 pub mod ast;
 pub mod catalog;
