@@ -117,7 +117,7 @@ fn break_tie(d: Decimal, f: f64) -> Decimal {
     }
     let mut buf = StackBuf::new();
     let _ = write!(buf, "{:.*e}", d.len + 20, f);
-    let (mant, _) = buf.as_str().split_once('e').unwrap_or(("", ""));
+    let (mant, exp) = buf.as_str().split_once('e').unwrap_or(("", "0"));
     let digits: Vec<u8> = mant
         .bytes()
         .filter(u8::is_ascii_digit)
@@ -131,13 +131,22 @@ fn break_tie(d: Decimal, f: f64) -> Decimal {
     let mut lower = Decimal {
         digits: [0; 17],
         len: n,
-        exp: d.exp,
+        exp: exp.parse().unwrap_or(d.exp),
     };
     lower.digits[..n].copy_from_slice(&digits[..n]);
-    if lower.digits[n - 1].is_multiple_of(2) {
-        return trim(lower);
-    }
-    // Round the odd lower candidate up to the even one.
+    let even = if lower.digits[n - 1].is_multiple_of(2) {
+        lower
+    } else {
+        round_up(lower)
+    };
+    // Just above a power of two the interval is narrower below than above,
+    // so the even candidate may fall outside it; then `d` is the only one.
+    let even = trim(even);
+    if strictly_inside(&even, f) { even } else { d }
+}
+
+fn round_up(mut lower: Decimal) -> Decimal {
+    let n = lower.len;
     let mut i = n;
     while i > 0 {
         i -= 1;
@@ -145,12 +154,12 @@ fn break_tie(d: Decimal, f: f64) -> Decimal {
             lower.digits[i] = 0;
         } else {
             lower.digits[i] += 1;
-            return trim(lower);
+            return lower;
         }
     }
     lower.digits[0] = 1;
     lower.exp += 1;
-    trim(lower)
+    lower
 }
 
 /// Whether the exact decimal expansion of `f` can have 18 or fewer
@@ -261,6 +270,9 @@ pub(crate) fn parse_float_token(token: &str) -> Result<f64, String> {
 }
 
 fn check_range(token: &str, v: f64) -> Result<f64, String> {
+    if v.is_finite() && v != 0.0 {
+        return Ok(v);
+    }
     let mantissa = token.split(['e', 'E']).next().unwrap_or(token);
     let nonzero_input = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
     if v.is_infinite() || (v == 0.0 && nonzero_input) {

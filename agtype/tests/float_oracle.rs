@@ -210,6 +210,21 @@ fn known_differences_from_ryu() {
     }
 }
 
+#[test]
+fn every_power_of_two_and_its_neighbours() {
+    // Intervals are asymmetric at powers of two, where ties also occur.
+    for e in -1074..=1023 {
+        let p = 2f64.powi(e);
+        for f in [
+            p,
+            f64::from_bits(p.to_bits() - 1),
+            f64::from_bits(p.to_bits() + 1),
+        ] {
+            check(f);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(10000))]
 

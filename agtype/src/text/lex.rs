@@ -42,7 +42,58 @@ fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80
 }
 
+/// Index of the first byte at or after `from` that is `"`, `\\` or a
+/// control character (or `b.len()`), eight bytes at a time.
+fn skip_plain(b: &[u8], from: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+    let mut p = from;
+    while let Some(chunk) = b.get(p..p + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(w);
+        let special = has_zero(x ^ (LO * u64::from(b'"')))
+            | has_zero(x ^ (LO * u64::from(b'\\')))
+            | (x.wrapping_sub(LO * 0x20) & !x & HI);
+        if special != 0 {
+            break;
+        }
+        p += 8;
+    }
+    while p < b.len() && b[p] != b'"' && b[p] != b'\\' && b[p] >= 0x20 {
+        p += 1;
+    }
+    p
+}
+
 impl<'a> Lexer<'a> {
+    /// Skips whitespace and reports whether `::` comes next, without
+    /// consuming it.
+    pub(crate) fn at_annotation(&mut self) -> bool {
+        self.skip_ws();
+        self.bytes().get(self.pos..self.pos + 2) == Some(b"::")
+    }
+
+    /// Skips whitespace and reports whether `byte` comes next; consumes it if so.
+    pub(crate) fn eat(&mut self, byte: u8) -> bool {
+        self.skip_ws();
+        if self.peek_byte(self.pos) == Some(byte) {
+            self.tok_start = self.pos;
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn skip_ws(&mut self) {
+        let b = self.bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
     pub(crate) fn new(input: &'a str) -> Self {
         Lexer {
             input,
@@ -75,9 +126,7 @@ impl<'a> Lexer<'a> {
 
     pub(crate) fn next_token(&mut self) -> Result<Tok<'a>, ParseError> {
         let b = self.bytes();
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(self.pos) {
-            self.pos += 1;
-        }
+        self.skip_ws();
         self.tok_start = self.pos;
         let Some(&c) = b.get(self.pos) else {
             return Ok(Tok::End);
@@ -188,11 +237,8 @@ impl<'a> Lexer<'a> {
         let b = self.bytes();
         let start = self.pos;
         let body = start + 1;
-        let mut p = body;
+        let mut p = skip_plain(b, body);
         // Fast path: no escapes.
-        while p < b.len() && b[p] != b'"' && b[p] != b'\\' && b[p] >= 0x20 {
-            p += 1;
-        }
         if b.get(p) == Some(&b'"') {
             self.pos = p + 1;
             return Ok(Tok::String(Cow::Borrowed(&self.input[body..p])));

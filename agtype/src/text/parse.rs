@@ -13,19 +13,20 @@ use crate::value::{Edge, Object, Path, Value, Vertex};
 pub fn parse(input: &str) -> Result<Value, ParseError> {
     Parser {
         lx: Lexer::new(input),
-        peeked: None,
     }
     .run()
 }
 
+/// An open container. Elements and pairs wait in shared scratch stacks
+/// (from `start` on) and move into one exactly sized allocation when the
+/// container closes, so no container's storage is ever reallocated.
 enum Frame {
-    Array(Vec<Value>),
-    Object(Vec<(String, Value)>, String),
+    Array { start: usize },
+    Object { start: usize, key: String },
 }
 
 struct Parser<'a> {
     lx: Lexer<'a>,
-    peeked: Option<(Tok<'a>, usize, &'a str)>,
 }
 
 /// What a scalar token was, kept until we know whether an annotation follows.
@@ -40,27 +41,16 @@ enum Scalar<'a> {
 impl<'a> Parser<'a> {
     /// Next token with its start offset and source text.
     fn next(&mut self) -> Result<(Tok<'a>, usize, &'a str), ParseError> {
-        if let Some(t) = self.peeked.take() {
-            return Ok(t);
-        }
         let tok = self.lx.next_token()?;
         Ok((tok, self.lx.tok_start, self.lx.tok_text()))
     }
 
-    fn peek_is_annotation(&mut self) -> Result<bool, ParseError> {
-        if self.peeked.is_none() {
-            let t = self.next()?;
-            self.peeked = Some(t);
-        }
-        Ok(matches!(self.peeked, Some((Tok::Annotation, ..))))
-    }
-
     /// After a value: consumes `:: name` if present and returns the name.
     fn annotation(&mut self) -> Result<Option<(&'a str, usize)>, ParseError> {
-        if !self.peek_is_annotation()? {
+        if !self.lx.at_annotation() {
             return Ok(None);
         }
-        self.peeked = None;
+        self.next()?;
         let (tok, at, text) = self.next()?;
         match tok {
             Tok::Word | Tok::True | Tok::False | Tok::Null | Tok::FloatWord(_) => {
@@ -76,6 +66,8 @@ impl<'a> Parser<'a> {
 
     fn run(mut self) -> Result<Value, ParseError> {
         let mut stack: Vec<Frame> = Vec::new();
+        let mut items: Vec<Value> = Vec::new();
+        let mut pairs: Vec<(String, Value)> = Vec::new();
         'value: loop {
             let (tok, at, text) = self.next()?;
             let mut value = match tok {
@@ -83,12 +75,10 @@ impl<'a> Parser<'a> {
                     if stack.len() >= crate::MAX_DEPTH {
                         return Err(ParseError::too_deep(at));
                     }
-                    let (t, at2, text2) = self.next()?;
-                    if t == Tok::RBracket {
+                    if self.lx.eat(b']') {
                         self.finish_array(Vec::new())?
                     } else {
-                        self.peeked = Some((t, at2, text2));
-                        stack.push(Frame::Array(Vec::new()));
+                        stack.push(Frame::Array { start: items.len() });
                         continue 'value;
                     }
                 }
@@ -101,7 +91,10 @@ impl<'a> Parser<'a> {
                         Tok::RBrace => self.finish_object(Vec::new())?,
                         Tok::String(key) => {
                             self.expect_colon()?;
-                            stack.push(Frame::Object(Vec::new(), key.into_owned()));
+                            stack.push(Frame::Object {
+                                start: pairs.len(),
+                                key: key.into_owned(),
+                            });
                             continue 'value;
                         }
                         Tok::End => return Err(ParseError::ended(at2)),
@@ -128,22 +121,23 @@ impl<'a> Parser<'a> {
                         }
                         return Ok(value);
                     }
-                    Some(Frame::Array(items)) => {
+                    Some(Frame::Array { start }) => {
+                        let start = *start;
                         items.push(value);
                         let (t, at, text) = self.next()?;
                         match t {
                             Tok::Comma => continue 'value,
                             Tok::RBracket => {
-                                let Some(Frame::Array(items)) = stack.pop() else {
-                                    unreachable!("top frame is an array")
-                                };
-                                value = self.finish_array(items)?;
+                                stack.pop();
+                                let own: Vec<Value> = items.drain(start..).collect();
+                                value = self.finish_array(own)?;
                             }
                             Tok::End => return Err(ParseError::ended(at)),
                             _ => return Err(ParseError::expected(at, "\",\" or \"]\"", text)),
                         }
                     }
-                    Some(Frame::Object(pairs, key)) => {
+                    Some(Frame::Object { start, key }) => {
+                        let start = *start;
                         pairs.push((std::mem::take(key), value));
                         let (t, at, text) = self.next()?;
                         match t {
@@ -158,10 +152,9 @@ impl<'a> Parser<'a> {
                                 continue 'value;
                             }
                             Tok::RBrace => {
-                                let Some(Frame::Object(pairs, _)) = stack.pop() else {
-                                    unreachable!("top frame is an object")
-                                };
-                                value = self.finish_object(pairs)?;
+                                stack.pop();
+                                let own: Vec<(String, Value)> = pairs.drain(start..).collect();
+                                value = self.finish_object(own)?;
                             }
                             Tok::End => return Err(ParseError::ended(at)),
                             _ => return Err(ParseError::expected(at, "\",\" or \"}\"", text)),
