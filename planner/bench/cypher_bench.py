@@ -139,6 +139,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--plan-cmd", default="onetrip plan-cypher",
                     help="command printing the compiled SQL for the SQL given as its last argument")
+    ap.add_argument("--catalog-arg", metavar="FLAG",
+                    help="pass the server's AGE catalog to plan-cmd as FLAG <file> (TSV rows of Catalog::QUERY), "
+                         "as the proxy compiles with it")
     ap.add_argument("--proxy", help="HOST:PORT of a onetrip proxy; its answers are the compiled side")
     ap.add_argument("--only", help="comma-separated query names")
     ap.add_argument("--prepared", action="store_true",
@@ -168,6 +171,18 @@ def main():
     print("graph %s: %d vertices, %d edges; %d rounds, median ms, %s" % (
         GRAPH, nv, ne, a.rounds, "prepared" if a.prepared else "unprepared"))
     print("%-18s %10s %10s %8s  %s" % ("query", "cypher()", "compiled", "speedup", "rows"))
+    plan = shlex.split(a.plan_cmd)
+    if a.catalog_arg:
+        import tempfile
+        rows = age.execute(
+            "SELECT g.name::text, g.namespace::regnamespace::text, g.graphid::oid::int8, l.name::text, "
+            "l.kind::text, l.relation::regclass::text FROM ag_catalog.ag_graph g "
+            "LEFT JOIN ag_catalog.ag_label l ON l.graph = g.graphid").fetchall()
+        f = tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False)
+        for r in rows:
+            f.write("\t".join("" if v is None else str(v) for v in r) + "\n")
+        f.close()
+        plan += [a.catalog_arg, f.name]
     ratios = []
     for name, cypher, ncols in QUERIES:
         if a.only and name not in a.only.split(","):
@@ -176,7 +191,7 @@ def main():
         if a.proxy:
             compiled = sql
         else:
-            p = subprocess.run(shlex.split(a.plan_cmd) + [sql], capture_output=True, text=True)
+            p = subprocess.run(plan + [sql], capture_output=True, text=True)
             if p.returncode != 0:
                 print("%-18s declined: %s" % (name, p.stderr.strip()))
                 continue
