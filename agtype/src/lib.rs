@@ -73,4 +73,8 @@ pub use view::{
 /// Deepest nesting of arrays and objects (vertex and edge objects included)
 /// that [`parse`] and [`decode`] accept; deeper input is an error
 /// (`stack depth limit exceeded`, as AGE reports when its stack runs out).
+///
+/// Parsing is iterative; printing, encoding, decoding and dropping recurse
+/// once per level, so a value this deep needs a few hundred KB of stack in
+/// optimised builds and a few MB in unoptimised ones.
 pub const MAX_DEPTH: usize = 1024;
