@@ -193,7 +193,7 @@ async fn cancel_token_cancels_pg_sleep() {
         let sleeper = tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
         // Cancel only once the server runs the sleep, else there is nothing to cancel.
         let mut running = false;
-        for _ in 0..200 {
+        for _ in 0..1200 {
             let r = watcher
                 .query_one("select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'", &[&pid])
                 .await
