@@ -53,6 +53,47 @@ pub enum Command {
         )]
         command: Vec<std::ffi::OsString>,
     },
+    /// Convert agtype values, one per line from stdin to stdout: `normalize`
+    /// prints AGE's canonical text, `encode` the container bytes as hex,
+    /// `decode` hex back to text. A bad line prints `error: line N: ...`;
+    /// the exit status is non-zero if any line failed.
+    Agtype {
+        #[arg(value_enum)]
+        mode: AgtypeMode,
+    },
+    /// Print the SQL a statement's cypher() calls compile to (exit 0), or
+    /// why the planner leaves it to AGE, on stderr (exit 3). No server:
+    /// labels are assumed to exist unless a catalog is given.
+    PlanCypher {
+        /// The SQL statement, e.g. "select * from cypher('g', $$ MATCH (n) RETURN n $$) as (n agtype)".
+        sql: String,
+        /// AGE catalog rows, as `psql -AtF $'\t' -c "<Catalog query>"` prints them.
+        #[arg(long, value_name = "FILE")]
+        catalog: Option<PathBuf>,
+        /// A graph and its oid, e.g. --graph g=16384 (repeatable).
+        #[arg(long, value_name = "NAME=OID")]
+        graph: Vec<String>,
+        /// A label of a graph given with --graph, e.g. --label g.Person=v (repeatable).
+        #[arg(long, value_name = "GRAPH.LABEL=v|e")]
+        label: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum AgtypeMode {
+    Normalize,
+    Encode,
+    Decode,
+}
+
+impl From<AgtypeMode> for agtype::lines::LineMode {
+    fn from(m: AgtypeMode) -> Self {
+        match m {
+            AgtypeMode::Normalize => Self::Normalize,
+            AgtypeMode::Encode => Self::Encode,
+            AgtypeMode::Decode => Self::Decode,
+        }
+    }
 }
 
 /// Loads the config file, `ONETRIP_*` variables and flags, in that order.
@@ -83,6 +124,19 @@ pub fn init_logging(cfg: &Config) {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Offline tools need no configuration, runtime or logging.
+    match &cli.command {
+        Some(Command::Agtype { mode }) => return crate::tools::agtype_lines((*mode).into()),
+        Some(Command::PlanCypher {
+            sql,
+            catalog,
+            graph,
+            label,
+        }) => {
+            return crate::tools::plan(sql, catalog.as_deref(), graph, label);
+        }
+        _ => {}
+    }
     let mut cfg = match load_config(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -109,6 +163,7 @@ pub fn main() -> ExitCode {
     match command {
         Command::Run => rt.block_on(run(cfg)),
         Command::Measure { rtt, json, command } => rt.block_on(measure(cfg, rtt, json, command)),
+        Command::Agtype { .. } | Command::PlanCypher { .. } => ExitCode::FAILURE,
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod cypher;
 pub mod embedded;
 pub mod measure;
 pub mod metrics;
@@ -23,6 +24,7 @@ pub mod net;
 mod server;
 pub mod session;
 pub mod stats;
+pub mod tools;
 pub mod wire;
 
 pub use config::Config;

@@ -27,6 +27,8 @@ pub struct Shared {
     cancel_keys: DashMap<(i32, Bytes), ()>,
     /// Becomes true when the shutdown grace period is over.
     force_close: watch::Receiver<bool>,
+    /// AGE catalogs and compiled Cypher plans.
+    pub cypher: crate::cypher::CypherShared,
 }
 
 impl Shared {
@@ -137,6 +139,7 @@ impl Proxy {
             upstream_tls,
             cancel_keys: DashMap::new(),
             force_close: force_rx,
+            cypher: Default::default(),
         });
         let metrics_addr = match shared.config.metrics.listen {
             Some(a) => Some(crate::metrics::serve(a, shared.clone()).await.map_err(StartError::Metrics)?),

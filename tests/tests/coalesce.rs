@@ -13,7 +13,11 @@ const SETUP: &str = "create table if not exists t(id int primary key, v int); tr
 /// Runs `scenario` direct and through the proxy, returns both transcripts
 /// and the proxy's (upstream round trips, coalesced batches, probes passed,
 /// probes failed) spent by the scenario.
-async fn both<F>(env: &Env, params: &[(&str, &str)], scenario: F) -> (Vec<String>, (u64, u64, u64, u64))
+async fn both<F>(
+    env: &Env,
+    params: &[(&str, &str)],
+    scenario: F,
+) -> (Vec<String>, (u64, u64, u64, u64))
 where
     F: AsyncFn(&mut Raw) -> Vec<Msg>,
 {
@@ -38,9 +42,17 @@ where
                 after.probes_failed - before.probes_failed,
             );
         }
-        transcripts.push(msgs.iter().chain(&table).map(ToString::to_string).collect::<Vec<_>>());
+        transcripts.push(
+            msgs.iter()
+                .chain(&table)
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+        );
     }
-    assert_eq!(transcripts[0], transcripts[1], "direct vs proxy transcripts differ");
+    assert_eq!(
+        transcripts[0], transcripts[1],
+        "direct vs proxy transcripts differ"
+    );
     (transcripts.pop().unwrap_or_default(), spent)
 }
 
@@ -65,6 +77,16 @@ async fn coalescing_scenarios_match_direct() {
     .await;
     assert_eq!(spent, (1, 1, 0, 0), "lone read");
 
+    // The client pipelines its Sync right behind the Flush, in one write:
+    // the Sync waits in the proxy's buffer until the batch's outcome is in.
+    let (_, spent) = both(&env, &[], async |r: &mut Raw| {
+        r.read_batch("select v from t where id = 4");
+        r.flush().sync().flush();
+        r.round_trip('Z').await
+    })
+    .await;
+    assert_eq!(spent, (1, 1, 0, 0), "pipelined sync");
+
     // A failing read: the same error, then a usable connection.
     let (t, spent) = both(&env, &[], async |r: &mut Raw| {
         r.read_batch("select 1/0");
@@ -82,7 +104,10 @@ async fn coalescing_scenarios_match_direct() {
         r.read_batch("select v from t where id = 1");
         r.flush();
         let mut v = r.round_trip('C').await;
-        r.read_batch("select 2").read_batch("select 1/0").read_batch("select 3").sync();
+        r.read_batch("select 2")
+            .read_batch("select 1/0")
+            .read_batch("select 3")
+            .sync();
         v.extend(r.round_trip('Z').await);
         v
     })
@@ -95,7 +120,11 @@ async fn coalescing_scenarios_match_direct() {
         r.read_batch("select 1/0");
         r.flush();
         let mut v = r.round_trip('E').await;
-        r.read_batch("select 2").parse("", "insert into t values (100, 1)").bind("", "", &[]).execute("", 0).sync();
+        r.read_batch("select 2")
+            .parse("", "insert into t values (100, 1)")
+            .bind("", "", &[])
+            .execute("", 0)
+            .sync();
         v.extend(r.round_trip('Z').await);
         v
     })
@@ -136,7 +165,9 @@ async fn coalescing_scenarios_match_direct() {
     // An Execute with a row limit is never coalesced (an early Sync would
     // close the portal).
     let (_, spent) = both(&env, &[], async |r: &mut Raw| {
-        r.parse("", "select id from t order by id").bind("", "", &[]).execute("", 2);
+        r.parse("", "select id from t order by id")
+            .bind("", "", &[])
+            .execute("", 2);
         flush_then_sync(r, 's').await
     })
     .await;
@@ -149,7 +180,9 @@ async fn write_probe_passes_and_fails_exactly() {
 
     // A data-modifying CTE that touches no row: coalesced, the probe passes.
     let (_, spent) = both(&env, &[], async |r: &mut Raw| {
-        r.read_batch("with u as (update t set v = v where id = -1 returning id) select count(*) from u");
+        r.read_batch(
+            "with u as (update t set v = v where id = -1 returning id) select count(*) from u",
+        );
         flush_then_sync(r, 'C').await
     })
     .await;
@@ -167,7 +200,10 @@ async fn write_probe_passes_and_fails_exactly() {
         v
     })
     .await;
-    assert!(t.iter().any(|m| m.starts_with("D:") && m.contains("12")), "{t:?}");
+    assert!(
+        t.iter().any(|m| m.starts_with("D:") && m.contains("12")),
+        "{t:?}"
+    );
     assert_eq!(spent.3, 1, "probe fails once: {spent:?}");
     assert_eq!(spent.1, 1, "then not coalesced again: {spent:?}");
 }
@@ -175,7 +211,10 @@ async fn write_probe_passes_and_fails_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeatable_read_sessions_are_not_coalesced() {
     let env = Env::start().await;
-    let rr = [("options", "-c default_transaction_isolation=repeatable\\ read")];
+    let rr = [(
+        "options",
+        "-c default_transaction_isolation=repeatable\\ read",
+    )];
     let (_, spent) = both(&env, &rr, async |r: &mut Raw| {
         r.read_batch("select 1");
         flush_then_sync(r, 'C').await

@@ -48,9 +48,15 @@ enum State {
     /// waits, so nothing can be sent upstream before we know whether the
     /// statement failed (after a failure the client's next messages must be
     /// discarded, as the server would have).
-    Early { probe: bool, failed: bool },
+    Early {
+        probe: bool,
+        failed: bool,
+    },
     /// The early ReadyForQuery is held; the client's Sync gets it.
-    Held { status: u8, failed: bool },
+    Held {
+        status: u8,
+        failed: bool,
+    },
 }
 
 /// The messages since the client's last Sync.
@@ -125,9 +131,21 @@ impl Coalescer {
 
     pub fn on_server_params(&mut self, params: &[(String, String)]) {
         if let Some((_, v)) = params.iter().find(|(k, _)| k == "server_version") {
-            let major: u32 = v.split(|c: char| !c.is_ascii_digit()).next().and_then(|m| m.parse().ok()).unwrap_or(0);
+            let major: u32 = v
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
             self.probe_batch = probe_batch(major >= 13);
         }
+    }
+
+    /// No batch in progress and nothing held.
+    pub fn idle(&self) -> bool {
+        self.state == State::Normal
+            && self.batch.binds == 0
+            && self.batch.frames.is_empty()
+            && !self.batch.others
     }
 
     pub fn pauses_client(&self) -> bool {
@@ -197,7 +215,8 @@ impl Coalescer {
             tag::PARSE | tag::DESCRIBE => self.batch.frames.push(msg.clone()),
             tag::BIND => {
                 self.batch.binds += 1;
-                self.batch.statement = frontend::bind(&msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
+                self.batch.statement =
+                    frontend::bind(&msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
                 self.batch.frames.push(msg.clone());
             }
             tag::EXECUTE => {
@@ -252,7 +271,9 @@ impl Coalescer {
         } else {
             match verdict {
                 Verdict::Read => Some(false),
-                Verdict::MaybeWrite if self.probe_enabled && !self.no_probe.contains(&sql) => Some(true),
+                Verdict::MaybeWrite if self.probe_enabled && !self.no_probe.contains(&sql) => {
+                    Some(true)
+                }
                 _ => None,
             }
         };
@@ -269,7 +290,10 @@ impl Coalescer {
             self.held = Held::default();
         }
         out.to_upstream.push(sync_frame());
-        self.state = State::Early { probe, failed: false };
+        self.state = State::Early {
+            probe,
+            failed: false,
+        };
         if !probe {
             self.batch = Batch::default();
         }
@@ -283,12 +307,21 @@ impl Coalescer {
     pub fn on_upstream_message(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
         match self.state {
             State::Early { probe: true, .. } => self.on_probe_answer(t, msg, ctx, out),
-            State::Early { probe: false, failed } => match t {
+            State::Early {
+                probe: false,
+                failed,
+            } => match t {
                 tag::READY_FOR_QUERY => {
-                    self.state = State::Held { status: backend::ready_status(&msg), failed };
+                    self.state = State::Held {
+                        status: backend::ready_status(&msg),
+                        failed,
+                    };
                 }
                 tag::ERROR_RESPONSE => {
-                    self.state = State::Early { probe: false, failed: true };
+                    self.state = State::Early {
+                        probe: false,
+                        failed: true,
+                    };
                     out.to_client.push(msg);
                 }
                 _ => out.to_client.push(msg),
@@ -331,7 +364,10 @@ impl Coalescer {
             if !held.statement_failed {
                 Counters::add(&ctx.info.counters.probes_passed, 1);
             }
-            self.state = State::Held { status, failed: held.statement_failed };
+            self.state = State::Held {
+                status,
+                failed: held.statement_failed,
+            };
             return;
         }
         // The statement wrote, and the server rolled it back. Run the batch
@@ -342,13 +378,23 @@ impl Coalescer {
             self.no_probe.insert(sql.clone());
         }
         let mut frames = batch.frames.iter();
-        let mut rerun = Batch { statement: batch.statement.clone(), binds: 1, executes: 1, unlimited: true, ..Batch::default() };
+        let mut rerun = Batch {
+            statement: batch.statement.clone(),
+            binds: 1,
+            executes: 1,
+            unlimited: true,
+            ..Batch::default()
+        };
         if let Some(first) = batch.frames.first()
             && first[0] == tag::PARSE
             && frontend::parse(first).is_some_and(|(name, _)| !name.is_empty())
         {
             frames.next();
-            if let Some(pc) = held.messages.first().filter(|m| m[0] == tag::PARSE_COMPLETE) {
+            if let Some(pc) = held
+                .messages
+                .first()
+                .filter(|m| m[0] == tag::PARSE_COMPLETE)
+            {
                 out.to_client.push(pc.clone());
             }
         }
@@ -431,7 +477,11 @@ fn options_isolation(options: &str) -> Option<IsolationLevel> {
     let norm = options.replace("--", "-c ").replace('-', "_");
     let at = norm.find("default_transaction_isolation=")?;
     let rest = &norm[at + "default_transaction_isolation=".len()..];
-    let value: String = rest.split("_c ").next()?.replace("\\ ", " ").replace('_', " ");
+    let value: String = rest
+        .split("_c ")
+        .next()?
+        .replace("\\ ", " ")
+        .replace('_', " ");
     onetrip_planner::classify::parse_isolation_name(value.trim()).map(IsolationLevel::effective)
 }
 
@@ -448,11 +498,17 @@ mod tests {
             Some(IsolationLevel::RepeatableRead)
         );
         assert_eq!(
-            startup_isolation(&p("options", "-c default_transaction_isolation=serializable")),
+            startup_isolation(&p(
+                "options",
+                "-c default_transaction_isolation=serializable"
+            )),
             Some(IsolationLevel::Serializable)
         );
         assert_eq!(
-            startup_isolation(&p("options", "-c default_transaction_isolation=repeatable\\ read")),
+            startup_isolation(&p(
+                "options",
+                "-c default_transaction_isolation=repeatable\\ read"
+            )),
             Some(IsolationLevel::RepeatableRead)
         );
     }

@@ -2,6 +2,7 @@
 //! or a relay to one upstream connection.
 
 mod coalesce;
+mod cypher;
 mod handshake;
 mod judge;
 pub mod io;

@@ -8,7 +8,7 @@
 //! that pipelines without reading can't deadlock against a server that
 //! writes without reading.
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
@@ -41,8 +41,14 @@ pub async fn run(
     let started = Instant::now();
     let p = |k| StartupMessage::param(&params, k).unwrap_or("");
     let user = p("user").to_owned();
-    let database = if p("database").is_empty() { user.clone() } else { p("database").to_owned() };
-    let info = shared.stats.open_session(Some(peer), &database, &user, p("application_name"));
+    let database = if p("database").is_empty() {
+        user.clone()
+    } else {
+        p("database").to_owned()
+    };
+    let info = shared
+        .stats
+        .open_session(Some(peer), &database, &user, p("application_name"));
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let client_tls = client.is_tls();
@@ -72,6 +78,7 @@ pub async fn run(
         Err(e) => info!("{e}"),
     }
     info.set_state(SessionState::Closing);
+    proto.cy.close(shared);
     let statements = proto.take_statement_counts();
     super::log_summary(&info, started);
     shared.stats.close_session(&info, statements);
@@ -93,14 +100,18 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
     let mut to_up = WriteQueue::default();
     let mut shutdown = proto.shared.shutdown_forced();
     let c = proto.info.clone();
+    // Kept across loop turns: a simulated delay must not restart.
+    let mut timer: Option<(Instant, Pin<Box<dyn Future<Output = ()> + Send>>)> = None;
     let end = loop {
-        // Work through whatever is buffered before waiting again.
-        if let Err(e) = proto.on_client_bytes(&mut cin, &mut to_up, &mut to_client) {
-            to_client.push(write::error(Severity::Fatal, e.sqlstate(), &e.to_string()));
-            Counters::add(&c.counters.errors, 1);
-            break End::Error(e.to_string());
-        }
-        if let Err(e) = proto.on_upstream_bytes(&mut uin, &mut to_client, &mut to_up) {
+        // Work through whatever is buffered before waiting again; client
+        // input goes twice, since an upstream answer may release input held
+        // back while it was awaited (a coalesced batch's outcome, the AGE
+        // catalog).
+        let worked = proto
+            .on_client_bytes(&mut cin, &mut to_up, &mut to_client)
+            .and_then(|()| proto.on_upstream_bytes(&mut uin, &mut to_client, &mut to_up))
+            .and_then(|()| proto.on_client_bytes(&mut cin, &mut to_up, &mut to_client));
+        if let Err(e) = worked {
             to_client.push(write::error(Severity::Fatal, e.sqlstate(), &e.to_string()));
             Counters::add(&c.counters.errors, 1);
             break End::Error(e.to_string());
@@ -108,9 +119,15 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
         if proto.flow == Flow::Terminated && to_up.is_empty() {
             break End::ClientClosed;
         }
-        let read_client = to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
+        let read_client =
+            to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
         let read_up = to_client.len() < limit && proto.delay_until().is_none();
-        let delay = proto.delay_until();
+        match (proto.delay_until(), &timer) {
+            (Some(t), Some((at, _))) if *at == t => {}
+            (Some(t), _) => timer = Some((t, precise_sleep(t))),
+            (None, _) => timer = None,
+        }
+        let mut catalog = proto.cy.wait_handle();
         tokio::select! {
             r = io.cr.read_buf(&mut cin), if read_client => match r {
                 Ok(0) => break End::ClientClosed,
@@ -128,7 +145,11 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             r = to_up.write_some(&mut io.uw), if !to_up.is_empty() => {
                 if let Err(e) = r { warn!("upstream write: {e}"); break End::UpstreamClosed }
             },
-            _ = sleep_until(delay), if delay.is_some() => proto.delay_elapsed(),
+            _ = async { if let Some((_, f)) = timer.as_mut() { f.as_mut().await } }, if timer.is_some() => {
+                timer = None;
+                proto.delay_elapsed();
+            }
+            _ = catalog_changed(&mut catalog), if catalog.is_some() => proto.cy.wake(),
             _ = shutdown.changed() => {
                 if *shutdown.borrow() { break End::Shutdown }
             },
@@ -177,8 +198,24 @@ fn reserve(buf: &mut bytes::BytesMut) {
     }
 }
 
-async fn sleep_until(t: Option<Instant>) {
-    if let Some(t) = t {
-        tokio::time::sleep_until(t.into()).await
+/// Another session's catalog fetch ended (loaded or given up).
+async fn catalog_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(rx) = rx {
+        // An error means the sender is gone: nothing more to wait for.
+        let _ = rx.changed().await;
+    }
+}
+
+/// Sleeps until `t`. tokio's timer wheel rounds up to whole milliseconds,
+/// which would turn a simulated 0.5 ms into 1-2 ms; short waits sleep on a
+/// blocking thread instead, to within tens of microseconds.
+fn precise_sleep(t: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let left = t.saturating_duration_since(Instant::now());
+    if left >= std::time::Duration::from_millis(5) {
+        Box::pin(tokio::time::sleep_until(t.into()))
+    } else {
+        Box::pin(async move {
+            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
+        })
     }
 }

@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
+    cypher::{CypherSession, Route},
     io::WriteQueue,
 };
 use crate::{
@@ -57,6 +58,8 @@ pub struct Protocol {
     /// When the pending upstream round trip started.
     up_rt_start: Option<Instant>,
     delay_until: Option<Instant>,
+    /// The pending round trip's answer has already served its delay.
+    rt_delayed: bool,
     /// Transaction status from the last ReadyForQuery.
     pub txn_status: u8,
     /// Between CopyIn/CopyOut and the end of the COPY.
@@ -68,13 +71,21 @@ pub struct Protocol {
     stmt_counts: HashMap<Arc<str>, StatementCounts>,
     work_since_idle: bool,
     pub co: Coalescer,
+    pub cy: CypherSession,
+    /// Syncs and Queries sent upstream whose ReadyForQuery has not come back.
+    pending_ready: u32,
     /// Reused output lists of the coalescer (no allocation per message).
     out: Out,
 }
 
 impl Protocol {
-    pub fn new(shared: Arc<Shared>, info: Arc<SessionInfo>, startup_params: &[(String, String)]) -> Self {
+    pub fn new(
+        shared: Arc<Shared>,
+        info: Arc<SessionInfo>,
+        startup_params: &[(String, String)],
+    ) -> Self {
         let co = Coalescer::new(&shared, startup_params);
+        let cy = CypherSession::new(&shared, &info.database);
         Self {
             shared,
             info,
@@ -84,6 +95,7 @@ impl Protocol {
             client_rt: false,
             up_rt_start: None,
             delay_until: None,
+            rt_delayed: false,
             txn_status: b'I',
             in_copy: false,
             prepared: HashMap::new(),
@@ -91,6 +103,8 @@ impl Protocol {
             stmt_counts: HashMap::new(),
             work_since_idle: false,
             co,
+            cy,
+            pending_ready: 0,
             out: Out::default(),
         }
     }
@@ -109,13 +123,15 @@ impl Protocol {
 
     /// Client input waits while a coalesced batch's outcome is unknown.
     pub fn client_paused(&self) -> bool {
-        self.co.pauses_client()
+        self.co.pauses_client() || self.cy.blocks_client()
     }
 
     pub fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
         let mut out: HashMap<String, StatementCounts> = HashMap::new();
         for (sql, c) in self.stmt_counts.drain() {
-            let e = out.entry(onetrip_planner::fingerprint::fingerprint(&sql)).or_default();
+            let e = out
+                .entry(onetrip_planner::fingerprint::fingerprint(&sql))
+                .or_default();
             e.statements += c.statements;
             e.client_round_trips += c.client_round_trips;
             e.upstream_round_trips += c.upstream_round_trips;
@@ -141,6 +157,10 @@ impl Protocol {
     ) -> Result<(), ProtocolError> {
         let max = self.shared.config.limits.max_message_bytes;
         while self.flow == Flow::Open && !self.client_paused() {
+            if let Some((t, msg)) = self.cy.take_pending() {
+                self.on_client_message(t, msg, to_up, to_client);
+                continue;
+            }
             let piece = self
                 .csplit
                 .next(cin, max, |t| t != tag::COPY_DATA)
@@ -158,7 +178,30 @@ impl Protocol {
         Ok(())
     }
 
-    fn on_client_message(&mut self, t: u8, msg: Bytes, to_up: &mut WriteQueue, to_client: &mut WriteQueue) {
+    fn on_client_message(
+        &mut self,
+        t: u8,
+        msg: Bytes,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) {
+        let msg = if t == tag::QUERY || t == tag::PARSE {
+            let quiet = self.txn_status == b'I'
+                && self.pending_ready == 0
+                && !self.in_copy
+                && self.co.idle();
+            match self.cy.route(t, msg, quiet, &self.shared, &self.info) {
+                Route::Forward(m) => m,
+                Route::Held(query) => {
+                    if let Some(q) = query {
+                        self.send_up(to_up, q, true);
+                    }
+                    return;
+                }
+            }
+        } else {
+            msg
+        };
         if wire::is_flush_request(t) {
             self.client_rt = true;
         }
@@ -188,7 +231,13 @@ impl Protocol {
             _ => {}
         }
         // The coalescer decides what, if anything, goes upstream.
-        let ctx = Ctx { prepared: &self.prepared, txn_status: self.txn_status, in_copy: self.in_copy, info: &self.info, shared: &self.shared };
+        let ctx = Ctx {
+            prepared: &self.prepared,
+            txn_status: self.txn_status,
+            in_copy: self.in_copy,
+            info: &self.info,
+            shared: &self.shared,
+        };
         self.co.on_client_message(t, msg, &ctx, &mut self.out);
         self.drain_out(to_client, to_up);
     }
@@ -204,6 +253,9 @@ impl Protocol {
     }
 
     fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
+        if matches!(bytes.first(), Some(&tag::SYNC) | Some(&tag::QUERY)) {
+            self.pending_ready += 1;
+        }
         Counters::add(&self.info.counters.bytes_to_upstream, bytes.len() as u64);
         to_up.push(bytes);
         if flush && self.up_rt_start.is_none() {
@@ -237,11 +289,14 @@ impl Protocol {
         }
         if let Some(start) = self.up_rt_start {
             let rtt = self.shared.config.upstream.rtt;
-            if !rtt.is_zero() && start.elapsed() < rtt {
-                // Simulated distance: the answer is held back, never reordered.
-                self.delay_until = Some(start + rtt);
+            if !rtt.is_zero() && !self.rt_delayed {
+                // Simulated distance, added to the real round trip: the
+                // answer is held back as a whole, never reordered.
+                self.rt_delayed = true;
+                self.delay_until = Some(Instant::now() + rtt);
                 return Ok(());
             }
+            self.rt_delayed = false;
             self.up_rt_start = None;
             Counters::add(&self.info.counters.upstream_round_trips, 1);
             self.info.counters.record_latency(start.elapsed());
@@ -250,7 +305,7 @@ impl Protocol {
             }
         }
         let max = self.shared.config.limits.max_message_bytes;
-        let holding = self.co.holds_all();
+        let holding = self.co.holds_all() || self.cy.fetching();
         loop {
             let piece = self
                 .usplit
@@ -265,7 +320,7 @@ impl Protocol {
                 }
                 Some(Piece::Whole(h, msg)) => {
                     self.on_upstream_message(h.tag, msg, to_client, to_up);
-                    if self.co.holds_all() != holding {
+                    if (self.co.holds_all() || self.cy.fetching()) != holding {
                         // Framing needs change (a probe began or ended).
                         return self.on_upstream_bytes(uin, to_client, to_up);
                     }
@@ -275,9 +330,27 @@ impl Protocol {
         Ok(())
     }
 
-    fn on_upstream_message(&mut self, t: u8, msg: Bytes, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
+    fn on_upstream_message(
+        &mut self,
+        t: u8,
+        msg: Bytes,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) {
+        if t == tag::READY_FOR_QUERY {
+            self.pending_ready = self.pending_ready.saturating_sub(1);
+        }
+        if self.cy.fetching() {
+            // Our own catalog query: its answers are not the client's.
+            self.cy.on_fetch_answer(t, &msg, &self.shared);
+            if t == tag::READY_FOR_QUERY {
+                self.txn_status = backend::ready_status(&msg);
+            }
+            return;
+        }
         match t {
             tag::READY_FOR_QUERY => {
+                self.cy.on_ready(&self.shared);
                 let status = backend::ready_status(&msg);
                 self.txn_status = status;
                 self.in_copy = false;
@@ -292,11 +365,19 @@ impl Protocol {
                 });
             }
             tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
-            tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => self.in_copy = true,
+            tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {
+                self.in_copy = true
+            }
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}
         }
-        let ctx = Ctx { prepared: &self.prepared, txn_status: self.txn_status, in_copy: self.in_copy, info: &self.info, shared: &self.shared };
+        let ctx = Ctx {
+            prepared: &self.prepared,
+            txn_status: self.txn_status,
+            in_copy: self.in_copy,
+            info: &self.info,
+            shared: &self.shared,
+        };
         self.co.on_upstream_message(t, msg, &ctx, &mut self.out);
         self.drain_out(to_client, to_up);
     }

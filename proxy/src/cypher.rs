@@ -1,0 +1,144 @@
+//! Cypher rewriting, shared between sessions: the AGE catalog per database
+//! (fetched once over a session's own upstream connection, since the proxy
+//! holds no credentials of its own) and compiled plans by (catalog version,
+//! statement text).
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicU64, Ordering},
+};
+
+use dashmap::DashMap;
+use onetrip_planner::cypher::{Catalog, Rewrite, RewriteOptions, rewrite_sql};
+use tokio::sync::watch;
+
+/// Most compiled plans kept; the cache starts over when full.
+const MAX_PLANS: usize = 10_000;
+
+/// What a session learns when it asks for a database's catalog.
+pub enum Lookup {
+    /// Loaded; `None` when the database has no AGE.
+    Ready(u64, Option<Arc<Catalog>>),
+    /// Another session is fetching it; wait for the watch to change.
+    Loading(watch::Receiver<u64>),
+    /// Nobody has it: the caller must fetch it, then `finish` or `abandon`.
+    MustLoad,
+}
+
+enum State {
+    Empty,
+    Loading,
+    Ready(u64, Option<Arc<Catalog>>),
+}
+
+struct Slot {
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+pub struct CypherShared {
+    slots: DashMap<String, Arc<Slot>>,
+    plans: DashMap<(u64, Box<str>), Arc<Rewrite>>,
+    versions: AtomicU64,
+}
+
+impl CypherShared {
+    fn slot(&self, db: &str) -> Arc<Slot> {
+        if let Some(s) = self.slots.get(db) {
+            return s.clone();
+        }
+        self.slots
+            .entry(db.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    state: Mutex::new(State::Empty),
+                    changed: watch::channel(0).0,
+                })
+            })
+            .clone()
+    }
+
+    /// Single-flight lookup: of the sessions that miss together, exactly one
+    /// gets `MustLoad`; the others wait for it.
+    pub fn lookup(&self, db: &str) -> Lookup {
+        let slot = self.slot(db);
+        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &*st {
+            State::Ready(v, c) => Lookup::Ready(*v, c.clone()),
+            State::Loading => Lookup::Loading(slot.changed.subscribe()),
+            State::Empty => {
+                *st = State::Loading;
+                Lookup::MustLoad
+            }
+        }
+    }
+
+    /// Stores a fetched catalog (`None`: no AGE in this database).
+    pub fn finish(&self, db: &str, catalog: Option<Catalog>) {
+        let v = self.versions.fetch_add(1, Ordering::Relaxed) + 1;
+        let slot = self.slot(db);
+        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) =
+            State::Ready(v, catalog.map(Arc::new));
+        slot.changed.send_replace(v);
+    }
+
+    /// The fetch could not run; the next miss tries again.
+    pub fn abandon(&self, db: &str) {
+        let slot = self.slot(db);
+        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*st, State::Loading) {
+            *st = State::Empty;
+        }
+        drop(st);
+        slot.changed.send_modify(|_| {});
+    }
+
+    /// Labels or graphs may have changed: fetch again on the next miss.
+    pub fn invalidate(&self, db: &str) {
+        let slot = self.slot(db);
+        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*st, State::Ready(..)) {
+            *st = State::Empty;
+        }
+    }
+
+    /// The plan for `sql` under catalog `version`: a hash lookup once compiled.
+    pub fn plan(&self, version: u64, sql: &str, catalog: &Catalog) -> Arc<Rewrite> {
+        let key = (version, Box::<str>::from(sql));
+        if let Some(p) = self.plans.get(&key) {
+            return p.clone();
+        }
+        let plan = Arc::new(rewrite_sql(sql, catalog, &RewriteOptions::default()));
+        if self.plans.len() >= MAX_PLANS {
+            self.plans.clear();
+        }
+        self.plans.insert(key, plan.clone());
+        plan
+    }
+}
+
+/// Case-insensitive substring test without allocating: it runs on every
+/// Query and Parse.
+pub fn contains_ci(haystack: &str, needle: &str) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// Does this statement text mention `cypher` at all (cheap pre-check)?
+pub fn mentions_cypher(sql: &str) -> bool {
+    contains_ci(sql, "cypher")
+}
+
+/// May running `sql` change a database's AGE graphs or labels (so the
+/// cached catalog must be fetched again)? Cheap pre-checks first; the
+/// planner decides.
+pub fn may_change_catalog(sql: &str) -> bool {
+    let suspect = ["graph", "label", "cypher"]
+        .iter()
+        .any(|w| contains_ci(sql, w));
+    (suspect && onetrip_planner::cypher::invalidates_catalog(sql))
+        || (contains_ci(sql, "extension") && contains_ci(sql, "age"))
+}

@@ -1,0 +1,272 @@
+//! A session's side of Cypher rewriting: route `cypher()` statements
+//! through the shared plans, fetch the AGE catalog over this session's own
+//! upstream connection when nobody has it yet, and wait while another
+//! session fetches it.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use onetrip_planner::cypher::{Catalog, Rewrite};
+use tokio::sync::watch;
+
+use crate::{
+    cypher::{Lookup, may_change_catalog, mentions_cypher},
+    server::Shared,
+    stats::{Counters, SessionInfo},
+    wire::{backend, frontend, tag, write},
+};
+
+/// Rows of `Catalog::QUERY` as text.
+type Row = [Option<String>; 6];
+
+#[derive(Default)]
+struct Fetch {
+    rows: Vec<Row>,
+    failed: bool,
+}
+
+pub struct CypherSession {
+    enabled: bool,
+    database: String,
+    /// A client Query/Parse held until the catalog is there.
+    pending: Option<(u8, Bytes)>,
+    waiting: Option<watch::Receiver<u64>>,
+    fetch: Option<Fetch>,
+    /// This session owns the database's catalog fetch.
+    loading: bool,
+    /// A statement that may change labels ran: refetch after it completes.
+    invalidate_at_ready: bool,
+}
+
+/// What the session should do with a client message.
+pub enum Route {
+    Forward(Bytes),
+    /// Held; `to_upstream` (the catalog query, if any) goes upstream now.
+    Held(Option<Bytes>),
+}
+
+impl CypherSession {
+    pub fn new(shared: &Shared, database: &str) -> Self {
+        Self {
+            enabled: shared.config.planner.cypher_rewrite,
+            database: database.to_owned(),
+            pending: None,
+            waiting: None,
+            fetch: None,
+            loading: false,
+            invalidate_at_ready: false,
+        }
+    }
+
+    /// Client input waits while the catalog is fetched or awaited.
+    pub fn blocks_client(&self) -> bool {
+        self.waiting.is_some() || self.fetch.is_some()
+    }
+
+    /// Upstream messages are read whole while our catalog query runs.
+    pub fn fetching(&self) -> bool {
+        self.fetch.is_some()
+    }
+
+    /// The watch to wait on while another session fetches the catalog.
+    pub fn wait_handle(&self) -> Option<watch::Receiver<u64>> {
+        self.waiting.clone()
+    }
+
+    /// The other session's fetch ended (or was given up): retry.
+    pub fn wake(&mut self) {
+        self.waiting = None;
+    }
+
+    /// The held message, once nothing blocks it any more.
+    pub fn take_pending(&mut self) -> Option<(u8, Bytes)> {
+        if self.blocks_client() {
+            None
+        } else {
+            self.pending.take()
+        }
+    }
+
+    /// Routes a Query or Parse. `quiet`: nothing is outstanding upstream and
+    /// no transaction is open, so a query of our own can run unseen.
+    pub fn route(
+        &mut self,
+        t: u8,
+        msg: Bytes,
+        quiet: bool,
+        shared: &Shared,
+        info: &SessionInfo,
+    ) -> Route {
+        let Some(sql) = statement_text(t, &msg) else {
+            return Route::Forward(msg);
+        };
+        if may_change_catalog(sql) {
+            self.invalidate_at_ready = true;
+            shared.cypher.invalidate(&self.database);
+        }
+        if !self.enabled || !mentions_cypher(sql) {
+            return Route::Forward(msg);
+        }
+        match shared.cypher.lookup(&self.database) {
+            Lookup::Ready(version, Some(catalog)) => {
+                let plan = shared.cypher.plan(version, sql, &catalog);
+                match &*plan {
+                    Rewrite::Rewritten(new_sql) => {
+                        Counters::add(&info.counters.rewritten_queries, 1);
+                        Route::Forward(rebuild(t, &msg, new_sql))
+                    }
+                    Rewrite::Declined(reason) => {
+                        Counters::add(&info.counters.fallbacks, 1);
+                        shared.stats.note_fallback(&format!("cypher: {reason}"));
+                        Route::Forward(msg)
+                    }
+                    Rewrite::Unchanged => Route::Forward(msg),
+                }
+            }
+            Lookup::Ready(_, None) => Route::Forward(msg),
+            Lookup::Loading(rx) => {
+                self.pending = Some((t, msg));
+                self.waiting = Some(rx);
+                Route::Held(None)
+            }
+            Lookup::MustLoad if quiet => {
+                self.pending = Some((t, msg));
+                self.fetch = Some(Fetch::default());
+                self.loading = true;
+                let mut q = BytesMut::new();
+                write::message(&mut q, tag::QUERY, |b| {
+                    b.put_slice(Catalog::QUERY.as_bytes());
+                    b.put_u8(0);
+                });
+                Route::Held(Some(q.freeze()))
+            }
+            Lookup::MustLoad => {
+                shared.cypher.abandon(&self.database);
+                Counters::add(&info.counters.fallbacks, 1);
+                shared.stats.note_fallback("cypher: catalog_not_loaded");
+                Route::Forward(msg)
+            }
+        }
+    }
+
+    /// An upstream message of our catalog query (all of them are ours while
+    /// `fetching`). Returns true when the fetch is complete.
+    pub fn on_fetch_answer(&mut self, t: u8, msg: &[u8], shared: &Shared) -> bool {
+        let Some(f) = self.fetch.as_mut() else {
+            return false;
+        };
+        match t {
+            tag::DATA_ROW => match data_row(msg) {
+                Some(row) => f.rows.push(row),
+                None => f.failed = true,
+            },
+            tag::ERROR_RESPONSE => f.failed = true,
+            tag::READY_FOR_QUERY => {
+                let f = self.fetch.take().unwrap_or_default();
+                let catalog = (!f.failed).then(|| {
+                    Catalog::from_rows(f.rows.iter().map(|r| {
+                        let s = |i: usize| r[i].as_deref();
+                        let oid = s(2).and_then(|o| o.parse().ok()).unwrap_or(0);
+                        (
+                            s(0).unwrap_or(""),
+                            s(1).unwrap_or(""),
+                            oid,
+                            s(3),
+                            s(4),
+                            s(5),
+                        )
+                    }))
+                });
+                self.loading = false;
+                shared.cypher.finish(&self.database, catalog);
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// At each ReadyForQuery the client sees.
+    pub fn on_ready(&mut self, shared: &Shared) {
+        if std::mem::take(&mut self.invalidate_at_ready) {
+            shared.cypher.invalidate(&self.database);
+        }
+    }
+
+    /// The session ends: a fetch it owned must not leave others waiting.
+    pub fn close(&mut self, shared: &Shared) {
+        if self.loading {
+            shared.cypher.abandon(&self.database);
+        }
+    }
+}
+
+fn statement_text(t: u8, msg: &[u8]) -> Option<&str> {
+    match t {
+        tag::QUERY => frontend::query_text(msg),
+        tag::PARSE => frontend::parse(msg).map(|(_, sql)| sql),
+        _ => None,
+    }
+}
+
+/// The same Query or Parse with `sql` in place of its statement text.
+fn rebuild(t: u8, msg: &[u8], sql: &str) -> Bytes {
+    let mut out = BytesMut::with_capacity(msg.len() + sql.len());
+    match t {
+        tag::PARSE => {
+            let body = backend::body(msg);
+            let name_end = body.iter().position(|&b| b == 0).unwrap_or(0);
+            let sql_end = body[name_end + 1..]
+                .iter()
+                .position(|&b| b == 0)
+                .map_or(body.len(), |p| name_end + 1 + p);
+            write::message(&mut out, tag::PARSE, |b| {
+                b.put_slice(&body[..=name_end]);
+                b.put_slice(sql.as_bytes());
+                b.put_slice(body.get(sql_end..).unwrap_or(&[0]));
+            });
+        }
+        _ => write::message(&mut out, tag::QUERY, |b| {
+            b.put_slice(sql.as_bytes());
+            b.put_u8(0);
+        }),
+    }
+    out.freeze()
+}
+
+/// Text columns of a DataRow; `None` if malformed.
+fn data_row(msg: &[u8]) -> Option<Row> {
+    let b = backend::body(msg);
+    let n = i16::from_be_bytes([*b.first()?, *b.get(1)?]);
+    if n != 6 {
+        return None;
+    }
+    let mut at = 2usize;
+    let mut row: Row = Default::default();
+    for col in row.iter_mut() {
+        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+        if len >= 0 {
+            let end = at + len as usize;
+            *col = Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned());
+            at = end;
+        }
+    }
+    Some(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebuilds_parse_keeping_name_and_types() {
+        let mut m = BytesMut::new();
+        write::message(&mut m, tag::PARSE, |b| {
+            b.put_slice(b"s1\0select 1\0");
+            b.put_i16(1);
+            b.put_u32(25);
+        });
+        let out = rebuild(tag::PARSE, &m, "select 2");
+        assert_eq!(frontend::parse(&out), Some(("s1", "select 2")));
+        assert_eq!(&out[out.len() - 6..], &[0, 1, 0, 0, 0, 25]);
+    }
+}
