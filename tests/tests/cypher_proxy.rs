@@ -116,3 +116,41 @@ async fn inside_a_block_without_catalog_forwards_unchanged() {
         "{reasons:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_mode_returns_ages_answer_and_counts_differences() {
+    let env = Env::start_with(Default::default(), |cfg| cfg.planner.verify = true).await;
+    let admin = connect(&env.direct_dsn()).await;
+    admin
+        .batch_execute(
+            "create schema ag_catalog;
+             create table ag_catalog.ag_graph(graphid oid, name name, namespace regnamespace);
+             create table ag_catalog.ag_label(name name, graph oid, id int, kind \"char\", relation regclass);
+             create schema g;
+             create table g.\"Person\"(id bigint, properties json);
+             insert into ag_catalog.ag_graph values (4242, 'g', 'g'::regnamespace);
+             insert into ag_catalog.ag_label values ('Person', 4242, 1, 'v', 'g.\"Person\"'::regclass);",
+        )
+        .await
+        .unwrap();
+    let proxied = connect(&env.proxy_dsn()).await;
+    // The client gets the original statement's answer (here: no cypher()
+    // function without AGE), never the compiled one's.
+    let want = error_of(admin.simple_query(CYPHER).await);
+    assert_eq!(error_of(proxied.simple_query(CYPHER).await), want);
+    assert_eq!(
+        proxied
+            .query_one("select 1", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        1
+    );
+    let reasons = env.proxy().stats().fallback_reasons();
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, n)| r == "cypher verify: mismatch" && *n == 1),
+        "{reasons:?}"
+    );
+}

@@ -360,7 +360,9 @@ fn rewrites(shared: &Arc<Shared>, out: &mut BytesMut) {
         s(shared.stats.total().rewritten_queries),
     ]];
     for (r, n) in shared.stats.fallback_reasons() {
-        if r.starts_with("cypher") {
+        if let Some(result) = r.strip_prefix("cypher verify: ") {
+            rows.push(vec![s("verify"), s(result), s(n)]);
+        } else if r.starts_with("cypher") {
             rows.push(vec![s("fallback"), s(r), s(n)]);
         }
     }

@@ -23,6 +23,41 @@ struct Fetch {
     failed: bool,
 }
 
+/// Most bytes of rows kept per side when verifying; past it the run is
+/// reported as too large to compare.
+const MAX_VERIFY_BYTES: usize = 16 << 20;
+
+/// One side's answer in verify mode: rows (DataRow bodies) and SQLSTATE.
+#[derive(Default)]
+struct Answer {
+    rows: Vec<Bytes>,
+    bytes: usize,
+    error: Option<String>,
+}
+
+impl Answer {
+    fn observe(&mut self, t: u8, msg: &Bytes) {
+        match t {
+            tag::DATA_ROW if self.bytes <= MAX_VERIFY_BYTES => {
+                self.bytes += msg.len();
+                self.rows.push(msg.slice(5..));
+            }
+            tag::ERROR_RESPONSE => self.error = backend::error_field(msg, b'C').map(str::to_owned),
+            _ => {}
+        }
+    }
+}
+
+/// `[planner] verify`: the compiled statement runs first, unseen; then the
+/// client's own statement, whose answer the client gets; they are compared.
+struct Verify {
+    original: Bytes,
+    compiled: Answer,
+    /// The compiled run is over; the original's answer is being relayed.
+    relaying: bool,
+    relayed: Answer,
+}
+
 pub struct CypherSession {
     enabled: bool,
     database: String,
@@ -30,6 +65,8 @@ pub struct CypherSession {
     pending: Option<(u8, Bytes)>,
     waiting: Option<watch::Receiver<u64>>,
     fetch: Option<Fetch>,
+    verify_mode: bool,
+    verify: Option<Verify>,
     /// This session owns the database's catalog fetch.
     loading: bool,
     /// A statement that may change labels ran: refetch after it completes.
@@ -51,6 +88,8 @@ impl CypherSession {
             pending: None,
             waiting: None,
             fetch: None,
+            verify_mode: shared.config.planner.verify,
+            verify: None,
             loading: false,
             invalidate_at_ready: false,
         }
@@ -58,12 +97,18 @@ impl CypherSession {
 
     /// Client input waits while the catalog is fetched or awaited.
     pub fn blocks_client(&self) -> bool {
-        self.waiting.is_some() || self.fetch.is_some()
+        self.waiting.is_some() || self.hides_upstream()
     }
 
-    /// Upstream messages are read whole while our catalog query runs.
-    pub fn fetching(&self) -> bool {
-        self.fetch.is_some()
+    /// Upstream answers are ours, not the client's: the catalog query, or
+    /// the compiled statement run first in verify mode.
+    pub fn hides_upstream(&self) -> bool {
+        self.fetch.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
+    }
+
+    /// Upstream messages must be read whole (to parse or compare them).
+    pub fn reads_whole(&self) -> bool {
+        self.fetch.is_some() || self.verify.is_some()
     }
 
     /// The watch to wait on while another session fetches the catalog.
@@ -109,6 +154,25 @@ impl CypherSession {
             Lookup::Ready(version, Some(catalog)) => {
                 let plan = shared.cypher.plan(version, sql, &catalog);
                 match &*plan {
+                    Rewrite::Rewritten(new_sql) if self.verify_mode => {
+                        if t != tag::QUERY || !quiet {
+                            // Only a quiet simple Query can run twice unseen;
+                            // otherwise AGE answers alone.
+                            shared.stats.note_fallback(
+                                "cypher verify: skipped (extended protocol or busy session)",
+                            );
+                            return Route::Forward(msg);
+                        }
+                        Counters::add(&info.counters.rewritten_queries, 1);
+                        let compiled = rebuild(t, &msg, new_sql);
+                        self.verify = Some(Verify {
+                            original: msg,
+                            compiled: Answer::default(),
+                            relaying: false,
+                            relayed: Answer::default(),
+                        });
+                        Route::Held(Some(compiled))
+                    }
                     Rewrite::Rewritten(new_sql) => {
                         Counters::add(&info.counters.rewritten_queries, 1);
                         Route::Forward(rebuild(t, &msg, new_sql))
@@ -147,9 +211,62 @@ impl CypherSession {
         }
     }
 
-    /// An upstream message of our catalog query (all of them are ours while
-    /// `fetching`). Returns true when the fetch is complete.
-    pub fn on_fetch_answer(&mut self, t: u8, msg: &[u8], shared: &Shared) -> bool {
+    /// An upstream message while `hides_upstream`. Returns a message to
+    /// send upstream next (the client's own statement, in verify mode).
+    pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, shared: &Shared) -> Option<Bytes> {
+        if let Some(v) = self.verify.as_mut() {
+            v.compiled.observe(t, msg);
+            if t == tag::READY_FOR_QUERY {
+                v.relaying = true;
+                return Some(v.original.clone());
+            }
+            return None;
+        }
+        self.on_fetch_answer(t, msg, shared);
+        None
+    }
+
+    /// A message of the client's own statement in verify mode, on its way
+    /// to the client; at its end the two answers are compared.
+    pub fn observe_relayed(&mut self, t: u8, msg: &Bytes, shared: &Shared, info: &SessionInfo) {
+        let Some(v) = self.verify.as_mut().filter(|v| v.relaying) else {
+            return;
+        };
+        v.relayed.observe(t, msg);
+        if t != tag::READY_FOR_QUERY {
+            return;
+        }
+        let Some(mut v) = self.verify.take() else {
+            return;
+        };
+        let outcome = if v.compiled.bytes > MAX_VERIFY_BYTES || v.relayed.bytes > MAX_VERIFY_BYTES {
+            "cypher verify: too large to compare"
+        } else {
+            // Rows are compared as a multiset: without a total ORDER BY,
+            // both orders are correct answers.
+            v.compiled.rows.sort();
+            v.relayed.rows.sort();
+            if v.compiled.rows == v.relayed.rows && v.compiled.error == v.relayed.error {
+                "cypher verify: match"
+            } else {
+                Counters::add(&info.counters.fallbacks, 1);
+                tracing::warn!(
+                    sql = %frontend::query_text(&v.original).unwrap_or(""),
+                    age_rows = v.relayed.rows.len(),
+                    compiled_rows = v.compiled.rows.len(),
+                    age_error = ?v.relayed.error,
+                    compiled_error = ?v.compiled.error,
+                    "cypher verify: compiled SQL and AGE disagree"
+                );
+                "cypher verify: mismatch"
+            }
+        };
+        shared.stats.note_fallback(outcome);
+    }
+
+    /// An upstream message of our catalog query. Returns true when the
+    /// fetch is complete.
+    fn on_fetch_answer(&mut self, t: u8, msg: &[u8], shared: &Shared) -> bool {
         let Some(f) = self.fetch.as_mut() else {
             return false;
         };

@@ -305,7 +305,7 @@ impl Protocol {
             }
         }
         let max = self.shared.config.limits.max_message_bytes;
-        let holding = self.co.holds_all() || self.cy.fetching();
+        let holding = self.co.holds_all() || self.cy.reads_whole();
         loop {
             let piece = self
                 .usplit
@@ -320,7 +320,7 @@ impl Protocol {
                 }
                 Some(Piece::Whole(h, msg)) => {
                     self.on_upstream_message(h.tag, msg, to_client, to_up);
-                    if (self.co.holds_all() || self.cy.fetching()) != holding {
+                    if (self.co.holds_all() || self.cy.reads_whole()) != holding {
                         // Framing needs change (a probe began or ended).
                         return self.on_upstream_bytes(uin, to_client, to_up);
                     }
@@ -340,14 +340,18 @@ impl Protocol {
         if t == tag::READY_FOR_QUERY {
             self.pending_ready = self.pending_ready.saturating_sub(1);
         }
-        if self.cy.fetching() {
-            // Our own catalog query: its answers are not the client's.
-            self.cy.on_fetch_answer(t, &msg, &self.shared);
+        if self.cy.hides_upstream() {
+            // A query of our own: its answers are not the client's.
+            let next = self.cy.on_hidden_answer(t, &msg, &self.shared);
             if t == tag::READY_FOR_QUERY {
                 self.txn_status = backend::ready_status(&msg);
             }
+            if let Some(q) = next {
+                self.send_up(to_up, q, true);
+            }
             return;
         }
+        self.cy.observe_relayed(t, &msg, &self.shared, &self.info);
         match t {
             tag::READY_FOR_QUERY => {
                 self.cy.on_ready(&self.shared);
