@@ -99,7 +99,7 @@ fn object(n: usize) -> (Vec<u8>, Vec<String>) {
 
 fn lookup(c: &mut Criterion) {
     let mut g = c.benchmark_group("lookup");
-    for n in [2, 4, 6, 8, 10, 12, 16, 24, 32, 64] {
+    for n in [2, 4, 8, 16, 32, 64, 128, 192, 256, 512] {
         let (bytes, keys) = object(n);
         let AgtypeRef::Object(o) = AgtypeRef::new(&bytes).unwrap() else {
             unreachable!("encoded an object")

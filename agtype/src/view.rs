@@ -13,10 +13,13 @@ use crate::numeric::{Numeric, binary as numeric_bin};
 use crate::value::{Value, resolve_index};
 
 /// Objects with at least this many pairs are searched by binary search;
-/// smaller ones are scanned. Chosen from the `lookup` benchmark
-/// (`benches/agtype.rs`): below it the scan's sequential offset walk beats
-/// the per-probe offset recomputation that binary search needs.
-pub const BINARY_SEARCH_MIN_PAIRS: usize = 8;
+/// smaller ones are scanned. Chosen with the `lookup` benchmark
+/// (`benches/agtype.rs`): a scan reads each entry once, sequentially, while
+/// a binary search must rebuild the start offsets of its probes from the
+/// stored lengths (up to 31 entries back) for the key and for the value, so
+/// the scan stays as fast up to about 128 pairs and binary search wins
+/// clearly from about 192 on.
+pub const BINARY_SEARCH_MIN_PAIRS: usize = 128;
 
 /// One value inside an encoded buffer.
 #[derive(Debug, Clone, Copy)]
@@ -319,15 +322,37 @@ impl<'a> ObjectRef<'a> {
 
     #[doc(hidden)]
     pub fn get_binary(&self, key: &str) -> Option<AgtypeRef<'a>> {
-        let (mut lo, mut hi) = (0, self.0.count);
+        // Keys sort by length first and entries mostly store lengths, so the
+        // run of keys as long as `key` is found from the entries alone; keys
+        // in that run sit at fixed strides from its start.
+        let lower_bound = |len: usize, from: usize| {
+            let (mut lo, mut hi) = (from, self.0.count);
+            while lo < hi {
+                let mut mid = lo + (hi - lo) / 2;
+                // Every 32nd entry stores an end offset, and its length costs a
+                // walk over up to 31 entries; any index in range is a valid probe.
+                if self.0.entry(mid) & crate::binary::E_HAS_OFF != 0 && mid + 1 < hi {
+                    mid += 1;
+                }
+                if self.0.len_of(mid) < len {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let first = lower_bound(key.len(), 0);
+        let end = lower_bound(key.len().checked_add(1)?, first);
+        if first >= end {
+            return None;
+        }
+        let base = self.0.offset_of(first);
+        let (mut lo, mut hi) = (first, end);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let off = self.0.offset_of(mid);
-            let (len, _) = self.0.span(mid, off).ok()?;
-            let order = len
-                .cmp(&key.len())
-                .then_with(|| self.key_bytes(len, off).unwrap_or(&[]).cmp(key.as_bytes()));
-            match order {
+            let off = base.checked_add((mid - first).checked_mul(key.len())?)?;
+            match self.key_bytes(key.len(), off)?.cmp(key.as_bytes()) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return self.value(mid),

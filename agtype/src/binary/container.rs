@@ -72,15 +72,32 @@ impl<'a> Container<'a> {
     /// Start offset (from the data area) of entry `j`, walking back to the
     /// nearest stored end offset as AGE's `getAgtypeOffset` does.
     pub(crate) fn offset_of(&self, j: usize) -> usize {
+        let end = j.saturating_mul(4).saturating_add(self.entries_at);
+        let Some(before) = self.buf.get(self.entries_at..end) else {
+            return 0;
+        };
         let mut off = 0usize;
-        for i in (0..j).rev() {
-            let e = self.entry(i);
-            off = off.saturating_add((e & E_OFFLEN_MASK) as usize);
+        for w in before.chunks_exact(4).rev() {
+            let e = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            // At most 2^28 entries of under 2^28 each: no overflow on 64-bit.
+            off = off.wrapping_add((e & E_OFFLEN_MASK) as usize);
             if e & E_HAS_OFF != 0 {
                 break;
             }
         }
         off
+    }
+
+    /// Length of entry `j`, walking back for its start only when it stores
+    /// an end offset.
+    pub(crate) fn len_of(&self, j: usize) -> usize {
+        let e = self.entry(j);
+        let field = (e & E_OFFLEN_MASK) as usize;
+        if e & E_HAS_OFF == 0 {
+            field
+        } else {
+            field.saturating_sub(self.offset_of(j))
+        }
     }
 
     /// Length of entry `j` given its start offset, and the next entry's
