@@ -44,7 +44,7 @@ fn is_word_byte(b: u8) -> bool {
 
 /// Index of the first byte at or after `from` that is `"`, `\\` or a
 /// control character (or `b.len()`), eight bytes at a time.
-fn skip_plain(b: &[u8], from: usize) -> usize {
+pub(crate) fn skip_plain(b: &[u8], from: usize) -> usize {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;

@@ -65,9 +65,7 @@ fn write_i64(out: &mut String, i: i64) {
     if i < 0 {
         out.push('-');
     }
-    for &b in &buf[at..] {
-        out.push(char::from(b));
-    }
+    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
 }
 
 fn write_array(out: &mut String, items: &[Value]) {
@@ -99,30 +97,30 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
     let s = s.split('\0').next().unwrap_or("");
     out.push('"');
     let bytes = s.as_bytes();
-    let mut run_start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
+    let mut at = 0;
+    loop {
+        // Runs without `"`, `\\` or control characters are copied whole.
+        let stop = super::lex::skip_plain(bytes, at);
+        out.push_str(&s[at..stop]);
+        let Some(&b) = bytes.get(stop) else {
+            break;
         };
-        out.push_str(&s[run_start..i]);
-        if esc.is_empty() {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.push_str("\\u00");
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
-        } else {
-            out.push_str(esc);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 15)]));
+            }
         }
-        run_start = i + 1;
+        at = stop + 1;
     }
-    out.push_str(&s[run_start..]);
     out.push('"');
 }
