@@ -98,7 +98,7 @@ impl From<AgtypeMode> for agtype::lines::LineMode {
 
 /// Loads the config file, `ONETRIP_*` variables and flags, in that order.
 pub fn load_config(cli: &Cli) -> Result<Config, String> {
-    let env = std::env::vars().filter(|(k, _)| k != "ONETRIP_CONFIG" && k != "ONETRIP_PG_BINDIR");
+    let env = std::env::vars();
     let mut cfg = Config::load(cli.config.as_deref(), env).map_err(|e| e.to_string())?;
     if let Some(l) = cli.listen {
         cfg.listen.address = l;
@@ -150,10 +150,14 @@ pub fn main() -> ExitCode {
         cfg.log.level = "warn".into();
     }
     init_logging(&cfg);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = if cfg.listen.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(cfg.listen.threads);
+        b
+    };
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("onetrip: cannot start runtime: {e}");

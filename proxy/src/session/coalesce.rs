@@ -9,15 +9,15 @@
 //! fails if the transaction wrote anything; then the batch is run again as
 //! the client sent it.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::collections::HashSet;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use onetrip_planner::classify::{IsolationChange, IsolationLevel};
 
-use super::judge::{Judge, Verdict};
+use super::{
+    judge::{Judge, Verdict},
+    sql::{Prepared, Sql, may_set_isolation},
+};
 use crate::{
     server::Shared,
     stats::{Counters, SessionInfo},
@@ -26,7 +26,7 @@ use crate::{
 
 /// What the session knows when a message passes the coalescer.
 pub struct Ctx<'a> {
-    pub prepared: &'a HashMap<String, Arc<str>>,
+    pub prepared: &'a Prepared,
     pub txn_status: u8,
     pub in_copy: bool,
     pub info: &'a SessionInfo,
@@ -67,7 +67,7 @@ struct Batch {
     /// Anything but Parse/Bind/Describe/Execute/Flush.
     others: bool,
     unlimited: bool,
-    statement: Option<Arc<str>>,
+    statement: Option<Sql>,
     /// Parse/Bind/Describe/Execute as sent, for a rerun after a failed probe.
     frames: Vec<Bytes>,
 }
@@ -101,9 +101,9 @@ pub struct Coalescer {
     session_isolation: Option<IsolationLevel>,
     txn_isolation: Option<IsolationLevel>,
     /// Statements whose probe failed once: not probed again.
-    no_probe: HashSet<Arc<str>>,
+    no_probe: HashSet<Sql>,
     /// Statements whose held answers outgrew the bound: not coalesced again.
-    no_coalesce: HashSet<Arc<str>>,
+    no_coalesce: HashSet<Sql>,
     probe_batch: Bytes,
 }
 
@@ -163,12 +163,15 @@ impl Coalescer {
     }
 
     /// The statement of the batch's Bind, once known.
-    pub fn batch_statement(&self) -> Option<Arc<str>> {
+    pub fn batch_statement(&self) -> Option<Sql> {
         self.batch.statement.clone()
     }
 
     pub fn on_simple_query(&mut self, sql: &str) {
-        let changes = self.judge.judge(sql).isolation.clone();
+        if !may_set_isolation(sql) {
+            return;
+        }
+        let changes = self.judge.judge(sql).isolation;
         self.apply_isolation(&changes, false);
     }
 
@@ -223,8 +226,10 @@ impl Coalescer {
                 self.batch.executes += 1;
                 self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
                 self.batch.frames.push(msg.clone());
-                if let Some(sql) = self.batch.statement.clone() {
-                    let changes = self.judge.judge(&sql).isolation.clone();
+                if let Some(sql) = self.batch.statement.clone()
+                    && may_set_isolation(sql.as_str())
+                {
+                    let changes = self.judge.judge(sql.as_str()).isolation;
                     self.apply_isolation(&changes, ctx.txn_status != b'I');
                 }
             }
@@ -262,7 +267,7 @@ impl Coalescer {
         if self.no_coalesce.contains(&sql) {
             return None;
         }
-        let verdict = self.judge.judge(&sql).verdict;
+        let verdict = self.judge.judge(sql.as_str()).verdict;
         let shared = ctx.shared;
         let decision = if ctx.txn_status == b'T' {
             // Inside a block a Sync commits nothing: anything but transaction
@@ -349,7 +354,7 @@ impl Coalescer {
             && let Some(sql) = &self.batch.statement
         {
             // Stay exact (keep holding), but don't coalesce this one again.
-            self.no_coalesce.insert(sql.clone());
+            self.no_coalesce.insert(sql.detached());
         }
     }
 
@@ -375,7 +380,7 @@ impl Coalescer {
         // succeeded and survives the rollback, so only its answer is replayed.
         Counters::add(&ctx.info.counters.probes_failed, 1);
         if let Some(sql) = &batch.statement {
-            self.no_probe.insert(sql.clone());
+            self.no_probe.insert(sql.detached());
         }
         let mut frames = batch.frames.iter();
         let mut rerun = Batch {

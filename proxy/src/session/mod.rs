@@ -7,6 +7,7 @@ mod handshake;
 mod judge;
 pub mod io;
 mod relay;
+mod sql;
 mod state;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};

@@ -9,6 +9,7 @@ use super::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route},
     io::WriteQueue,
+    sql::{Prepared, Sql},
 };
 use crate::{
     server::Shared,
@@ -65,10 +66,10 @@ pub struct Protocol {
     /// Between CopyIn/CopyOut and the end of the COPY.
     pub in_copy: bool,
     /// Prepared statements by name (the unnamed one under "").
-    pub prepared: HashMap<String, Arc<str>>,
+    pub prepared: Prepared,
     /// Statement the latest round trips are attributed to.
-    current_sql: Option<Arc<str>>,
-    stmt_counts: HashMap<Arc<str>, StatementCounts>,
+    current_sql: Option<Sql>,
+    stmt_counts: HashMap<Sql, StatementCounts>,
     work_since_idle: bool,
     pub co: Coalescer,
     pub cy: CypherSession,
@@ -98,7 +99,7 @@ impl Protocol {
             rt_delayed: false,
             txn_status: b'I',
             in_copy: false,
-            prepared: HashMap::new(),
+            prepared: Prepared::default(),
             current_sql: None,
             stmt_counts: HashMap::new(),
             work_since_idle: false,
@@ -130,7 +131,7 @@ impl Protocol {
         let mut out: HashMap<String, StatementCounts> = HashMap::new();
         for (sql, c) in self.stmt_counts.drain() {
             let e = out
-                .entry(onetrip_planner::fingerprint::fingerprint(&sql))
+                .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
                 .or_default();
             e.statements += c.statements;
             e.client_round_trips += c.client_round_trips;
@@ -141,10 +142,13 @@ impl Protocol {
 
     fn counts_for_current(&mut self) -> Option<&mut StatementCounts> {
         let sql = self.current_sql.as_ref()?;
-        if !self.stmt_counts.contains_key(sql) && self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
-            return None;
+        if !self.stmt_counts.contains_key(sql) {
+            if self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
+                return None;
+            }
+            self.stmt_counts.insert(sql.detached(), StatementCounts::default());
         }
-        Some(self.stmt_counts.entry(sql.clone()).or_default())
+        self.stmt_counts.get_mut(sql)
     }
 
     // ---- client -> upstream ----
@@ -207,20 +211,20 @@ impl Protocol {
         }
         match t {
             tag::QUERY => {
-                let sql: Option<Arc<str>> = frontend::query_text(&msg).map(Arc::from);
+                let sql = frontend::query_text(&msg).map(|text| Sql::within(&msg, text));
                 if let Some(sql) = &sql {
-                    self.co.on_simple_query(sql);
+                    self.co.on_simple_query(sql.as_str());
                 }
                 self.note_statement(sql);
             }
             tag::PARSE => {
                 if let Some((name, sql)) = frontend::parse(&msg) {
-                    self.prepared.insert(name.to_owned(), Arc::from(sql));
+                    self.prepared.parsed(name, Sql::within(&msg, sql));
                 }
             }
             tag::CLOSE => {
                 if let Some((b'S', name)) = frontend::target(&msg) {
-                    self.prepared.remove(name);
+                    self.prepared.closed(name);
                 }
             }
             tag::EXECUTE => {
@@ -242,7 +246,7 @@ impl Protocol {
         self.drain_out(to_client, to_up);
     }
 
-    fn note_statement(&mut self, sql: Option<Arc<str>>) {
+    fn note_statement(&mut self, sql: Option<Sql>) {
         Counters::add(&self.info.counters.statements, 1);
         self.work_since_idle = true;
         self.current_sql = sql;

@@ -1,0 +1,100 @@
+//! Statement text as the session keeps it: a slice of the message it came
+//! in, so following a statement through Parse, Bind and Execute copies
+//! nothing.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::cypher::contains_ci;
+
+/// UTF-8 statement text (checked when made).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sql(Bytes);
+
+impl Sql {
+    /// The text `text`, which lies inside `msg`, without copying it.
+    pub fn within(msg: &Bytes, text: &str) -> Self {
+        Sql(msg.slice_ref(text.as_bytes()))
+    }
+
+    /// A copy, for text kept long after its message (it would otherwise
+    /// pin the whole read buffer the message arrived in).
+    pub fn detached(&self) -> Self {
+        Sql(Bytes::copy_from_slice(&self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The session's prepared statements by name.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// The unnamed statement, replaced by nearly every Parse: kept as a slice.
+    unnamed: Option<Sql>,
+    named: HashMap<String, Sql>,
+}
+
+impl Prepared {
+    pub fn parsed(&mut self, name: &str, sql: Sql) {
+        if name.is_empty() {
+            self.unnamed = Some(sql);
+        } else {
+            self.named.insert(name.to_owned(), sql.detached());
+        }
+    }
+
+    pub fn closed(&mut self, name: &str) {
+        if name.is_empty() {
+            self.unnamed = None;
+        } else {
+            self.named.remove(name);
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Sql> {
+        if name.is_empty() { self.unnamed.as_ref() } else { self.named.get(name) }
+    }
+}
+
+/// Could this statement change the isolation level? A cheap test that
+/// spares the full classification for almost every statement: isolation
+/// changes all name it (`ISOLATION LEVEL`, `default_transaction_isolation`,
+/// `transaction_isolation`) or reset settings wholesale.
+pub fn may_set_isolation(sql: &str) -> bool {
+    contains_ci(sql, "isolation") || contains_ci(sql, "reset") || contains_ci(sql, "discard")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isolation_pre_check() {
+        for s in [
+            "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            "set default_transaction_isolation = 'serializable'",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            "RESET ALL",
+            "discard all",
+            "select set_config('transaction_isolation', 'serializable', false)",
+        ] {
+            assert!(may_set_isolation(s), "{s}");
+        }
+        assert!(!may_set_isolation("select abalance from pgbench_accounts where aid = 42"));
+    }
+
+    #[test]
+    fn prepared_keeps_named_copies() {
+        let msg = Bytes::from_static(b"select 1");
+        let mut p = Prepared::default();
+        p.parsed("", Sql::within(&msg, "select 1"));
+        p.parsed("s", Sql::within(&msg, "select 1"));
+        assert_eq!(p.get("").map(Sql::as_str), Some("select 1"));
+        assert_eq!(p.get("s").map(Sql::as_str), Some("select 1"));
+        p.closed("s");
+        assert!(p.get("s").is_none());
+    }
+}
