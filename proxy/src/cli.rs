@@ -150,14 +150,10 @@ pub fn main() -> ExitCode {
         cfg.log.level = "warn".into();
     }
     init_logging(&cfg);
-    let mut builder = if cfg.listen.threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(cfg.listen.threads);
-        b
-    };
-    let rt = match builder.enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("onetrip: cannot start runtime: {e}");
@@ -165,7 +161,13 @@ pub fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Run => rt.block_on(run(cfg)),
+        Command::Run => match Workers::start(cfg.listen.threads) {
+            Ok(workers) => rt.block_on(run(cfg, workers.handles())),
+            Err(e) => {
+                eprintln!("onetrip: cannot start worker threads: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Measure { rtt, json, command } => rt.block_on(measure(cfg, rtt, json, command)),
         Command::Agtype { .. } | Command::PlanCypher { .. } => ExitCode::FAILURE,
     }
@@ -208,9 +210,64 @@ async fn measure(
     }
 }
 
-async fn run(cfg: Config) -> ExitCode {
+/// Thread-per-core: each worker thread runs a one-thread runtime, and a
+/// session lives on one of them from start to end.
+struct Workers {
+    handles: Vec<tokio::runtime::Handle>,
+    stop: Vec<tokio::sync::oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// `threads` = 0: one per CPU core.
+    fn start(threads: usize) -> std::io::Result<Self> {
+        let n = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let mut w = Workers {
+            handles: Vec::new(),
+            stop: Vec::new(),
+            threads: Vec::new(),
+        };
+        for i in 0..n {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            w.handles.push(rt.handle().clone());
+            w.stop.push(tx);
+            w.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("onetrip-worker-{i}"))
+                    .spawn(move || {
+                        let _ = rt.block_on(rx);
+                    })?,
+            );
+        }
+        Ok(w)
+    }
+
+    fn handles(&self) -> Vec<tokio::runtime::Handle> {
+        self.handles.clone()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for tx in self.stop.drain(..) {
+            let _ = tx.send(());
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn run(cfg: Config, workers: Vec<tokio::runtime::Handle>) -> ExitCode {
     let grace = cfg.limits.shutdown_grace;
-    let proxy = match crate::Proxy::start(cfg).await {
+    let proxy = match crate::Proxy::start_on(cfg, workers).await {
         Ok(p) => p,
         Err(e) => {
             eprintln!("onetrip: {e}");

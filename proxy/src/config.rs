@@ -23,14 +23,17 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct Listen {
     pub address: SocketAddr,
-    /// Threads that run sessions. 1 runs everything on one thread, which
-    /// saves a thread wake-up per message (as PgBouncer does).
+    /// Threads that run sessions, each session on one thread from start to
+    /// end (no thread wake-up per message); 0 = one per CPU core.
     pub threads: usize,
 }
 
 impl Default for Listen {
     fn default() -> Self {
-        Self { address: SocketAddr::from(([127, 0, 0, 1], 6432)), threads: 1 }
+        Self {
+            address: SocketAddr::from(([127, 0, 0, 1], 6432)),
+            threads: 0,
+        }
     }
 }
 
@@ -153,7 +156,10 @@ pub struct Planner {
 
 impl Default for Planner {
     fn default() -> Self {
-        Self { cypher_rewrite: true, verify: false }
+        Self {
+            cypher_rewrite: true,
+            verify: false,
+        }
     }
 }
 
@@ -189,7 +195,10 @@ pub struct Admin {
 
 impl Default for AdminUser {
     fn default() -> Self {
-        Self { name: String::new(), password: String::new() }
+        Self {
+            name: String::new(),
+            password: String::new(),
+        }
     }
 }
 
@@ -198,7 +207,10 @@ impl Default for Admin {
         Self {
             database: "onetrip".into(),
             auth: AdminAuth::Trust,
-            users: vec![AdminUser { name: "postgres".into(), password: String::new() }],
+            users: vec![AdminUser {
+                name: "postgres".into(),
+                password: String::new(),
+            }],
         }
     }
 }
@@ -242,16 +254,25 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Self { format: LogFormat::Text, level: "info".into() }
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("invalid config{}: {message}", origin.as_deref().map(|o| format!(" in {o}")).unwrap_or_default())]
-    Invalid { origin: Option<String>, message: String },
+    Invalid {
+        origin: Option<String>,
+        message: String,
+    },
     #[error("invalid config key {key}: {message}")]
     Key { key: String, message: String },
 }
@@ -265,17 +286,22 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let mut table = match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|source| ConfigError::Read { path: p.into(), source })?;
-                text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid {
-                    origin: Some(p.display().to_string()),
-                    message: e.to_string(),
-                })?
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.into(),
+                    source,
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid {
+                        origin: Some(p.display().to_string()),
+                        message: e.to_string(),
+                    })?
             }
             None => toml::Table::new(),
         };
         for (name, value) in env {
-            let Some(rest) = name.strip_prefix("ONETRIP_") else { continue };
+            let Some(rest) = name.strip_prefix("ONETRIP_") else {
+                continue;
+            };
             if NOT_CONFIG.contains(&rest) {
                 continue;
             }
@@ -284,18 +310,30 @@ impl Config {
         let origin = path.map(|p| p.display().to_string());
         let cfg: Config = table
             .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Invalid { origin, message: e.to_string() })?;
+            .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                origin,
+                message: e.to_string(),
+            })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let key = |key: &str, message: &str| ConfigError::Key { key: key.into(), message: message.into() };
+        let key = |key: &str, message: &str| ConfigError::Key {
+            key: key.into(),
+            message: message.into(),
+        };
         if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
-            return Err(key("tls.cert_file", "tls.cert_file and tls.key_file must be set together"));
+            return Err(key(
+                "tls.cert_file",
+                "tls.cert_file and tls.key_file must be set together",
+            ));
         }
-        if !(1..=256).contains(&self.listen.threads) {
-            return Err(key("listen.threads", "must be between 1 and 256"));
+        if self.listen.threads > 256 {
+            return Err(key(
+                "listen.threads",
+                "must be at most 256 (0 = one per CPU core)",
+            ));
         }
         if self.limits.max_message_bytes < 1024 {
             return Err(key("limits.max_message_bytes", "must be at least 1024"));
@@ -311,7 +349,10 @@ impl Config {
         {
             return Err(key(
                 "admin.users",
-                &format!("user {:?} needs a password unless admin.auth = \"trust\"", u.name),
+                &format!(
+                    "user {:?} needs a password unless admin.auth = \"trust\"",
+                    u.name
+                ),
             ));
         }
         Ok(())
@@ -325,17 +366,28 @@ const NOT_CONFIG: [&str; 5] = ["CONFIG", "LOG", "PG_BINDIR", "PYTHON", "AGE_DSN"
 /// `ONETRIP_SECTION_KEY=value` sets `[section] key = value`. The value is read
 /// as a TOML value when it parses as one (numbers, booleans, arrays), else as
 /// a string.
-fn apply_env(table: &mut toml::Table, name: &str, rest: &str, value: &str) -> Result<(), ConfigError> {
-    const SECTIONS: [&str; 9] =
-        ["listen", "upstream", "tls", "coalesce", "planner", "metrics", "admin", "limits", "log"];
+fn apply_env(
+    table: &mut toml::Table,
+    name: &str,
+    rest: &str,
+    value: &str,
+) -> Result<(), ConfigError> {
+    const SECTIONS: [&str; 9] = [
+        "listen", "upstream", "tls", "coalesce", "planner", "metrics", "admin", "limits", "log",
+    ];
     let lower = rest.to_ascii_lowercase();
-    let Some((section, key)) = SECTIONS
-        .iter()
-        .find_map(|s| lower.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
-    else {
+    let Some((section, key)) = SECTIONS.iter().find_map(|s| {
+        lower
+            .strip_prefix(s)
+            .and_then(|k| k.strip_prefix('_'))
+            .map(|k| (*s, k))
+    }) else {
         return Err(ConfigError::Key {
             key: name.into(),
-            message: format!("unknown section; expected ONETRIP_<{}>_<KEY>", SECTIONS.join("|").to_uppercase()),
+            message: format!(
+                "unknown section; expected ONETRIP_<{}>_<KEY>",
+                SECTIONS.join("|").to_uppercase()
+            ),
         });
     };
     let parsed = format!("v = {value}")
@@ -351,7 +403,10 @@ fn apply_env(table: &mut toml::Table, name: &str, rest: &str, value: &str) -> Re
             t.insert(key.into(), parsed);
             Ok(())
         }
-        _ => Err(ConfigError::Key { key: section.into(), message: "must be a table".into() }),
+        _ => Err(ConfigError::Key {
+            key: section.into(),
+            message: "must be a table".into(),
+        }),
     }
 }
 
@@ -372,7 +427,11 @@ pub mod duration {
             "ms" => n / 1e3,
             "s" => n,
             "m" | "min" => n * 60.0,
-            u => return Err(format!("unknown duration unit {u:?} in {s:?} (use us, ms, s, m)")),
+            u => {
+                return Err(format!(
+                    "unknown duration unit {u:?} in {s:?} (use us, ms, s, m)"
+                ));
+            }
         };
         Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
     }
@@ -404,7 +463,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{}.toml", text.len()));
         std::fs::write(&path, text).unwrap();
-        Config::load(Some(&path), env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        Config::load(
+            Some(&path),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
     }
 
     #[test]
@@ -416,7 +478,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let err = load_str("[upstream]\nadress = \"x:1\"\n", &[]).unwrap_err().to_string();
+        let err = load_str("[upstream]\nadress = \"x:1\"\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("adress"), "{err}");
     }
 
@@ -424,14 +488,20 @@ mod tests {
     fn env_overrides() {
         let cfg = load_str(
             "",
-            &[("ONETRIP_UPSTREAM_ADDRESS", "db:5433"), ("ONETRIP_UPSTREAM_RTT", "0.5ms"), ("ONETRIP_COALESCE_SINGLE_READ", "false")],
+            &[
+                ("ONETRIP_UPSTREAM_ADDRESS", "db:5433"),
+                ("ONETRIP_UPSTREAM_RTT", "0.5ms"),
+                ("ONETRIP_COALESCE_SINGLE_READ", "false"),
+            ],
         )
         .unwrap();
         assert_eq!(cfg.upstream.address, UpstreamAddress::Tcp("db:5433".into()));
         assert_eq!(cfg.upstream.rtt, Duration::from_micros(500));
         assert!(!cfg.coalesce.single_read);
         assert!(load_str("", &[("ONETRIP_LOG", "debug")]).is_ok());
-        let err = load_str("", &[("ONETRIP_NOPE_X", "1")]).unwrap_err().to_string();
+        let err = load_str("", &[("ONETRIP_NOPE_X", "1")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ONETRIP_NOPE_X"), "{err}");
     }
 
@@ -439,6 +509,11 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(load_str("[upstream]\nrtt = \"5 parsecs\"\n", &[]).is_err());
         assert!(load_str("[upstream]\naddress = \"nowhere\"\n", &[]).is_err());
-        assert!(load_str("[tls]\ncert_file = \"a.pem\"\n", &[]).unwrap_err().to_string().contains("tls.cert_file"));
+        assert!(
+            load_str("[tls]\ncert_file = \"a.pem\"\n", &[])
+                .unwrap_err()
+                .to_string()
+                .contains("tls.cert_file")
+        );
     }
 }

@@ -57,9 +57,12 @@ impl Shared {
         let packet = startup::encode_cancel(pid, &secret);
         let addr = self.upstream_addr();
         let result = async {
-            let mut s = tokio::time::timeout(self.config.upstream.connect_timeout, tokio::net::TcpStream::connect(&addr))
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            let mut s = tokio::time::timeout(
+                self.config.upstream.connect_timeout,
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
             tokio::io::AsyncWriteExt::write_all(&mut s, &packet).await?;
             // The server closes the connection once it has read the request.
             let mut sink = [0u8; 1];
@@ -77,7 +80,10 @@ impl Shared {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot start embedded PostgreSQL: {0}")]
     Embedded(#[from] EmbeddedError),
     #[error("TLS configuration: {0}")]
@@ -100,19 +106,42 @@ pub struct Proxy {
 impl Proxy {
     /// Starts listening (and the embedded server, if configured).
     pub async fn start(config: Config) -> Result<Self, StartError> {
+        Self::start_on(config, Vec::new()).await
+    }
+
+    /// Like `start`, but sessions are spread round-robin over `workers`
+    /// (runtimes of one thread each, so a session never changes thread and
+    /// no message costs a thread wake-up); the caller's runtime keeps the
+    /// accept loop.
+    pub async fn start_on(
+        config: Config,
+        workers: Vec<tokio::runtime::Handle>,
+    ) -> Result<Self, StartError> {
         let embedded = match &config.upstream.address {
             UpstreamAddress::Embedded => {
-                let opts = PgOptions { data_dir: config.upstream.embedded_data_dir.clone(), ..Default::default() };
-                Some(tokio::task::spawn_blocking(move || PgServer::start(opts)).await.map_err(|e| {
-                    EmbeddedError::Command { what: "embedded server start".into(), detail: e.to_string() }
-                })??)
+                let opts = PgOptions {
+                    data_dir: config.upstream.embedded_data_dir.clone(),
+                    ..Default::default()
+                };
+                Some(
+                    tokio::task::spawn_blocking(move || PgServer::start(opts))
+                        .await
+                        .map_err(|e| EmbeddedError::Command {
+                            what: "embedded server start".into(),
+                            detail: e.to_string(),
+                        })??,
+                )
             }
             UpstreamAddress::Tcp(_) => None,
         };
-        Self::start_with(config, embedded).await
+        Self::start_with(config, embedded, workers).await
     }
 
-    async fn start_with(config: Config, embedded: Option<PgServer>) -> Result<Self, StartError> {
+    async fn start_with(
+        config: Config,
+        embedded: Option<PgServer>,
+        workers: Vec<tokio::runtime::Handle>,
+    ) -> Result<Self, StartError> {
         let upstream_addr = match (&config.upstream.address, &embedded) {
             (UpstreamAddress::Tcp(a), _) => a.clone(),
             (UpstreamAddress::Embedded, Some(pg)) => pg.addr().to_string(),
@@ -127,8 +156,12 @@ impl Proxy {
             _ => Some(net::client_tls(config.upstream.tls_ca_file.as_deref())?),
         };
         let addr = config.listen.address;
-        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Listen { addr, source })?;
         let (stop_accepting, stop_rx) = watch::channel(false);
         let (force_close, force_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -142,12 +175,24 @@ impl Proxy {
             cypher: Default::default(),
         });
         let metrics_addr = match shared.config.metrics.listen {
-            Some(a) => Some(crate::metrics::serve(a, shared.clone()).await.map_err(StartError::Metrics)?),
+            Some(a) => Some(
+                crate::metrics::serve(a, shared.clone())
+                    .await
+                    .map_err(StartError::Metrics)?,
+            ),
             None => None,
         };
-        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
+        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx, workers));
         info!(listen = %local_addr, upstream = %shared.upstream_addr, "onetrip ready");
-        Ok(Self { local_addr, shared, stop_accepting, force_close, accept_task, metrics_addr, embedded })
+        Ok(Self {
+            local_addr,
+            shared,
+            stop_accepting,
+            force_close,
+            accept_task,
+            metrics_addr,
+            embedded,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -188,15 +233,27 @@ impl Proxy {
             }
         };
         if !sessions.is_empty() {
-            info!(sessions = sessions.len(), ?grace, "waiting for sessions to finish");
+            info!(
+                sessions = sessions.len(),
+                ?grace,
+                "waiting for sessions to finish"
+            );
         }
-        let drained = tokio::time::timeout(grace, async { while sessions.join_next().await.is_some() {} }).await;
+        let drained = tokio::time::timeout(grace, async {
+            while sessions.join_next().await.is_some() {}
+        })
+        .await;
         if drained.is_err() {
-            warn!(sessions = sessions.len(), "grace period over; closing remaining sessions");
+            warn!(
+                sessions = sessions.len(),
+                "grace period over; closing remaining sessions"
+            );
             let _ = self.force_close.send(true);
-            if tokio::time::timeout(Duration::from_secs(5), async { while sessions.join_next().await.is_some() {} })
-                .await
-                .is_err()
+            if tokio::time::timeout(Duration::from_secs(5), async {
+                while sessions.join_next().await.is_some() {}
+            })
+            .await
+            .is_err()
             {
                 sessions.abort_all();
             }
@@ -208,7 +265,12 @@ impl Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    workers: Vec<tokio::runtime::Handle>,
+) -> JoinSet<()> {
     let mut sessions = JoinSet::new();
     let mut next_id = 0u64;
     loop {
@@ -216,7 +278,28 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
             r = listener.accept() => match r {
                 Ok((tcp, peer)) => {
                     next_id += 1;
-                    sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
+                    if workers.is_empty() {
+                        sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
+                        continue;
+                    }
+                    // The socket is registered with this runtime's reactor;
+                    // hand it over as a std socket so the worker's own
+                    // reactor drives it.
+                    let std_tcp = match tcp.into_std() {
+                        Ok(s) => s,
+                        Err(e) => { warn!("cannot hand over connection: {e}"); continue }
+                    };
+                    let shared = shared.clone();
+                    let worker = &workers[next_id as usize % workers.len()];
+                    sessions.spawn_on(
+                        async move {
+                            match tokio::net::TcpStream::from_std(std_tcp) {
+                                Ok(tcp) => crate::session::serve(tcp, peer, shared, next_id).await,
+                                Err(e) => warn!("cannot adopt connection: {e}"),
+                            }
+                        },
+                        worker,
+                    );
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off, keep serving.

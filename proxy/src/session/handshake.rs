@@ -23,13 +23,19 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("could not connect to upstream {addr}: {source}")]
-    Connect { addr: String, source: std::io::Error },
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("could not connect to upstream {addr}: timed out after {timeout:?}")]
     Timeout { addr: String, timeout: Duration },
     #[error("upstream {addr} does not support TLS, and [upstream] tls = \"require\"")]
     TlsRefused { addr: String },
     #[error("TLS handshake with upstream {addr} failed: {source}")]
-    Tls { addr: String, source: std::io::Error },
+    Tls {
+        addr: String,
+        source: std::io::Error,
+    },
 }
 
 /// Opens a connection to the upstream, negotiating TLS as configured.
@@ -42,10 +48,17 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
         Ok(Ok(t)) => t,
     };
     let _ = tcp.set_nodelay(true);
-    let Some(connector) = &shared.upstream_tls else { return Ok(Stream::Plain(tcp)) };
+    let Some(connector) = &shared.upstream_tls else {
+        return Ok(Stream::Plain(tcp));
+    };
     let mut tcp = tcp;
-    let io_err = |source| ConnectError::Connect { addr: addr.clone(), source };
-    tcp.write_all(&startup::encode_code(startup::SSL_REQUEST)).await.map_err(io_err)?;
+    let io_err = |source| ConnectError::Connect {
+        addr: addr.clone(),
+        source,
+    };
+    tcp.write_all(&startup::encode_code(startup::SSL_REQUEST))
+        .await
+        .map_err(io_err)?;
     let mut answer = [0u8; 1];
     tcp.read_exact(&mut answer).await.map_err(io_err)?;
     if answer[0] != b'S' {
@@ -54,10 +67,17 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
         }
         return Ok(Stream::Plain(tcp));
     }
-    let host = addr.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']'])).unwrap_or("localhost");
-    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-        .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("static name"));
-    let tls = connector.connect(name, tcp).await.map_err(|source| ConnectError::Tls { addr, source })?;
+    let host = addr
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_matches(['[', ']']))
+        .unwrap_or("localhost");
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap_or_else(|_| {
+        rustls::pki_types::ServerName::try_from("localhost").expect("static name")
+    });
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|source| ConnectError::Tls { addr, source })?;
     Ok(Stream::ClientTls(Box::new(tls)))
 }
 
@@ -105,7 +125,10 @@ pub async fn relay_auth(
     loop {
         let msg = read_message(&mut io.ur, &mut uin, max, timeout)
             .await
-            .map_err(|source| HandshakeEnd::Upstream { addr: addr.clone(), source })?;
+            .map_err(|source| HandshakeEnd::Upstream {
+                addr: addr.clone(),
+                source,
+            })?;
         Counters::add(&c.bytes_from_upstream, msg.len() as u64);
         let t = msg[0];
         let mut needs_answer = false;
@@ -121,7 +144,8 @@ pub async fn relay_auth(
             }
             tag::BACKEND_KEY_DATA => {
                 if let Some((pid, secret)) = backend::backend_key(&msg) {
-                    info.upstream_pid.store(pid as u64, std::sync::atomic::Ordering::Relaxed);
+                    info.upstream_pid
+                        .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
                     shared.register_cancel_key(pid, secret);
                 }
                 msg
@@ -150,7 +174,9 @@ pub async fn relay_auth(
         }
         if needs_answer {
             out.write_all(&mut io.cw).await?;
-            let answer = read_message(&mut io.cr, &mut cin, max, timeout).await.map_err(HandshakeEnd::Client)?;
+            let answer = read_message(&mut io.cr, &mut cin, max, timeout)
+                .await
+                .map_err(HandshakeEnd::Client)?;
             if answer[0] != tag::PASSWORD {
                 return Err(HandshakeEnd::Unexpected(answer[0]));
             }

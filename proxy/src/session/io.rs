@@ -38,7 +38,9 @@ impl WriteQueue {
     fn advance(&mut self, mut n: usize) {
         self.len -= n;
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else { return };
+            let Some(front) = self.chunks.front_mut() else {
+                return;
+            };
             if front.len() <= n {
                 n -= front.len();
                 self.chunks.pop_front();
@@ -113,5 +115,7 @@ pub async fn read_message<R: AsyncRead + Unpin>(
             }
         }
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| ReadError::Timeout)?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| ReadError::Timeout)?
 }

@@ -41,7 +41,9 @@ pub struct Judge {
 
 impl Judge {
     pub fn new(read_only_functions: &[String]) -> Self {
-        Self { cache: ClassCache::new(CACHE_ENTRIES, read_only_functions.to_vec()) }
+        Self {
+            cache: ClassCache::new(CACHE_ENTRIES, read_only_functions.to_vec()),
+        }
     }
 
     pub fn judge(&mut self, sql: &str) -> Judged {
@@ -53,6 +55,9 @@ impl Judge {
             StatementClass::Unknown => Verdict::Unknown,
             other => Verdict::Never(other),
         };
-        Judged { verdict, isolation: c.isolation }
+        Judged {
+            verdict,
+            isolation: c.isolation,
+        }
     }
 }

@@ -4,8 +4,8 @@
 mod coalesce;
 mod cypher;
 mod handshake;
-mod judge;
 pub mod io;
+mod judge;
 mod relay;
 mod sql;
 mod state;
@@ -20,8 +20,8 @@ use tokio::{
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
-    server::Shared,
     net::Stream,
+    server::Shared,
     wire::{
         startup::{self, StartupMessage},
         write::{self, Severity},
@@ -86,7 +86,9 @@ async fn negotiate(
             Ok(Ok(Some(raw))) => raw,
             Ok(Ok(None)) => return Ok(None),
             Ok(Err(StartupFailure::Protocol(e))) => {
-                let _ = stream.write_all(&write::error(Severity::Fatal, "08P01", &e.to_string())).await;
+                let _ = stream
+                    .write_all(&write::error(Severity::Fatal, "08P01", &e.to_string()))
+                    .await;
                 return Err(e.into());
             }
             Ok(Err(e)) => return Err(e),
@@ -113,7 +115,9 @@ async fn negotiate(
                 return Ok(Some((stream, raw, params, round_trips)));
             }
             Err(e) => {
-                let _ = stream.write_all(&write::error(Severity::Fatal, "08P01", &e.to_string())).await;
+                let _ = stream
+                    .write_all(&write::error(Severity::Fatal, "08P01", &e.to_string()))
+                    .await;
                 return Err(e.into());
             }
         }

@@ -55,7 +55,11 @@ impl Prepared {
     }
 
     pub fn get(&self, name: &str) -> Option<&Sql> {
-        if name.is_empty() { self.unnamed.as_ref() } else { self.named.get(name) }
+        if name.is_empty() {
+            self.unnamed.as_ref()
+        } else {
+            self.named.get(name)
+        }
     }
 }
 
@@ -83,7 +87,9 @@ mod tests {
         ] {
             assert!(may_set_isolation(s), "{s}");
         }
-        assert!(!may_set_isolation("select abalance from pgbench_accounts where aid = 42"));
+        assert!(!may_set_isolation(
+            "select abalance from pgbench_accounts where aid = 42"
+        ));
     }
 
     #[test]

@@ -146,7 +146,8 @@ impl Protocol {
             if self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
                 return None;
             }
-            self.stmt_counts.insert(sql.detached(), StatementCounts::default());
+            self.stmt_counts
+                .insert(sql.detached(), StatementCounts::default());
         }
         self.stmt_counts.get_mut(sql)
     }
