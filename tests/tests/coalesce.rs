@@ -188,6 +188,28 @@ async fn write_probe_passes_and_fails_exactly() {
     .await;
     assert_eq!(spent, (1, 1, 1, 0), "probe passes");
 
+    // The probe stays prepared between batches; a DISCARD ALL drops it,
+    // and the next probe prepares it again.
+    let (_, spent) = both(&env, &[], async |r: &mut Raw| {
+        let sql =
+            "with u as (update t set v = v where id = -1 returning id) select count(*) from u";
+        r.read_batch(sql);
+        let mut v = flush_then_sync(r, 'C').await;
+        r.read_batch(sql);
+        v.extend(flush_then_sync(r, 'C').await);
+        r.query("discard all");
+        v.extend(r.round_trip('Z').await);
+        r.read_batch(sql);
+        v.extend(flush_then_sync(r, 'C').await);
+        v
+    })
+    .await;
+    assert_eq!(
+        spent,
+        (4, 3, 3, 0),
+        "probe prepared once, again after DISCARD ALL"
+    );
+
     // One that writes: the probe fails, the batch runs again, the write
     // happens exactly once (the table dump in the transcript shows it), and
     // the statement is not probed again in that session.

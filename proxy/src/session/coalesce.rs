@@ -18,6 +18,7 @@ use super::{
     judge::{Judge, Verdict},
     sql::{Prepared, Sql, may_set_isolation},
 };
+use crate::cypher::contains_ci;
 use crate::{
     server::Shared,
     stats::{Counters, SessionInfo},
@@ -77,7 +78,8 @@ struct Batch {
 struct Held {
     messages: Vec<Bytes>,
     bytes: usize,
-    /// Index of the probe's first answer (its CloseComplete).
+    /// Index of the probe's first answer: the client's Execute ends with
+    /// the batch's only CommandComplete (or EmptyQueryResponse).
     probe_at: Option<usize>,
     statement_failed: bool,
     probe_failed: bool,
@@ -104,7 +106,11 @@ pub struct Coalescer {
     no_probe: HashSet<Sql>,
     /// Statements whose held answers outgrew the bound: not coalesced again.
     no_coalesce: HashSet<Sql>,
-    probe_batch: Bytes,
+    /// Close + Parse of the probe, sent until the server has it prepared.
+    probe_prepare: Bytes,
+    /// Bind + Execute of the probe.
+    probe_run: Bytes,
+    probe_prepared: bool,
 }
 
 impl Coalescer {
@@ -125,7 +131,9 @@ impl Coalescer {
             txn_isolation: None,
             no_probe: HashSet::new(),
             no_coalesce: HashSet::new(),
-            probe_batch: probe_batch(true),
+            probe_prepare: probe_prepare(true),
+            probe_run: probe_run(),
+            probe_prepared: false,
         }
     }
 
@@ -136,7 +144,7 @@ impl Coalescer {
                 .next()
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(0);
-            self.probe_batch = probe_batch(major >= 13);
+            self.probe_prepare = probe_prepare(major >= 13);
         }
     }
 
@@ -168,11 +176,19 @@ impl Coalescer {
     }
 
     pub fn on_simple_query(&mut self, sql: &str) {
+        self.note_deallocation(sql);
         if !may_set_isolation(sql) {
             return;
         }
         let changes = self.judge.judge(sql).isolation;
         self.apply_isolation(&changes, false);
+    }
+
+    /// DISCARD ALL / DEALLOCATE may drop the probe's prepared statement.
+    fn note_deallocation(&mut self, sql: &str) {
+        if contains_ci(sql, "discard") || contains_ci(sql, "deallocate") {
+            self.probe_prepared = false;
+        }
     }
 
     fn apply_isolation(&mut self, changes: &[IsolationChange], in_block: bool) {
@@ -226,6 +242,10 @@ impl Coalescer {
                 self.batch.executes += 1;
                 self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
                 self.batch.frames.push(msg.clone());
+                if let Some(sql) = &self.batch.statement {
+                    let sql = sql.clone();
+                    self.note_deallocation(sql.as_str());
+                }
                 if let Some(sql) = self.batch.statement.clone()
                     && may_set_isolation(sql.as_str())
                 {
@@ -291,7 +311,10 @@ impl Coalescer {
     fn early_sync(&mut self, probe: bool, ctx: &Ctx, out: &mut Out) {
         Counters::add(&ctx.info.counters.coalesced_batches, 1);
         if probe {
-            out.to_upstream.push(self.probe_batch.clone());
+            if !self.probe_prepared {
+                out.to_upstream.push(self.probe_prepare.clone());
+            }
+            out.to_upstream.push(self.probe_run.clone());
             self.held = Held::default();
         }
         out.to_upstream.push(sync_frame());
@@ -343,13 +366,16 @@ impl Coalescer {
                 self.finish_probe(status, ctx, out);
                 return;
             }
-            tag::CLOSE_COMPLETE if h.probe_at.is_none() => h.probe_at = Some(h.messages.len()),
             tag::ERROR_RESPONSE if h.probe_at.is_some() => h.probe_failed = true,
             tag::ERROR_RESPONSE => h.statement_failed = true,
             _ => {}
         }
+        let ends_statement = matches!(t, tag::COMMAND_COMPLETE | tag::EMPTY_QUERY);
         h.bytes += msg.len();
         h.messages.push(msg);
+        if ends_statement && h.probe_at.is_none() && !h.statement_failed {
+            h.probe_at = Some(h.messages.len());
+        }
         if h.bytes > self.max_held
             && let Some(sql) = &self.batch.statement
         {
@@ -361,6 +387,8 @@ impl Coalescer {
     fn finish_probe(&mut self, status: u8, ctx: &Ctx, out: &mut Out) {
         let held = std::mem::take(&mut self.held);
         let batch = std::mem::take(&mut self.batch);
+        // Only a probe that ran and passed is known to be prepared.
+        self.probe_prepared = !held.statement_failed && !held.probe_failed;
         if held.statement_failed || !held.probe_failed {
             // The statement failed on its own (the server skipped the probe),
             // or wrote nothing: the client gets exactly its own answers.
@@ -421,11 +449,11 @@ fn flush_frame() -> Bytes {
     Bytes::from_static(&[tag::FLUSH, 0, 0, 0, 4])
 }
 
-/// Close + Parse + Bind + Execute of the write probe, a named statement and
-/// portal of the proxy's own (the client may still use the unnamed ones).
-/// It fails, with division by zero, iff the transaction has an xid, which it
-/// gets at its first write.
-fn probe_batch(pg13: bool) -> Bytes {
+/// Close + Parse of the write probe, a named statement of the proxy's own
+/// (the client may still use the unnamed one). It fails, with division by
+/// zero, iff the transaction has an xid, which it gets at its first write.
+/// The Close makes the Parse succeed whatever became of an earlier one.
+fn probe_prepare(pg13: bool) -> Bytes {
     let sql = if pg13 {
         "SELECT 1 / (pg_catalog.pg_current_xact_id_if_assigned() IS NULL)::int"
     } else {
@@ -444,6 +472,12 @@ fn probe_batch(pg13: bool) -> Bytes {
         b.put_u8(0);
         b.put_i16(0);
     });
+    out.freeze()
+}
+
+/// Bind + Execute of the prepared probe, into a portal of the proxy's own.
+fn probe_run() -> Bytes {
+    let mut out = BytesMut::new();
     write::message(&mut out, tag::BIND, |b| {
         b.put_slice(PROBE.as_bytes());
         b.put_u8(0);
