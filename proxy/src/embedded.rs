@@ -19,7 +19,9 @@ pub enum EmbeddedError {
          `apt-get install postgresql` (Debian/Ubuntu) or put their directory on PATH"
     )]
     NotInstalled,
-    #[error("running as root, and there is no `postgres` system user to run PostgreSQL as; create one (`useradd -r postgres`) or run onetrip as another user")]
+    #[error(
+        "running as root, and there is no `postgres` system user to run PostgreSQL as; create one (`useradd -r postgres`) or run onetrip as another user"
+    )]
     NoServerUser,
     #[error("{what} failed: {detail}")]
     Command { what: String, detail: String },
@@ -73,7 +75,16 @@ impl PgServer {
             chown(&data_dir, run_as)?;
             let out = command(&bin_dir, "initdb", run_as)
                 .args([OsStr::new("-D"), data_dir.as_os_str()])
-                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C.UTF-8"])
+                .args([
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                    "--locale=C.UTF-8",
+                ])
                 .output()?;
             if !out.status.success() {
                 return Err(EmbeddedError::Command {
@@ -83,7 +94,8 @@ impl PgServer {
             }
         }
         let hba = opts.hba.clone().unwrap_or_else(|| {
-            "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n".into()
+            "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n"
+                .into()
         });
         write_owned(&data_dir.join("pg_hba.conf"), &hba, run_as)?;
         let mut conf = String::from(
@@ -98,7 +110,11 @@ impl PgServer {
         let main_conf = data_dir.join("postgresql.conf");
         let text = std::fs::read_to_string(&main_conf)?;
         if !text.contains("include_if_exists = 'onetrip.conf'") {
-            write_owned(&main_conf, &format!("{text}\ninclude_if_exists = 'onetrip.conf'\n"), run_as)?;
+            write_owned(
+                &main_conf,
+                &format!("{text}\ninclude_if_exists = 'onetrip.conf'\n"),
+                run_as,
+            )?;
         }
         let port = match opts.port {
             Some(p) => p,
@@ -114,7 +130,14 @@ impl PgServer {
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
             .spawn()?;
-        let mut server = Self { child: Some(child), port, data_dir, bin_dir, run_as, _temp: temp };
+        let mut server = Self {
+            child: Some(child),
+            port,
+            data_dir,
+            bin_dir,
+            run_as,
+            _temp: temp,
+        };
         server.wait_ready(Duration::from_secs(60))?;
         Ok(server)
     }
@@ -137,7 +160,10 @@ impl PgServer {
 
     /// A libpq connection string for the superuser.
     pub fn dsn(&self, dbname: &str) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname={dbname}", self.port)
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={dbname}",
+            self.port
+        )
     }
 
     fn wait_ready(&mut self, limit: Duration) -> Result<(), EmbeddedError> {
@@ -147,11 +173,23 @@ impl PgServer {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                return Err(EmbeddedError::Command { what: format!("postgres ({status})"), detail: log() });
+                return Err(EmbeddedError::Command {
+                    what: format!("postgres ({status})"),
+                    detail: log(),
+                });
             }
             if TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_ok() {
                 let ok = command(&self.bin_dir, "pg_isready", None)
-                    .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres"])
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        &self.port.to_string(),
+                        "-U",
+                        "postgres",
+                        "-d",
+                        "postgres",
+                    ])
                     .stdout(Stdio::null())
                     .status()
                     .map(|s| s.success())

@@ -42,13 +42,21 @@ macro_rules! delegate {
 }
 
 impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         delegate!(self, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         delegate!(self, s => Pin::new(s).poll_write(cx, buf))
     }
 
@@ -92,20 +100,38 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn read_pem(path: &std::path::Path) -> Result<Vec<u8>, TlsConfigError> {
-    std::fs::read(path).map_err(|source| TlsConfigError::Read { path: path.display().to_string(), source })
+    std::fs::read(path).map_err(|source| TlsConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The acceptor for client connections that ask for TLS.
-pub fn server_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, TlsConfigError> {
+pub fn server_tls(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<tokio_rustls::TlsAcceptor, TlsConfigError> {
     let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &read_pem(cert)?[..])
         .collect::<Result<_, _>>()
-        .map_err(|source| TlsConfigError::Read { path: cert.display().to_string(), source })?;
+        .map_err(|source| TlsConfigError::Read {
+            path: cert.display().to_string(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(TlsConfigError::Empty { path: cert.display().to_string(), what: "certificate" });
+        return Err(TlsConfigError::Empty {
+            path: cert.display().to_string(),
+            what: "certificate",
+        });
     }
     let key_der = rustls_pemfile::private_key(&mut &read_pem(key)?[..])
-        .map_err(|source| TlsConfigError::Read { path: key.display().to_string(), source })?
-        .ok_or_else(|| TlsConfigError::Empty { path: key.display().to_string(), what: "private key" })?;
+        .map_err(|source| TlsConfigError::Read {
+            path: key.display().to_string(),
+            source,
+        })?
+        .ok_or_else(|| TlsConfigError::Empty {
+            path: key.display().to_string(),
+            what: "private key",
+        })?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
@@ -115,13 +141,19 @@ pub fn server_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio
 
 /// The connector for the upstream. Without a CA file the upstream's
 /// certificate is not verified (as libpq's `sslmode=require`).
-pub fn client_tls(ca: Option<&std::path::Path>) -> Result<tokio_rustls::TlsConnector, TlsConfigError> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+pub fn client_tls(
+    ca: Option<&std::path::Path>,
+) -> Result<tokio_rustls::TlsConnector, TlsConfigError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
     let config = match ca {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in rustls_pemfile::certs(&mut &read_pem(path)?[..]) {
-                let cert = cert.map_err(|source| TlsConfigError::Read { path: path.display().to_string(), source })?;
+                let cert = cert.map_err(|source| TlsConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
                 roots.add(cert)?;
             }
             builder.with_root_certificates(roots).with_no_client_auth()
@@ -156,7 +188,12 @@ impl ServerCertVerifier for NoVerify {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -165,7 +202,12 @@ impl ServerCertVerifier for NoVerify {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -19,7 +19,8 @@ use dashmap::DashMap;
 
 /// Upper bounds (seconds) of the upstream round-trip latency histogram.
 pub const LATENCY_BUCKETS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 macro_rules! counters {
@@ -124,7 +125,9 @@ impl Snapshot {
 
     /// Mean upstream round-trip latency in microseconds (0 without samples).
     pub fn avg_latency_us(&self) -> u64 {
-        self.latency_sum_us.checked_div(self.latency_count()).unwrap_or(0)
+        self.latency_sum_us
+            .checked_div(self.latency_count())
+            .unwrap_or(0)
     }
 }
 
@@ -136,7 +139,10 @@ impl Counters {
 
     pub fn record_latency(&self, d: Duration) {
         let s = d.as_secs_f64();
-        let i = LATENCY_BUCKETS.iter().position(|b| s <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
         self.latency_buckets[i].fetch_add(1, Relaxed);
         self.latency_sum_us.fetch_add(d.as_micros() as u64, Relaxed);
     }
@@ -229,7 +235,10 @@ const MAX_FINGERPRINTS: usize = 10_000;
 
 impl Stats {
     pub fn new() -> Self {
-        Self { started: Some(Instant::now()), ..Default::default() }
+        Self {
+            started: Some(Instant::now()),
+            ..Default::default()
+        }
     }
 
     pub fn open_session(
@@ -270,7 +279,11 @@ impl Stats {
         }
         let mut all = self.statements.lock().unwrap_or_else(|e| e.into_inner());
         for (fp, c) in statements {
-            let key = if all.len() >= MAX_FINGERPRINTS && !all.contains_key(&fp) { "(other)".into() } else { fp };
+            let key = if all.len() >= MAX_FINGERPRINTS && !all.contains_key(&fp) {
+                "(other)".into()
+            } else {
+                fp
+            };
             let e = all.entry(key).or_default();
             e.statements += c.statements;
             e.client_round_trips += c.client_round_trips;
@@ -283,7 +296,11 @@ impl Stats {
     }
 
     pub fn fallback_reasons(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<_> = self.fallback_reasons.iter().map(|e| (e.key().clone(), *e.value())).collect();
+        let mut v: Vec<_> = self
+            .fallback_reasons
+            .iter()
+            .map(|e| (e.key().clone(), *e.value()))
+            .collect();
         v.sort();
         v
     }
@@ -296,8 +313,11 @@ impl Stats {
 
     /// Totals per (database, user), live sessions included.
     pub fn by_database_user(&self) -> Vec<((String, String), Snapshot)> {
-        let mut groups: HashMap<(String, String), Snapshot> =
-            self.closed.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
+        let mut groups: HashMap<(String, String), Snapshot> = self
+            .closed
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
         for s in self.live.iter() {
             groups
                 .entry((s.database.clone(), s.user.clone()))
@@ -321,7 +341,11 @@ impl Stats {
     pub fn top_statements(&self, n: usize) -> Vec<(String, StatementCounts)> {
         let all = self.statements.lock().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<_> = all.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
-        v.sort_by(|a, b| b.1.client_round_trips.cmp(&a.1.client_round_trips).then(a.0.cmp(&b.0)));
+        v.sort_by(|a, b| {
+            b.1.client_round_trips
+                .cmp(&a.1.client_round_trips)
+                .then(a.0.cmp(&b.0))
+        });
         v.truncate(n);
         v
     }
@@ -331,7 +355,10 @@ impl Stats {
         for s in self.live.iter() {
             s.counters.reset();
         }
-        self.statements.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.statements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.fallback_reasons.clear();
     }
 }

@@ -46,7 +46,10 @@ impl Env {
         let mut cfg = proxy_config(&pg);
         tweak(&mut cfg);
         let proxy = Proxy::start(cfg).await.expect("start proxy");
-        Self { pg, proxy: Some(proxy) }
+        Self {
+            pg,
+            proxy: Some(proxy),
+        }
     }
 
     pub fn proxy(&self) -> &Proxy {
@@ -59,24 +62,49 @@ impl Env {
 
     /// libpq connection string to the server, bypassing the proxy.
     pub fn direct_dsn(&self) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.pg.port())
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.pg.port()
+        )
     }
 
     /// libpq connection string through the proxy.
     pub fn proxy_dsn(&self) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.proxy_port())
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.proxy_port()
+        )
     }
 
     pub fn dsn(&self, via_proxy: bool) -> String {
-        if via_proxy { self.proxy_dsn() } else { self.direct_dsn() }
+        if via_proxy {
+            self.proxy_dsn()
+        } else {
+            self.direct_dsn()
+        }
     }
 
     /// Runs `psql` against the proxy (or direct) with the given arguments.
     pub fn psql(&self, via_proxy: bool, args: &[&str]) -> Output {
-        let port = if via_proxy { self.proxy_port() } else { self.pg.port() };
+        let port = if via_proxy {
+            self.proxy_port()
+        } else {
+            self.pg.port()
+        };
         self.pg
             .tool("psql")
-            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres"])
+            .args([
+                "-X",
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
             .args(args)
             .env("PGCONNECT_TIMEOUT", "10")
             .output()
@@ -93,7 +121,9 @@ impl Env {
 
 /// Connects with tokio-postgres and drives the connection in the background.
 pub async fn connect(dsn: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.expect("connect");
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -102,16 +132,28 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
 
 /// Python 3 with psycopg 3, or `None` (callers print a skip line).
 pub fn python_with_psycopg() -> Option<PathBuf> {
-    let py = std::env::var_os("ONETRIP_PYTHON").map(PathBuf::from).unwrap_or_else(|| "python3".into());
-    let ok = Command::new(&py).args(["-c", "import psycopg"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let py = std::env::var_os("ONETRIP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import psycopg"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     ok.then_some(py)
 }
 
 /// Runs a Python script from `tests/py/` with `args`; returns its stdout.
 /// Panics with the script's stderr on failure.
 pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("py").join(script);
-    let out = Command::new(py).arg(&path).args(args).output().expect("run python");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("py")
+        .join(script);
+    let out = Command::new(py)
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run python");
     assert!(
         out.status.success(),
         "{script} failed ({}):\n{}\n{}",
@@ -131,8 +173,13 @@ pub fn skip(what: &str) {
 /// connection, for tests that poll it themselves (notifications).
 pub async fn connect_raw(
     dsn: &str,
-) -> (tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>) {
-    tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.expect("connect")
+) -> (
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+) {
+    tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .expect("connect")
 }
 
 /// A minimal protocol-3 client over a plain socket, for bytes no real client
@@ -186,7 +233,9 @@ pub mod raw {
             s.read_exact(&mut body).await.ok()?;
             Some((head[0], body))
         };
-        tokio::time::timeout(wait, fut).await.expect("no message or EOF in time")
+        tokio::time::timeout(wait, fut)
+            .await
+            .expect("no message or EOF in time")
     }
 
     /// Reads messages until EOF, returning them all.
@@ -207,15 +256,24 @@ pub mod raw {
     }
 
     pub fn field(body: &[u8], code: u8) -> Option<String> {
-        fields(body).into_iter().find(|(c, _)| *c == code).map(|(_, v)| v)
+        fields(body)
+            .into_iter()
+            .find(|(c, _)| *c == code)
+            .map(|(_, v)| v)
     }
 
     /// Connects and completes a trust-auth startup (through ReadyForQuery).
     pub async fn connect_ready(port: u16) -> TcpStream {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
-        s.write_all(&startup("postgres", "postgres")).await.expect("write startup");
+        let mut s = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        s.write_all(&startup("postgres", "postgres"))
+            .await
+            .expect("write startup");
         loop {
-            let (tag, body) = read_message(&mut s, Duration::from_secs(10)).await.expect("startup answer");
+            let (tag, body) = read_message(&mut s, Duration::from_secs(10))
+                .await
+                .expect("startup answer");
             assert_ne!(tag, b'E', "startup failed: {:?}", fields(&body));
             if tag == b'Z' {
                 return s;

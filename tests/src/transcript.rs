@@ -27,7 +27,12 @@ impl Msg {
 
 impl std::fmt::Display for Msg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.tag, String::from_utf8_lossy(&self.body).replace('\0', "|"))
+        write!(
+            f,
+            "{}:{}",
+            self.tag,
+            String::from_utf8_lossy(&self.body).replace('\0', "|")
+        )
     }
 }
 
@@ -46,12 +51,21 @@ impl Raw {
     /// Connects as `postgres` to `postgres` (trust auth) with extra startup
     /// parameters, and reads up to the first ReadyForQuery.
     pub async fn connect(port: u16, params: &[(&str, &str)]) -> Self {
-        let stream = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
         stream.set_nodelay(true).expect("nodelay");
-        let mut raw = Self { stream, buf: BytesMut::new(), out: BytesMut::new() };
+        let mut raw = Self {
+            stream,
+            buf: BytesMut::new(),
+            out: BytesMut::new(),
+        };
         let mut body = BytesMut::new();
         body.put_u32(196608);
-        for (k, v) in [("user", "postgres"), ("database", "postgres")].iter().chain(params) {
+        for (k, v) in [("user", "postgres"), ("database", "postgres")]
+            .iter()
+            .chain(params)
+        {
             cstr(&mut body, k);
             cstr(&mut body, v);
         }
@@ -61,7 +75,10 @@ impl Raw {
         pkt.put_slice(&body);
         raw.stream.write_all(&pkt).await.expect("startup");
         let msgs = raw.until_ready().await;
-        assert!(msgs.iter().all(|m| m.tag != 'E'), "startup failed: {msgs:?}");
+        assert!(
+            msgs.iter().all(|m| m.tag != 'E'),
+            "startup failed: {msgs:?}"
+        );
         raw
     }
 
@@ -132,7 +149,10 @@ impl Raw {
     /// `Parse? Bind Describe Execute` of `sql` with the unnamed statement
     /// and portal: a single read as psycopg sends it (without the Flush).
     pub fn read_batch(&mut self, sql: &str) -> &mut Self {
-        self.parse("", sql).bind("", "", &[]).describe_portal("").execute("", 0)
+        self.parse("", sql)
+            .bind("", "", &[])
+            .describe_portal("")
+            .execute("", 0)
     }
 
     /// Writes everything queued, as one write.
@@ -145,16 +165,23 @@ impl Raw {
     pub async fn next(&mut self) -> Msg {
         loop {
             if self.buf.len() >= 5 {
-                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
+                    as usize;
                 if self.buf.len() > len {
                     let m = self.buf.split_to(len + 1);
-                    return Msg { tag: m[0] as char, body: m[5..].to_vec() };
+                    return Msg {
+                        tag: m[0] as char,
+                        body: m[5..].to_vec(),
+                    };
                 }
             }
-            let n = tokio::time::timeout(std::time::Duration::from_secs(30), self.stream.read_buf(&mut self.buf))
-                .await
-                .expect("answer within 30 s")
-                .expect("read");
+            let n = tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                self.stream.read_buf(&mut self.buf),
+            )
+            .await
+            .expect("answer within 30 s")
+            .expect("read");
             assert!(n > 0, "connection closed; had {:?}", self.buf);
         }
     }

@@ -17,7 +17,14 @@ const HBA: &str = "local all all trust\n\
 
 /// A server that asks for passwords, with one user per method.
 async fn env_with_users(tweak: impl FnOnce(&mut onetrip::Config)) -> Env {
-    let env = Env::start_with(PgOptions { hba: Some(HBA.into()), ..Default::default() }, tweak).await;
+    let env = Env::start_with(
+        PgOptions {
+            hba: Some(HBA.into()),
+            ..Default::default()
+        },
+        tweak,
+    )
+    .await;
     connect(&env.dsn(false))
         .await
         .batch_execute(
@@ -35,12 +42,23 @@ fn port(env: &Env, via: bool) -> u16 {
 }
 
 /// `current_user` on success, the SQLSTATE on failure.
-async fn login(env: &Env, via: bool, user: &str, password: &str) -> Result<String, Option<SqlState>> {
-    let dsn = format!("host=127.0.0.1 port={} user={user} password='{password}' dbname=postgres", port(env, via));
+async fn login(
+    env: &Env,
+    via: bool,
+    user: &str,
+    password: &str,
+) -> Result<String, Option<SqlState>> {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user={user} password='{password}' dbname=postgres",
+        port(env, via)
+    );
     match tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await {
         Ok((c, conn)) => {
             tokio::spawn(conn);
-            Ok(c.query_one("select current_user::text", &[]).await.unwrap().get(0))
+            Ok(c.query_one("select current_user::text", &[])
+                .await
+                .unwrap()
+                .get(0))
         }
         Err(e) => Err(e.code().cloned()),
     }
@@ -49,8 +67,15 @@ async fn login(env: &Env, via: bool, user: &str, password: &str) -> Result<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_md5_and_cleartext_users_log_in_as_direct() {
     let env = env_with_users(|_| {}).await;
-    for (user, password) in [("scram_user", "sCr@m pass"), ("md5_user", "md5 pass"), ("clear_user", "clear pass")] {
-        for (pw, expect) in [(password, Ok(user.to_owned())), ("wrong", Err(Some(SqlState::INVALID_PASSWORD)))] {
+    for (user, password) in [
+        ("scram_user", "sCr@m pass"),
+        ("md5_user", "md5 pass"),
+        ("clear_user", "clear pass"),
+    ] {
+        for (pw, expect) in [
+            (password, Ok(user.to_owned())),
+            ("wrong", Err(Some(SqlState::INVALID_PASSWORD))),
+        ] {
             let direct = login(&env, false, user, pw).await;
             let proxied = login(&env, true, user, pw).await;
             assert_eq!(direct, proxied, "{user} with password {pw:?}");
@@ -58,18 +83,46 @@ async fn scram_md5_and_cleartext_users_log_in_as_direct() {
         }
     }
     // libpq's SCRAM through the proxy too.
-    let out = psql(&env, true, "scram_user", &[("PGPASSWORD", "sCr@m pass")], "select current_user");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = psql(
+        &env,
+        true,
+        "scram_user",
+        &[("PGPASSWORD", "sCr@m pass")],
+        "select current_user",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "scram_user");
 }
 
-fn psql(env: &Env, via: bool, user: &str, vars: &[(&str, &str)], sql: &str) -> std::process::Output {
+fn psql(
+    env: &Env,
+    via: bool,
+    user: &str,
+    vars: &[(&str, &str)],
+    sql: &str,
+) -> std::process::Output {
     let mut cmd: Command = env.pg.tool("psql");
-    cmd.args(["-X", "-A", "-t", "-h", "127.0.0.1", "-p", &port(env, via).to_string(), "-U", user, "-d", "postgres"])
-        .args(["-c", sql])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .env_remove("PGPASSWORD")
-        .env_remove("PGSSLMODE");
+    cmd.args([
+        "-X",
+        "-A",
+        "-t",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port(env, via).to_string(),
+        "-U",
+        user,
+        "-d",
+        "postgres",
+    ])
+    .args(["-c", sql])
+    .env("PGCONNECT_TIMEOUT", "10")
+    .env_remove("PGPASSWORD")
+    .env_remove("PGSSLMODE");
     cmd.envs(vars.iter().copied());
     cmd.output().expect("run psql")
 }
@@ -81,7 +134,10 @@ async fn answer_to(port: u16, code: u32) -> (u8, TcpStream) {
     req.extend_from_slice(&code.to_be_bytes());
     s.write_all(&req).await.unwrap();
     let mut b = [0u8; 1];
-    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut b)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
     (b[0], s)
 }
 
@@ -91,7 +147,9 @@ const GSSENC_REQUEST: u32 = 80877104;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_a_self_signed_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
     let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
     std::fs::write(&cert, ck.cert.pem()).unwrap();
     std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
@@ -106,13 +164,25 @@ async fn tls_with_a_self_signed_certificate() {
     let require = [("PGSSLMODE", "require"), ("PGPASSWORD", "sCr@m pass")];
     let out = psql(&env, true, "scram_user", &require, "\\conninfo");
     let info = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(info.contains("SSL connection"), "{info}");
     // With a CA check against the generated certificate: it is the one served.
-    let verify = [("PGSSLMODE", "verify-full"), ("PGSSLROOTCERT", cert.to_str().unwrap()), ("PGPASSWORD", "md5 pass")];
+    let verify = [
+        ("PGSSLMODE", "verify-full"),
+        ("PGSSLROOTCERT", cert.to_str().unwrap()),
+        ("PGPASSWORD", "md5 pass"),
+    ];
     let sql = "select current_user, count(*) from generate_series(1, 1000)";
     let tls = psql(&env, true, "md5_user", &verify, sql);
-    assert!(tls.status.success(), "{}", String::from_utf8_lossy(&tls.stderr));
+    assert!(
+        tls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tls.stderr)
+    );
     let plain = psql(&env, false, "md5_user", &[("PGPASSWORD", "md5 pass")], sql);
     assert_eq!(tls.stdout, plain.stdout);
     assert_eq!(String::from_utf8_lossy(&tls.stdout).trim(), "md5_user|1000");
@@ -129,9 +199,13 @@ async fn without_tls_config_ssl_and_gss_requests_get_n() {
             assert_eq!(answer_to(env.pg.port(), code).await.0, b'N');
         }
         // The client may go on in plain text on the same connection.
-        s.write_all(&raw::startup("postgres", "postgres")).await.unwrap();
+        s.write_all(&raw::startup("postgres", "postgres"))
+            .await
+            .unwrap();
         loop {
-            let (tag, body) = raw::read_message(&mut s, Duration::from_secs(10)).await.expect("startup answer");
+            let (tag, body) = raw::read_message(&mut s, Duration::from_secs(10))
+                .await
+                .expect("startup answer");
             assert_ne!(tag, b'E', "{:?}", raw::fields(&body));
             if tag == b'Z' {
                 break;
@@ -142,7 +216,9 @@ async fn without_tls_config_ssl_and_gss_requests_get_n() {
 
 /// Writes a self-signed certificate and key readable by the server user.
 fn server_cert_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
     std::fs::write(&cert, ck.cert.pem()).unwrap();
     std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
@@ -150,9 +226,15 @@ fn server_cert_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::P
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     // As root the server runs as `postgres`, which must own its key file.
-    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
     if uid.unwrap_or(false) {
-        let _ = Command::new("chown").arg("postgres:").args([&cert, &key]).status();
+        let _ = Command::new("chown")
+            .arg("postgres:")
+            .args([&cert, &key])
+            .status();
     }
     (cert, key)
 }
@@ -166,13 +248,29 @@ async fn upstream_tls_when_required() {
         format!("ssl_cert_file = '{}'", cert.display()),
         format!("ssl_key_file = '{}'", key.display()),
     ];
-    let env = Env::start_with(PgOptions { conf, ..Default::default() }, |cfg| {
-        cfg.upstream.tls = onetrip::config::UpstreamTls::Require;
-    })
+    let env = Env::start_with(
+        PgOptions {
+            conf,
+            ..Default::default()
+        },
+        |cfg| {
+            cfg.upstream.tls = onetrip::config::UpstreamTls::Require;
+        },
+    )
     .await;
     // The server sees TLS on the proxy's connection, none on the direct one.
     let sql = "select ssl from pg_stat_ssl where pid = pg_backend_pid()";
-    let direct: bool = connect(&env.dsn(false)).await.query_one(sql, &[]).await.unwrap().get(0);
-    let proxied: bool = connect(&env.dsn(true)).await.query_one(sql, &[]).await.unwrap().get(0);
+    let direct: bool = connect(&env.dsn(false))
+        .await
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get(0);
+    let proxied: bool = connect(&env.dsn(true))
+        .await
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!((direct, proxied), (false, true));
 }

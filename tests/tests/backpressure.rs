@@ -32,11 +32,15 @@ fn onetrip_binary() -> PathBuf {
     if !bin.exists() {
         let target_dir = profile_dir.parent().unwrap();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "onetrip", "--bin", "onetrip"]).env("CARGO_TARGET_DIR", target_dir);
+        cmd.args(["build", "-p", "onetrip", "--bin", "onetrip"])
+            .env("CARGO_TARGET_DIR", target_dir);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        assert!(cmd.status().unwrap().success(), "cargo build of the onetrip binary failed");
+        assert!(
+            cmd.status().unwrap().success(),
+            "cargo build of the onetrip binary failed"
+        );
     }
     bin
 }
@@ -69,7 +73,12 @@ async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
         }
     }
     let child = cmd
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &pg.addr().to_string()])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            &pg.addr().to_string(),
+        ])
         .env("ONETRIP_LOG_LEVEL", "warn")
         .stdin(Stdio::null())
         .spawn()
@@ -78,8 +87,14 @@ async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     let pid = proxy.0.id();
     let start = Instant::now();
     while StdTcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(proxy.0.try_wait().unwrap().is_none(), "onetrip exited at start (its stderr is above)");
-        assert!(start.elapsed() < Duration::from_secs(30), "onetrip did not start listening");
+        assert!(
+            proxy.0.try_wait().unwrap().is_none(),
+            "onetrip exited at start (its stderr is above)"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "onetrip did not start listening"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut s = raw::connect_ready(port).await;
@@ -88,11 +103,15 @@ async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     // Read nothing for a while (the server produces hundreds of MB meanwhile),
     // then in small bites with pauses.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (mut buf, mut rows, mut max_rss, mut done) = (BytesMut::with_capacity(1 << 20), 0u64, 0u64, None);
+    let (mut buf, mut rows, mut max_rss, mut done) =
+        (BytesMut::with_capacity(1 << 20), 0u64, 0u64, None);
     let (mut chunk, mut reads) = (vec![0u8; 128 * 1024], 0u64);
     let mut ready = false;
     while !ready {
-        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut chunk)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(n > 0, "proxy closed mid-result after {rows} rows");
         buf.extend_from_slice(&chunk[..n]);
         while buf.len() >= 5 {

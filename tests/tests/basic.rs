@@ -8,7 +8,10 @@ async fn simple_and_extended_queries_match_direct() {
     let mut seen = Vec::new();
     for via in [false, true] {
         let c = connect(&env.dsn(via)).await;
-        let msgs = c.simple_query("select 1 as a, 'x' as b; select 2").await.unwrap();
+        let msgs = c
+            .simple_query("select 1 as a, 'x' as b; select 2")
+            .await
+            .unwrap();
         let rows: Vec<Vec<Option<String>>> = msgs
             .iter()
             .filter_map(|m| match m {
@@ -29,7 +32,11 @@ async fn simple_and_extended_queries_match_direct() {
 async fn psql_counts_one_round_trip_after_handshake() {
     let env = Env::start().await;
     let out = env.psql(true, &["-c", "select 1"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The session closes when psql exits; wait for its counters to land.
     for _ in 0..100 {
         if env.proxy().stats().sessions().is_empty() {
@@ -38,6 +45,10 @@ async fn psql_counts_one_round_trip_after_handshake() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let t = env.proxy().stats().total();
-    assert_eq!((t.client_round_trips, t.upstream_round_trips), (1, 1), "{t:?}");
+    assert_eq!(
+        (t.client_round_trips, t.upstream_round_trips),
+        (1, 1),
+        "{t:?}"
+    );
     assert_eq!(t.statements, 1);
 }

@@ -64,17 +64,34 @@ async fn psycopg_pipeline_scenarios() {
     // Setup (3 simple queries) and the closing status read are not batches.
     let setup = 3;
     let d = both(&env, &py, "co_psycopg.py", &["lone"]).await;
-    assert_eq!((d.client_round_trips - setup, d.upstream_round_trips - setup), (2, 1), "lone read: {d:?}");
+    assert_eq!(
+        (d.client_round_trips - setup, d.upstream_round_trips - setup),
+        (2, 1),
+        "lone read: {d:?}"
+    );
     let d = both(&env, &py, "co_psycopg.py", &["many"]).await;
-    assert_eq!((d.client_round_trips - setup, d.upstream_round_trips - setup), (400, 200), "200 reads: {d:?}");
-    for s in ["failing", "more_before_sync", "block", "cte_no_rows", "cte_rows"] {
+    assert_eq!(
+        (d.client_round_trips - setup, d.upstream_round_trips - setup),
+        (400, 200),
+        "200 reads: {d:?}"
+    );
+    for s in [
+        "failing",
+        "more_before_sync",
+        "block",
+        "cte_no_rows",
+        "cte_rows",
+    ] {
         let d = both(&env, &py, "co_psycopg.py", &[s]).await;
         assert!(d.coalesced_batches >= 1, "{s} should coalesce: {d:?}");
     }
     let d = both(&env, &py, "co_psycopg.py", &["cte_no_rows"]).await;
     assert_eq!((d.probes_passed, d.probes_failed), (1, 0), "{d:?}");
     let d = both(&env, &py, "co_psycopg.py", &["cte_rows"]).await;
-    assert_eq!(d.probes_failed, 1, "written rows: probe fails once, then no probe: {d:?}");
+    assert_eq!(
+        d.probes_failed, 1,
+        "written rows: probe fails once, then no probe: {d:?}"
+    );
     for s in ["write", "set_config", "repeatable_read"] {
         let d = both(&env, &py, "co_psycopg.py", &[s]).await;
         assert_eq!(d.coalesced_batches, 0, "{s} must not coalesce: {d:?}");
@@ -87,7 +104,9 @@ fn langgraph(py: &std::path::Path) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        skip("langgraph-checkpoint-postgres not installed (pip install langgraph-checkpoint-postgres==3.2.0)");
+        skip(
+            "langgraph-checkpoint-postgres not installed (pip install langgraph-checkpoint-postgres==3.2.0)",
+        );
     }
     ok
 }
@@ -106,7 +125,11 @@ async fn langgraph_store_gets_cost_one_upstream_round_trip() {
     assert_eq!(d.probes_passed, 200, "{d:?}");
 
     let d = both(&env, &py, "co_langgraph.py", &["async", "50"]).await;
-    assert_eq!((d.client_round_trips, d.upstream_round_trips), (100, 50), "aget: {d:?}");
+    assert_eq!(
+        (d.client_round_trips, d.upstream_round_trips),
+        (100, 50),
+        "aget: {d:?}"
+    );
 
     // TTL refreshed on read exactly as direct (the output says so); those
     // gets write, so the probe catches them and they are not coalesced.

@@ -27,7 +27,9 @@ async fn upstream_stopped_and_restarted() {
     let upstream = env.pg.addr().to_string();
     let mut idle = raw::connect_ready(env.proxy_port()).await;
     let mut busy = raw::connect_ready(env.proxy_port()).await;
-    busy.write_all(&raw::query("select pg_sleep(60)")).await.unwrap();
+    busy.write_all(&raw::query("select pg_sleep(60)"))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pg = &mut env.pg;
     tokio::task::block_in_place(|| pg.stop());
@@ -41,10 +43,17 @@ async fn upstream_stopped_and_restarted() {
         assert!(last.2.contains(&upstream), "{errs:?}");
     }
     // While it is down, a new session is refused the same way.
-    let mut s = TcpStream::connect(("127.0.0.1", env.proxy_port())).await.unwrap();
-    s.write_all(&raw::startup("postgres", "postgres")).await.unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", env.proxy_port()))
+        .await
+        .unwrap();
+    s.write_all(&raw::startup("postgres", "postgres"))
+        .await
+        .unwrap();
     let errs = errors(&raw::read_to_end(&mut s, WAIT).await);
-    assert!(errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1.starts_with("08"), "{errs:?}");
+    assert!(
+        errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1.starts_with("08"),
+        "{errs:?}"
+    );
     assert!(errs[0].2.contains(&upstream), "{errs:?}");
     let pg = &mut env.pg;
     tokio::task::block_in_place(|| pg.restart()).expect("restart");
@@ -59,10 +68,18 @@ async fn unreachable_upstream_is_a_fatal_08_error() {
     cfg.listen.address = "127.0.0.1:0".parse().unwrap();
     cfg.upstream.address = UpstreamAddress::Tcp(format!("127.0.0.1:{port}"));
     let proxy = Proxy::start(cfg).await.unwrap();
-    let dsn = format!("host=127.0.0.1 port={} user=postgres dbname=postgres", proxy.local_addr().port());
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.local_addr().port()
+    );
     for _ in 0..2 {
-        let err = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.err().expect("connect must fail");
-        let db = err.as_db_error().expect("an ErrorResponse, not a dropped socket");
+        let err = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .err()
+            .expect("connect must fail");
+        let db = err
+            .as_db_error()
+            .expect("an ErrorResponse, not a dropped socket");
         assert_eq!(db.severity(), "FATAL");
         assert_eq!(&db.code().code()[..2], "08", "{db}");
         assert!(db.message().contains(&format!("127.0.0.1:{port}")), "{db}");
@@ -79,13 +96,19 @@ async fn send_and_collect(port: u16, bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_oversized_frames_get_an_error_and_a_close() {
-    let env = Env::start_with(Default::default(), |cfg| cfg.limits.max_message_bytes = 1 << 20).await;
+    let env = Env::start_with(Default::default(), |cfg| {
+        cfg.limits.max_message_bytes = 1 << 20
+    })
+    .await;
     let port = env.proxy_port();
     // A session that stays open throughout must be unaffected.
     let bystander = connect(&env.proxy_dsn()).await;
     // Not PostgreSQL at all: the length prefix is absurd.
     let errs = errors(&send_and_collect(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await);
-    assert!(errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1 == "08P01", "{errs:?}");
+    assert!(
+        errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1 == "08P01",
+        "{errs:?}"
+    );
     // A well-sized packet with an unknown protocol version.
     let mut bad = 16u32.to_be_bytes().to_vec();
     bad.extend_from_slice(&0x0009_0000u32.to_be_bytes());
@@ -99,12 +122,19 @@ async fn garbage_and_oversized_frames_get_an_error_and_a_close() {
     huge.extend_from_slice(&[b'x'; 1024]);
     s.write_all(&huge).await.unwrap();
     let errs = errors(&raw::read_to_end(&mut s, WAIT).await);
-    assert!(errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1 == "54000", "{errs:?}");
+    assert!(
+        errs.len() == 1 && errs[0].0 == "FATAL" && errs[0].1 == "54000",
+        "{errs:?}"
+    );
     // After startup: an unknown message type.
     let mut s = raw::connect_ready(port).await;
     s.write_all(&raw::message(b'!', b"garbage")).await.unwrap();
     let errs = errors(&raw::read_to_end(&mut s, WAIT).await);
-    assert!(errs.first().is_some_and(|e| e.0 == "FATAL" && e.1 == "08P01"), "{errs:?}");
+    assert!(
+        errs.first()
+            .is_some_and(|e| e.0 == "FATAL" && e.1 == "08P01"),
+        "{errs:?}"
+    );
     // Random bytes after startup, then the client hangs up: the proxy closes.
     let mut s = raw::connect_ready(port).await;
     let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -126,11 +156,17 @@ async fn garbage_and_oversized_frames_get_an_error_and_a_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_startup_that_never_completes_times_out() {
-    let env = Env::start_with(Default::default(), |cfg| cfg.limits.startup_timeout = Duration::from_millis(500)).await;
+    let env = Env::start_with(Default::default(), |cfg| {
+        cfg.limits.startup_timeout = Duration::from_millis(500)
+    })
+    .await;
     let port = env.proxy_port();
     // Half a startup packet, then silence.
     let mut stalled = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    stalled.write_all(&raw::startup("postgres", "postgres")[..10]).await.unwrap();
+    stalled
+        .write_all(&raw::startup("postgres", "postgres")[..10])
+        .await
+        .unwrap();
     let mut silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     // Others are served meanwhile.
     assert_serving(&env.proxy_dsn()).await;

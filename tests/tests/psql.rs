@@ -5,7 +5,11 @@ use std::process::Output;
 use onetrip_tests::Env;
 
 fn ok(out: Output) -> String {
-    assert!(out.status.success(), "psql failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "psql failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
@@ -44,7 +48,16 @@ async fn dash_f_runs_a_multi_statement_script() {
             ),
         )
         .unwrap();
-        let out = ok(env.psql(via, &["-A", "-v", "ON_ERROR_STOP=1", "-f", script.to_str().unwrap()]));
+        let out = ok(env.psql(
+            via,
+            &[
+                "-A",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-f",
+                script.to_str().unwrap(),
+            ],
+        ));
         outputs.push(out.replace(&format!("s{i}"), "s"));
     }
     assert_eq!(outputs[0], outputs[1]);
@@ -58,7 +71,10 @@ async fn backslash_copy_both_ways() {
     let input = dir.path().join("in.csv");
     let mut csv = String::new();
     for i in 0..20_000 {
-        csv.push_str(&format!("{i},\"quoted, \"\"text\"\" {i}\",{}\n", i as f64 / 7.0));
+        csv.push_str(&format!(
+            "{i},\"quoted, \"\"text\"\" {i}\",{}\n",
+            i as f64 / 7.0
+        ));
     }
     std::fs::write(&input, &csv).unwrap();
     ok(env.psql(false, &["-c", "create table c (id int, t text, f float8)"]));
@@ -68,7 +84,16 @@ async fn backslash_copy_both_ways() {
     let mut outs = Vec::new();
     for via in [false, true] {
         let path = dir.path().join(format!("out-{via}.csv"));
-        ok(env.psql(via, &["-c", &format!("\\copy (select * from c order by id) to '{}' csv", path.display())]));
+        ok(env.psql(
+            via,
+            &[
+                "-c",
+                &format!(
+                    "\\copy (select * from c order by id) to '{}' csv",
+                    path.display()
+                ),
+            ],
+        ));
         outs.push(std::fs::read(&path).unwrap());
     }
     assert_eq!(outs[0], outs[1]);

@@ -4,7 +4,10 @@
 use onetrip_tests::{Env, python_with_psycopg, run_py, skip};
 
 /// Runs `script` direct, then through the proxy, and returns both outputs.
-async fn both(script: &str, extra: impl Fn(&Env) -> Vec<String>) -> Option<(serde_json::Value, serde_json::Value)> {
+async fn both(
+    script: &str,
+    extra: impl Fn(&Env) -> Vec<String>,
+) -> Option<(serde_json::Value, serde_json::Value)> {
     let Some(py) = python_with_psycopg() else {
         skip("psycopg not installed");
         return None;
@@ -29,7 +32,9 @@ async fn both(script: &str, extra: impl Fn(&Env) -> Vec<String>) -> Option<(serd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_mode_matches_direct() {
-    let Some((direct, proxied)) = both("pg_pipeline.py", |_| vec![]).await else { return };
+    let Some((direct, proxied)) = both("pg_pipeline.py", |_| vec![]).await else {
+        return;
+    };
     assert_eq!(direct, proxied);
     assert_eq!(proxied["ok"][1], serde_json::json!([[42]]));
     assert_eq!(proxied["ok"][3].as_array().unwrap().len(), 500);
@@ -40,7 +45,9 @@ async fn pipeline_mode_matches_direct() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executemany_matches_direct() {
-    let Some((direct, proxied)) = both("pg_executemany.py", |_| vec![]).await else { return };
+    let Some((direct, proxied)) = both("pg_executemany.py", |_| vec![]).await else {
+        return;
+    };
     assert_eq!(direct, proxied);
     assert_eq!(proxied["summary"][0], 1000);
     assert_eq!(proxied["returned"].as_array().unwrap().len(), 11);
@@ -49,7 +56,12 @@ async fn executemany_matches_direct() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifies_match_direct() {
     // Notifications are sent from a direct connection in both runs.
-    let Some((direct, proxied)) = both("pg_notify.py", |env| vec![env.dsn(false)]).await else { return };
+    let Some((direct, proxied)) = both("pg_notify.py", |env| vec![env.dsn(false)]).await else {
+        return;
+    };
     assert_eq!(direct, proxied);
-    assert_eq!(proxied, serde_json::json!([["pyc", "msg 0"], ["pyc", "msg 1"], ["pyc", "msg 2"]]));
+    assert_eq!(
+        proxied,
+        serde_json::json!([["pyc", "msg 0"], ["pyc", "msg 1"], ["pyc", "msg 2"]])
+    );
 }

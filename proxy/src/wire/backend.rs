@@ -30,7 +30,13 @@ pub fn auth_code(msg: &[u8]) -> Option<i32> {
 pub fn auth_needs_answer(code: i32) -> bool {
     matches!(
         code,
-        auth::CLEARTEXT | auth::MD5 | auth::GSS | auth::GSS_CONTINUE | auth::SSPI | auth::SASL | auth::SASL_CONTINUE
+        auth::CLEARTEXT
+            | auth::MD5
+            | auth::GSS
+            | auth::GSS_CONTINUE
+            | auth::SSPI
+            | auth::SASL
+            | auth::SASL_CONTINUE
     )
 }
 
@@ -38,7 +44,9 @@ pub fn auth_needs_answer(code: i32) -> bool {
 /// channel binding can't cross a proxy that terminates TLS. Returns the
 /// message unchanged if there is nothing to remove.
 pub fn strip_channel_binding(msg: Bytes) -> Bytes {
-    let Some(list) = body(&msg).get(4..) else { return msg };
+    let Some(list) = body(&msg).get(4..) else {
+        return msg;
+    };
     let mechs: Vec<&[u8]> = list.split(|&b| b == 0).filter(|m| !m.is_empty()).collect();
     if !mechs.iter().any(|m| m.ends_with(b"-PLUS")) {
         return msg;
@@ -67,7 +75,10 @@ pub fn backend_key(msg: &[u8]) -> Option<(i32, Bytes)> {
     let b = body(msg);
     let pid = b.get(..4)?;
     let secret = b.get(4..)?;
-    Some((i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]), Bytes::copy_from_slice(secret)))
+    Some((
+        i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]),
+        Bytes::copy_from_slice(secret),
+    ))
 }
 
 /// (name, value) of a ParameterStatus message.
@@ -101,6 +112,9 @@ mod tests {
         m[1..5].copy_from_slice(&len.to_be_bytes());
         let out = strip_channel_binding(m.freeze());
         assert_eq!(&out[9..], b"SCRAM-SHA-256\0\0");
-        assert_eq!(u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize, out.len() - 1);
+        assert_eq!(
+            u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize,
+            out.len() - 1
+        );
     }
 }

@@ -97,7 +97,10 @@ impl Splitter {
                 buf.reserve(first.wire_len - buf.len());
                 return Ok(None);
             }
-            return Ok(Some(Piece::Whole(first, buf.split_to(first.wire_len).freeze())));
+            return Ok(Some(Piece::Whole(
+                first,
+                buf.split_to(first.wire_len).freeze(),
+            )));
         }
         // Extend the run over every following complete pass-through message.
         let mut end = first.wire_len;

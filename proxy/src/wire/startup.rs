@@ -16,14 +16,23 @@ pub const MAX_STARTUP_LEN: usize = 10_000;
 pub enum StartupMessage {
     SslRequest,
     GssEncRequest,
-    Cancel { pid: i32, secret: Bytes },
+    Cancel {
+        pid: i32,
+        secret: Bytes,
+    },
     /// A protocol 3.x startup; `raw` is the packet as received, forwarded as is.
-    Startup { raw: Bytes, params: Vec<(String, String)> },
+    Startup {
+        raw: Bytes,
+        params: Vec<(String, String)>,
+    },
 }
 
 impl StartupMessage {
     pub fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
-        params.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -41,7 +50,9 @@ pub enum StartupError {
 
 /// Length of the startup packet at the start of `buf`, once 4 bytes are in.
 pub fn packet_len(buf: &[u8]) -> Result<Option<usize>, StartupError> {
-    let Some(h) = buf.get(..4) else { return Ok(None) };
+    let Some(h) = buf.get(..4) else {
+        return Ok(None);
+    };
     let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
     if !(8..=MAX_STARTUP_LEN).contains(&len) {
         return Err(StartupError::BadLength);
@@ -75,7 +86,11 @@ fn parse_params(mut body: &[u8]) -> Result<Vec<(String, String)>, StartupError> 
     loop {
         let (key, rest) = cstr(body)?;
         if key.is_empty() {
-            return if rest.is_empty() { Ok(out) } else { Err(StartupError::BadLayout) };
+            return if rest.is_empty() {
+                Ok(out)
+            } else {
+                Err(StartupError::BadLayout)
+            };
         }
         let (value, rest) = cstr(rest)?;
         out.push((key.to_owned(), value.to_owned()));
@@ -84,7 +99,10 @@ fn parse_params(mut body: &[u8]) -> Result<Vec<(String, String)>, StartupError> 
 }
 
 fn cstr(buf: &[u8]) -> Result<(&str, &[u8]), StartupError> {
-    let nul = buf.iter().position(|&b| b == 0).ok_or(StartupError::BadLayout)?;
+    let nul = buf
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or(StartupError::BadLayout)?;
     let s = std::str::from_utf8(&buf[..nul]).map_err(|_| StartupError::BadEncoding)?;
     Ok((s, &buf[nul + 1..]))
 }
@@ -130,7 +148,9 @@ mod tests {
     #[test]
     fn decodes_startup_params() {
         let m = decode(startup(&[("user", "u"), ("database", "d")])).unwrap();
-        let StartupMessage::Startup { params, .. } = m else { panic!() };
+        let StartupMessage::Startup { params, .. } = m else {
+            panic!()
+        };
         assert_eq!(StartupMessage::param(&params, "database"), Some("d"));
     }
 
@@ -140,6 +160,9 @@ mod tests {
         let raw = Bytes::from_static(&[0, 0, 0, 9, 0, 3, 0, 0, b'x']);
         assert_eq!(decode(raw), Err(StartupError::BadLayout));
         let raw = Bytes::from_static(&[0, 0, 0, 8, 0, 9, 0, 0]);
-        assert!(matches!(decode(raw), Err(StartupError::UnsupportedProtocol { major: 9, .. })));
+        assert!(matches!(
+            decode(raw),
+            Err(StartupError::UnsupportedProtocol { major: 9, .. })
+        ));
     }
 }

@@ -16,14 +16,26 @@ const SEARCHES: usize = 50;
 
 fn py_run(py: &PathBuf, args: &[&str]) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("py/bench_langgraph.py");
-    let out = Command::new(py).arg(script).args(args).output().expect("python");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(py)
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn field(json: &str, key: &str) -> f64 {
     let at = json.find(&format!("\"{key}\": ")).expect("key") + key.len() + 4;
-    json[at..].split([',', '}']).next().and_then(|v| v.trim().parse().ok()).expect("number")
+    json[at..]
+        .split([',', '}'])
+        .next()
+        .and_then(|v| v.trim().parse().ok())
+        .expect("number")
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -33,7 +45,10 @@ fn median(v: &mut [f64]) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
     let Some(py) = python_with_psycopg() else {
         eprintln!("needs python3 with psycopg and langgraph-checkpoint-postgres==3.2.0");
         std::process::exit(2);
@@ -57,15 +72,18 @@ async fn main() {
             let (g, s) = (GETS.to_string(), SEARCHES.to_string());
             let port = p.local_addr().port();
             let py = py.clone();
-            let out = tokio::task::spawn_blocking(move || py_run(&py, &[&dsn(port), "run", &g, &s]))
-                .await
-                .expect("run");
+            let out =
+                tokio::task::spawn_blocking(move || py_run(&py, &[&dsn(port), "run", &g, &s]))
+                    .await
+                    .expect("run");
             times[i].0.push(field(&out, "get_s"));
             times[i].1.push(field(&out, "search_s"));
             eprintln!("round {round} rtt={rtt} coalesce={on}: {}", out.trim());
         }
     }
-    println!("\n{GETS} PostgresStore.get and {SEARCHES} search, median of {rounds} alternating rounds");
+    println!(
+        "\n{GETS} PostgresStore.get and {SEARCHES} search, median of {rounds} alternating rounds"
+    );
     println!(
         "{:<8} {:>12} {:>12} {:>8} {:>14} {:>14} {:>8}",
         "rtt", "get on (s)", "get off (s)", "speedup", "search on (s)", "search off (s)", "speedup"
