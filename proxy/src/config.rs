@@ -177,7 +177,7 @@ pub enum AdminAuth {
     Trust,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminUser {
     pub name: String,
@@ -191,15 +191,6 @@ pub struct Admin {
     pub database: String,
     pub auth: AdminAuth,
     pub users: Vec<AdminUser>,
-}
-
-impl Default for AdminUser {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            password: String::new(),
-        }
-    }
 }
 
 impl Default for Admin {

@@ -101,7 +101,7 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
     let mut shutdown = proto.shared.shutdown_forced();
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
-    let mut timer: Option<(Instant, Pin<Box<dyn Future<Output = ()> + Send>>)> = None;
+    let mut timer: Option<(Instant, Sleep)> = None;
     let end = loop {
         // Work through whatever is buffered before waiting again; client
         // input goes twice, since an upstream answer may release input held
@@ -206,10 +206,12 @@ async fn catalog_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     }
 }
 
+type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Sleeps until `t`. tokio's timer wheel rounds up to whole milliseconds,
 /// which would turn a simulated 0.5 ms into 1-2 ms; short waits sleep on a
 /// blocking thread instead, to within tens of microseconds.
-fn precise_sleep(t: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+fn precise_sleep(t: Instant) -> Sleep {
     let left = t.saturating_duration_since(Instant::now());
     if left >= std::time::Duration::from_millis(5) {
         Box::pin(tokio::time::sleep_until(t.into()))
