@@ -236,14 +236,7 @@ impl Protocol {
             _ => {}
         }
         // The coalescer decides what, if anything, goes upstream.
-        let ctx = Ctx {
-            prepared: &self.prepared,
-            txn_status: self.txn_status,
-            in_copy: self.in_copy,
-            info: &self.info,
-            shared: &self.shared,
-        };
-        self.co.on_client_message(t, msg, &ctx, &mut self.out);
+        self.coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
         self.drain_out(to_client, to_up);
     }
 
@@ -380,6 +373,12 @@ impl Protocol {
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}
         }
+        self.coalescer(|co, ctx, out| co.on_upstream_message(t, msg, ctx, out));
+        self.drain_out(to_client, to_up);
+    }
+
+    /// Runs `f` on the coalescer with what the session knows.
+    fn coalescer(&mut self, f: impl FnOnce(&mut Coalescer, &Ctx, &mut Out)) {
         let ctx = Ctx {
             prepared: &self.prepared,
             txn_status: self.txn_status,
@@ -387,8 +386,7 @@ impl Protocol {
             info: &self.info,
             shared: &self.shared,
         };
-        self.co.on_upstream_message(t, msg, &ctx, &mut self.out);
-        self.drain_out(to_client, to_up);
+        f(&mut self.co, &ctx, &mut self.out);
     }
 
     fn drain_out(&mut self, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
