@@ -73,7 +73,8 @@ pub struct Protocol {
     work_since_idle: bool,
     pub co: Coalescer,
     pub cy: CypherSession,
-    /// Syncs and Queries sent upstream whose ReadyForQuery has not come back.
+    /// Syncs, Queries and FunctionCalls sent upstream whose ReadyForQuery
+    /// has not come back.
     pending_ready: u32,
     /// Reused output lists of the coalescer (no allocation per message).
     out: Out,
@@ -251,7 +252,10 @@ impl Protocol {
     }
 
     fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
-        if matches!(bytes.first(), Some(&tag::SYNC) | Some(&tag::QUERY)) {
+        if matches!(
+            bytes.first(),
+            Some(&(tag::SYNC | tag::QUERY | tag::FUNCTION_CALL))
+        ) {
             self.pending_ready += 1;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, bytes.len() as u64);
