@@ -111,6 +111,18 @@ impl Env {
             .expect("run psql")
     }
 
+    /// Waits (up to 5 s) until at most `live` sessions are open, so closed
+    /// sessions' counters have landed, and returns the proxy's totals.
+    pub async fn settle(&self, live: usize) -> onetrip::stats::Snapshot {
+        for _ in 0..250 {
+            if self.proxy().stats().sessions().len() <= live {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.proxy().stats().total()
+    }
+
     /// Stops the proxy, waiting at most `grace` for sessions.
     pub async fn stop_proxy(&mut self, grace: Duration) {
         if let Some(p) = self.proxy.take() {

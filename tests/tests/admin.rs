@@ -71,15 +71,6 @@ fn num(row: &[(String, Option<String>)], col: &str) -> i64 {
         .unwrap_or_else(|| panic!("{col} not a number in {row:?}"))
 }
 
-async fn settle(env: &Env, live: usize) {
-    for _ in 0..250 {
-        if env.proxy().stats().sessions().len() <= live {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_reads_stats_over_the_console() {
     let env = Env::start().await;
@@ -89,7 +80,7 @@ async fn psql_reads_stats_over_the_console() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    settle(&env, 0).await;
+    env.settle(0).await;
     let port = env.proxy_port().to_string();
     let out = env
         .pg

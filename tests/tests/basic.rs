@@ -38,13 +38,7 @@ async fn psql_counts_one_round_trip_after_handshake() {
         String::from_utf8_lossy(&out.stderr)
     );
     // The session closes when psql exits; wait for its counters to land.
-    for _ in 0..100 {
-        if env.proxy().stats().sessions().is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let t = env.proxy().stats().total();
+    let t = env.settle(0).await;
     assert_eq!(
         (t.client_round_trips, t.upstream_round_trips),
         (1, 1),

@@ -21,19 +21,9 @@ async fn both(env: &Env, py: &std::path::Path, script: &str, args: &[&str]) -> S
     let direct = run(env.direct_dsn()).await.expect("direct run");
     let before = env.proxy().stats().total();
     let proxied = run(env.proxy_dsn()).await.expect("proxied run");
-    wait_closed(env).await;
-    let after = env.proxy().stats().total();
+    let after = env.settle(0).await;
     assert_eq!(direct, proxied, "{script} {args:?}: direct vs proxy");
     delta(&after, &before)
-}
-
-async fn wait_closed(env: &Env) {
-    for _ in 0..200 {
-        if env.proxy().stats().sessions().is_empty() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
 }
 
 fn delta(a: &Snapshot, b: &Snapshot) -> Snapshot {

@@ -208,12 +208,7 @@ async fn counters_and_histogram_are_exposed() {
     assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, 4.0));
 
     drop(c);
-    for _ in 0..250 {
-        if env.proxy().stats().sessions().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    env.settle(0).await;
     let (_, _, body) = http(addr, b"GET /metrics HTTP/1.0\r\n\r\n").await;
     let (_, samples) = parse(&body);
     assert_eq!(value(&samples, "onetrip_sessions_active", &[]), 0.0);

@@ -1,21 +1,8 @@
 //! Round trips counted exactly as DESIGN.md defines them, with real clients
 //! against a real PostgreSQL.
 
-use std::time::Duration;
-
 use onetrip::stats::{SessionInfo, Snapshot};
 use onetrip_tests::{Env, PgOptions, connect, python_with_psycopg, run_py, skip};
-
-/// Waits until every session has closed, so totals are final.
-async fn settle(env: &Env) -> Snapshot {
-    for _ in 0..250 {
-        if env.proxy().stats().sessions().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    env.proxy().stats().total()
-}
 
 /// The one live session (the test's own client).
 fn only_session(env: &Env) -> std::sync::Arc<SessionInfo> {
@@ -37,7 +24,7 @@ async fn psql_select_1_is_one_round_trip_after_handshake() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let t = settle(&env).await;
+    let t = env.settle(0).await;
     assert_eq!(rts(&t), (1, 1), "{t:?}");
     assert_eq!(t.statements, 1);
     assert_eq!(t.sessions, 1);
@@ -78,7 +65,7 @@ async fn copy_from_stdin_is_query_then_copy_done() {
         .await
         .unwrap();
     drop(c);
-    settle(&env).await;
+    env.settle(0).await;
     env.proxy().stats().reset();
 
     // psql's \copy: Query "COPY ... FROM STDIN" -> CopyInResponse, then
@@ -101,7 +88,7 @@ async fn copy_from_stdin_is_query_then_copy_done() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let t = settle(&env).await;
+    let t = env.settle(0).await;
     assert_eq!(rts(&t), (2, 2), "{t:?}");
 
     // Extended protocol with a prepared statement: Bind Execute Sync ->
@@ -145,7 +132,7 @@ async fn psycopg_pipeline_read_fetched_inside_costs_two() {
     let env = Env::start_with(PgOptions::default(), |cfg| cfg.coalesce.single_read = false).await;
     let rows = run_py(&py, "rt_pipeline.py", &["reads", &env.proxy_dsn(), "10"]);
     assert_eq!(rows.trim(), "10");
-    let t = settle(&env).await;
+    let t = env.settle(0).await;
     assert_eq!(rts(&t), (20, 20), "{t:?}");
     assert_eq!(t.statements, 10);
     assert_eq!(t.coalesced_batches, 0);
@@ -153,7 +140,7 @@ async fn psycopg_pipeline_read_fetched_inside_costs_two() {
     // Coalescing may save upstream round trips; the client's stay two.
     let env = Env::start().await;
     run_py(&py, "rt_pipeline.py", &["reads", &env.proxy_dsn(), "10"]);
-    let t = settle(&env).await;
+    let t = env.settle(0).await;
     assert_eq!(t.client_round_trips, 20, "{t:?}");
     assert!(t.upstream_round_trips <= 20, "{t:?}");
 }
@@ -166,7 +153,7 @@ async fn psycopg_pipeline_of_ten_with_one_sync_costs_one() {
     let env = Env::start().await;
     let rows = run_py(&py, "rt_pipeline.py", &["batch", &env.proxy_dsn(), "10"]);
     assert_eq!(rows.trim(), "10");
-    let t = settle(&env).await;
+    let t = env.settle(0).await;
     assert_eq!(rts(&t), (1, 1), "{t:?}");
     assert_eq!(t.statements, 10);
 }
@@ -176,7 +163,7 @@ async fn reset_zeroes_live_and_closed_counts() {
     let env = Env::start().await;
     let out = env.psql(true, &["-c", "select 1"]);
     assert!(out.status.success());
-    settle(&env).await;
+    env.settle(0).await;
     let c = connect(&env.proxy_dsn()).await;
     c.simple_query("select 1").await.unwrap();
     assert_eq!(env.proxy().stats().total().client_round_trips, 2);
