@@ -60,7 +60,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (a:Person)-[r:KNOWS]-(b:Person) RETURN r.since",
-        "SELECT NULLIF(_e0.properties -> 'since'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o FROM \"g\".\"KNOWS\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id FROM \"g\".\"KNOWS\" WHERE start_id <> end_id) AS _e0 WHERE _e0._s = _n0.id AND _e0._o = _n1.id",
+        "SELECT NULLIF(_e0.properties -> 'since'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _r FROM \"g\".\"KNOWS\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"KNOWS\") AS _e0 WHERE NOT (_e0._r AND _e0.start_id = _e0.end_id) AND _e0._s = _n0.id AND _e0._o = _n1.id",
     ),
     (
         "MATCH (a:Person)-[]->(b) RETURN a.name",
@@ -76,7 +76,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) WHERE n.age > 30 AND NOT n.x IS NULL OR n.y XOR n.z RETURN n.age",
-        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (((NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '30'::agtype) AND (NOT (NULLIF(_n0.properties -> 'x'::text, 'null'::agtype) IS NULL))) OR (((NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean) AND (NOT (NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR NOT (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean)))",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) > '30'::agtype AND (_n0.properties -> 'age'::text) < 'null'::agtype) AND (NOT (NULLIF(_n0.properties -> 'x'::text, 'null'::agtype) IS NULL))) OR (((NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean) AND (NOT (NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR NOT (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean)))",
     ),
     (
         "MATCH (n:Person) WHERE n.name STARTS WITH 'A' AND n.name ENDS WITH 'n' AND n.name CONTAINS 'nn' AND n.name =~ 'A.*' RETURN n.name",
@@ -108,11 +108,11 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) RETURN id(n), label(n), properties(n), toUpper(n.name), size(n.tags), coalesce(n.a, n.b)",
-        "SELECT ag_catalog.age_id(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c1, ag_catalog.age_label(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c2, ag_catalog.age_properties(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c3, ag_catalog.age_toupper(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)) AS c4, ag_catalog.age_size(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS c5, COALESCE(NULLIF(_n0.properties -> 'a'::text, 'null'::agtype), NULLIF(_n0.properties -> 'b'::text, 'null'::agtype)) AS c6 FROM \"g\".\"Person\" AS _n0",
+        "SELECT ag_catalog.graphid_to_agtype(_n0.id) AS c1, ag_catalog.age_label(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c2, ag_catalog.age_properties(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c3, ag_catalog.age_toupper(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)) AS c4, ag_catalog.age_size(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS c5, COALESCE(NULLIF(_n0.properties -> 'a'::text, 'null'::agtype), NULLIF(_n0.properties -> 'b'::text, 'null'::agtype)) AS c6 FROM \"g\".\"Person\" AS _n0",
     ),
     (
         "MATCH (a:Person)-[r:KNOWS]->(b) RETURN type(r), id(r)",
-        "SELECT ag_catalog.age_type(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c1, ag_catalog.age_id(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id",
+        "SELECT ag_catalog.age_type(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c1, ag_catalog.graphid_to_agtype(_e0.id) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id",
     ),
     (
         "RETURN [1, 'two', null], {a: 1, b: null}, true, 1.5",
@@ -125,6 +125,22 @@ const GOLDEN: &[(&str, &str)] = &[
     (
         "MATCH (n:Person) RETURN CASE WHEN n.age > 1 THEN n.a ELSE 0 END, CASE n.g WHEN 1 THEN true END",
         "SELECT (CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN NULLIF(_n0.properties -> 'a'::text, 'null'::agtype) ELSE '0'::agtype END) AS c1, (CASE NULLIF(_n0.properties -> 'g'::text, 'null'::agtype) WHEN '1'::agtype THEN 'true'::agtype END) AS c2 FROM \"g\".\"Person\" AS _n0",
+    ),
+    (
+        "MATCH (n:Person) WHERE n.name = 'Ann' AND (n.age < 3 OR 4 <= n.age) AND n.ok = true RETURN n.age",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (((_n0.properties @> '{\"name\": \"Ann\"}'::agtype) AND (((_n0.properties -> 'age'::text) < '3'::agtype) OR ('4'::agtype <= (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) < 'null'::agtype))) AND (_n0.properties @> '{\"ok\": true}'::agtype))",
+    ),
+    (
+        "MATCH (n:Person) WHERE n.age = 3 AND 2 > n.age AND n.name <> 'x' RETURN n.age",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) = '3'::agtype) AND ('2'::agtype > (_n0.properties -> 'age'::text))) AND ((_n0.properties -> 'name'::text) <> '\"x\"'::agtype AND (_n0.properties -> 'name'::text) < 'null'::agtype))",
+    ),
+    (
+        "MATCH (n:Person) WHERE NOT n.name = 'Ann' AND n.age = null RETURN id(n)",
+        "SELECT ag_catalog.graphid_to_agtype(_n0.id) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((NOT (NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) = '\"Ann\"'::agtype)) AND (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) = NULL::agtype))",
+    ),
+    (
+        "MATCH (n:Person)-[r:KNOWS]->(m) WHERE id(n) = 844424930131969 AND 5 = id(r) RETURN m.name",
+        "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n0.id = '844424930131969'::ag_catalog.graphid) AND (_e0.id = '5'::ag_catalog.graphid))",
     ),
 ];
 

@@ -166,7 +166,7 @@ fn is_aggregate(e: &Expr) -> bool {
     }
 }
 
-fn is_keyword(k: &str) -> bool {
+pub(super) fn is_keyword(k: &str) -> bool {
     KEYWORDS.iter().any(|w| w.eq_ignore_ascii_case(k))
 }
 
@@ -516,6 +516,12 @@ impl Compiler<'_> {
             let is_edge = matches!(self.vars.get(v), Some(Binding::Edge { .. }));
             if (want_edge && !is_edge) || (lname == "label" && is_edge) {
                 return Err(D::UnsupportedExpr);
+            }
+            if lname == "id"
+                && let Some(id) = self.entity_id(v)
+            {
+                // The graphid itself, without building the whole entity.
+                return Ok(Sql::ag(format!("ag_catalog.graphid_to_agtype({id})")));
             }
             let ent = self.entity(v)?;
             return Ok(Sql::ag(format!("ag_catalog.age_{lname}({ent})")));

@@ -15,6 +15,7 @@ use super::literal::{quote_ident, sql_string};
 use super::parser::parse;
 
 mod expr;
+mod filter;
 
 use expr::{Kind, contains_aggregate};
 
@@ -74,7 +75,7 @@ pub fn compile_cypher(
             if contains_aggregate(w) {
                 return Err(D::AggregateShape);
             }
-            let c = cx.expr(w)?;
+            let c = cx.filter(w)?;
             cx.conds.push(c.to_bool());
         }
     }
@@ -333,12 +334,17 @@ impl Compiler<'_> {
             Direction::Left => ("end_id", "start_id"),
             Direction::Both => {
                 // Each edge once per orientation, a self-loop once: the same
-                // rows as AGE's OR join, but index-friendly.
+                // rows as AGE's OR join, but index-friendly. The self-loop
+                // test stays outside the arms: PostgreSQL only flattens a
+                // UNION ALL whose arms have no WHERE, and only a flattened
+                // one gets index scans on the join keys.
                 self.from.push(format!(
-                    "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o \
-                     FROM {t} UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id \
-                     FROM {t} WHERE start_id <> end_id) AS {a}"
+                    "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, \
+                     false AS _r FROM {t} UNION ALL SELECT id, start_id, end_id, properties, \
+                     end_id, start_id, true FROM {t}) AS {a}"
                 ));
+                self.conds
+                    .push(format!("NOT ({a}._r AND {a}.start_id = {a}.end_id)"));
                 ("_s", "_o")
             }
         };
