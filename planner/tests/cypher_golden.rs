@@ -80,7 +80,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) WHERE n.name STARTS WITH 'A' AND n.name ENDS WITH 'n' AND n.name CONTAINS 'nn' AND n.name =~ 'A.*' RETURN n.name",
-        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((ag_catalog.agtype_string_match_starts_with(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype), '\"A\"'::agtype))::boolean AND (ag_catalog.agtype_string_match_ends_with(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype), '\"n\"'::agtype))::boolean) AND (ag_catalog.agtype_string_match_contains(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype), '\"nn\"'::agtype))::boolean) AND ((NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) OPERATOR(ag_catalog.=~) '\"A.*\"'::agtype))::boolean)",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((ag_catalog.agtype_string_match_starts_with(_n0.properties -> 'name'::text, '\"A\"'::agtype))::boolean AND (ag_catalog.agtype_string_match_ends_with(_n0.properties -> 'name'::text, '\"n\"'::agtype))::boolean) AND (ag_catalog.agtype_string_match_contains(_n0.properties -> 'name'::text, '\"nn\"'::agtype))::boolean) AND ((NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) OPERATOR(ag_catalog.=~) '\"A.*\"'::agtype))::boolean)",
     ),
     (
         "MATCH (n:Person) WHERE n.age IN [1, 2.5, 'x', null] RETURN n.age IN $ages",
@@ -141,6 +141,10 @@ const GOLDEN: &[(&str, &str)] = &[
     (
         "MATCH (n:Person)-[r:KNOWS]->(m) WHERE id(n) = 844424930131969 AND 5 = id(r) RETURN m.name",
         "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n0.id = '844424930131969'::ag_catalog.graphid) AND (_e0.id = '5'::ag_catalog.graphid))",
+    ),
+    (
+        "MATCH (n:Person) WHERE n.name STARTS WITH 'A' OR n.name CONTAINS n.x RETURN n.age",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((ag_catalog.agtype_string_match_starts_with(_n0.properties -> 'name'::text, '\"A\"'::agtype))::boolean OR (ag_catalog.agtype_string_match_contains(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype), NULLIF(_n0.properties -> 'x'::text, 'null'::agtype)))::boolean)",
     ),
 ];
 

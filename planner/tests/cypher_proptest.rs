@@ -97,16 +97,31 @@ proptest! {
 
     #[test]
     fn cypher_string_in_where_is_one_constant(s in strings()) {
-        let cypher = format!("MATCH (n:P) WHERE n.name = {} RETURN n.id", cypher_quote(&s));
-        let tag = tag_for(&cypher);
-        let sql = format!("SELECT * FROM cypher('g', {tag}{cypher}{tag}) AS (v agtype)");
-        let Rewrite::Rewritten(out) = rewrite_sql(&sql, &Catalog::assume_all(), &RewriteOptions::default()) else {
-            panic!("not rewritten: {sql}");
-        };
-        let marker = "'null'::agtype) = ";
+        // Equality becomes containment: the string is a value of one map constant.
+        let out = rewritten(&format!("MATCH (n:P) WHERE n.name = {} RETURN n.id", cypher_quote(&s)));
+        let marker = "properties @> ";
+        let at = out.find(marker).expect("containment") + marker.len();
+        let (text, rest) = read_sql_string(&out[at..]);
+        prop_assert_eq!(rest, "::agtype)) AS cypher(v)");
+        let map = agtype::parse(&text).expect("agtype");
+        prop_assert_eq!(map.get("name"), Some(&agtype::Value::String(s.clone())));
+        prop_assert_eq!(map.len(), Some(1));
+
+        // An ordering comparison keeps the string as one agtype constant.
+        let out = rewritten(&format!("MATCH (n:P) WHERE n.name < {} RETURN n.id", cypher_quote(&s)));
+        let marker = "'name'::text) < ";
         let at = out.find(marker).expect("comparison") + marker.len();
         let (text, rest) = read_sql_string(&out[at..]);
         prop_assert_eq!(rest, "::agtype)) AS cypher(v)");
         prop_assert_eq!(agtype::parse(&text).expect("agtype"), agtype::Value::String(s));
+    }
+}
+
+fn rewritten(cypher: &str) -> String {
+    let tag = tag_for(cypher);
+    let sql = format!("SELECT * FROM cypher('g', {tag}{cypher}{tag}) AS (v agtype)");
+    match rewrite_sql(&sql, &Catalog::assume_all(), &RewriteOptions::default()) {
+        Rewrite::Rewritten(out) => out,
+        _ => panic!("not rewritten: {sql}"),
     }
 }

@@ -33,6 +33,28 @@ impl Compiler<'_> {
                     None => self.expr(e),
                 }
             }
+            Expr::Binary(op @ (StartsWith | EndsWith | Contains), l, r) => {
+                // AGE's string matchers answer false for an agtype null
+                // and NULL for a SQL NULL: the same in a positive position.
+                match (plain_property(l), constant(r)) {
+                    (Some((var, key)), Some(lit @ Literal::String(_))) => {
+                        let Ok(alias) = self.props_alias(var) else {
+                            return self.expr(e);
+                        };
+                        let f = match op {
+                            StartsWith => "starts_with",
+                            EndsWith => "ends_with",
+                            _ => "contains",
+                        };
+                        Ok(Sql::ag(format!(
+                            "ag_catalog.agtype_string_match_{f}({alias}.properties -> {}::text, {})",
+                            sql_string(key),
+                            agtype_const(lit)
+                        )))
+                    }
+                    _ => self.expr(e),
+                }
+            }
             _ => self.expr(e),
         }
     }
