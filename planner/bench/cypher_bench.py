@@ -8,13 +8,20 @@ and the statement `onetrip plan-cypher` prints for it. Rounds alternate
 the order of the two runs; every result is fully fetched by the client.
 With --proxy HOST:PORT the "compiled" side is instead the original SQL sent
 through a running onetrip proxy (which rewrites it), as an application
-would see it.
+would see it; with --age-proxy HOST:PORT as well, the cypher() side goes
+through a second proxy that does not rewrite, so both sides pay the same
+hop and the ratio is the rewrite's alone.
 
 Needs Python 3.9+ and psycopg 3. Example:
 
   python3 planner/bench/cypher_bench.py --port 5432 --load
   python3 planner/bench/cypher_bench.py --port 5432 --rounds 9 \
       --plan-cmd "target/release/onetrip plan-cypher"
+  ONETRIP_PLANNER_CYPHER_REWRITE=false onetrip --upstream 127.0.0.1:5432 \
+      --listen 127.0.0.1:6433 &
+  onetrip --upstream 127.0.0.1:5432 --listen 127.0.0.1:6432 &
+  python3 planner/bench/cypher_bench.py --port 5432 --rounds 9 \
+      --proxy 127.0.0.1:6432 --age-proxy 127.0.0.1:6433
 
 Output: one line per query (median ms for AGE and compiled, speedup) and the
 geometric mean of the speedups. Rows of both sides are compared once.
@@ -54,6 +61,13 @@ QUERIES = [
     ("return_props", "MATCH (p:Person) WHERE p.age > 78 RETURN p.id, p.name, p.age, p.gender, p.address", 5),
     ("hop1_props", "MATCH (p:Person)-[k:KNOWS]->(q:Person) WHERE p.id < 300 RETURN p.name, k.weight, q.name, q.age", 4),
     ("hop2_props", "MATCH (f:Forum {id: 17})-[:HAS_MEMBER]->(p:Person)-[:IS_LOCATED_IN]->(c:City) RETURN p.name, p.age, c.name", 3),
+    # Shapes of LDBC's interactive reads: a profile by vertex id (IS1), a
+    # person by name in WHERE rather than an inline map (IC1's start),
+    # friends and friends of friends regardless of direction (IC1/IS3).
+    ("id_lookup", "MATCH (p:Person) WHERE id(p) = {person_gid} RETURN p.name, p.age", 2),
+    ("where_equality", "MATCH (p:Person) WHERE p.name = '{person_name}' RETURN p.id, p.age", 2),
+    ("friends_undirected", "MATCH (p:Person {id: 4242})-[k:KNOWS]-(f:Person) RETURN f.id, f.name, k.weight", 3),
+    ("fof_undirected", "MATCH (p:Person {id: 4242})-[:KNOWS]-(:Person)-[:KNOWS]-(f:Person) RETURN count(DISTINCT f)", 1),
 ]
 
 
@@ -136,13 +150,17 @@ def main():
     ap.add_argument("--user", default="postgres")
     ap.add_argument("--db", default="postgres")
     ap.add_argument("--load", action="store_true", help="(re)build the graph first")
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=7, help="rounds per query at least")
+    ap.add_argument("--min-seconds", type=float, default=3.0,
+                    help="keep alternating rounds until both sides together ran this long (at most 1000 rounds)")
     ap.add_argument("--plan-cmd", default="onetrip plan-cypher",
                     help="command printing the compiled SQL for the SQL given as its last argument")
     ap.add_argument("--catalog-arg", metavar="FLAG",
                     help="pass the server's AGE catalog to plan-cmd as FLAG <file> (TSV rows of Catalog::QUERY), "
                          "as the proxy compiles with it")
     ap.add_argument("--proxy", help="HOST:PORT of a onetrip proxy; its answers are the compiled side")
+    ap.add_argument("--age-proxy", help="HOST:PORT of a onetrip proxy with [planner] cypher_rewrite = false; "
+                    "the cypher() side goes through it, so both sides pay the same proxy hop")
     ap.add_argument("--only", help="comma-separated query names")
     ap.add_argument("--prepared", action="store_true",
                     help="let the driver prepare repeated statements (default: every run is parsed and planned)")
@@ -151,13 +169,23 @@ def main():
     setup = ["LOAD 'age'", "SET search_path = ag_catalog, \"$user\", public"]
     age = psycopg.connect(host=a.host, port=a.port, user=a.user, dbname=a.db, autocommit=True)
     threshold = 5 if a.prepared else None
-    age.prepare_threshold = threshold
     if a.load:
         t0 = time.perf_counter()
         load(age)
         print("loaded %s in %.1fs" % (GRAPH, time.perf_counter() - t0), file=sys.stderr)
+    direct = age
     for s in setup:
-        age.execute(s)
+        direct.execute(s)
+    if a.age_proxy:
+        ph, pp = a.age_proxy.rsplit(":", 1)
+        age = psycopg.connect(host=ph, port=int(pp), user=a.user, dbname=a.db, autocommit=True)
+        for s in setup:
+            age.execute(s)
+    age.prepare_threshold = threshold
+    # Graph ids are label id << 48 | row number (see load), read back here.
+    row = direct.execute('SELECT id::text, (properties -> \'name\'::text)::text FROM "%s"."Person" '
+                         'WHERE properties @> \'{"id": 12345}\'' % GRAPH).fetchone()
+    fill = {"person_gid": row[0], "person_name": row[1].strip('"')} if row else {}
     if a.proxy:
         ph, pp = a.proxy.rsplit(":", 1)
         comp = psycopg.connect(host=ph, port=int(pp), user=a.user, dbname=a.db, autocommit=True)
@@ -166,15 +194,17 @@ def main():
             comp.execute(s)
     else:
         comp = age
-    nv = age.execute('SELECT count(*) FROM "%s"._ag_label_vertex' % GRAPH).fetchone()[0]
-    ne = age.execute('SELECT count(*) FROM "%s"._ag_label_edge' % GRAPH).fetchone()[0]
-    print("graph %s: %d vertices, %d edges; %d rounds, median ms, %s" % (
-        GRAPH, nv, ne, a.rounds, "prepared" if a.prepared else "unprepared"))
+    nv = direct.execute('SELECT count(*) FROM "%s"._ag_label_vertex' % GRAPH).fetchone()[0]
+    ne = direct.execute('SELECT count(*) FROM "%s"._ag_label_edge' % GRAPH).fetchone()[0]
+    print("graph %s: %d vertices, %d edges; >= %d rounds and >= %gs per query, median ms, %s; cypher() %s, compiled %s" % (
+        GRAPH, nv, ne, a.rounds, a.min_seconds, "prepared" if a.prepared else "unprepared",
+        "via proxy (no rewrite)" if a.age_proxy else "direct",
+        "via proxy (rewrite)" if a.proxy else "direct"))
     print("%-18s %10s %10s %8s  %s" % ("query", "cypher()", "compiled", "speedup", "rows"))
     plan = shlex.split(a.plan_cmd)
     if a.catalog_arg:
         import tempfile
-        rows = age.execute(
+        rows = direct.execute(
             "SELECT g.name::text, g.namespace::regnamespace::text, g.graphid::oid::int8, l.name::text, "
             "l.kind::text, l.relation::regclass::text FROM ag_catalog.ag_graph g "
             "LEFT JOIN ag_catalog.ag_label l ON l.graph = g.graphid").fetchall()
@@ -187,6 +217,8 @@ def main():
     for name, cypher, ncols in QUERIES:
         if a.only and name not in a.only.split(","):
             continue
+        for k, v in fill.items():
+            cypher = cypher.replace("{%s}" % k, v)
         sql = sql_for(cypher, ncols)
         if a.proxy:
             compiled = sql
@@ -200,7 +232,11 @@ def main():
         ra = rb = None
         timed(age, sql)  # warm caches for both sides alike
         timed(comp, compiled)
-        for r in range(a.rounds):
+        # At least --rounds, and more for fast queries until both sides
+        # have run --min-seconds: a 1 ms query needs hundreds of rounds for
+        # a median that the machine's noise does not move.
+        r = 0
+        while r < a.rounds or (r < 1000 and sum(ta) + sum(tb) < a.min_seconds):
             order = [(age, sql, ta), (comp, compiled, tb)]
             if r % 2:
                 order.reverse()
@@ -211,10 +247,12 @@ def main():
                     ra = rows
                 else:
                     rb = rows
+            r += 1
         same = sorted(map(repr, ra)) == sorted(map(repr, rb))
         ma, mb = statistics.median(ta) * 1000, statistics.median(tb) * 1000
         ratios.append(ma / mb)
-        print("%-18s %10.2f %10.2f %7.2fx  %d%s" % (name, ma, mb, ma / mb, len(ra), "" if same else "  ROWS DIFFER"))
+        print("%-18s %10.2f %10.2f %7.2fx  %d rows, %d rounds%s" % (
+            name, ma, mb, ma / mb, len(ra), r, "" if same else "  ROWS DIFFER"))
     if ratios:
         gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print("geometric mean speedup: %.2fx over %d queries; slowest %.2fx" % (gm, len(ratios), min(ratios)))

@@ -3,8 +3,11 @@
 //! The emitted expressions are the ones AGE itself generates for the same
 //! Cypher (`agtype_access_operator`, `age_*` functions and aggregates,
 //! agtype operators), except that property access reads the label table's
-//! `properties` column instead of first building the whole vertex or edge.
-//! Anything whose AGE translation is not reproduced exactly is declined.
+//! `properties` column instead of first building the whole vertex or edge,
+//! `id(v)` reads the graphid column, WHERE uses cheaper forms where false
+//! and NULL agree (`filter`), and an undirected edge is a UNION ALL rather
+//! than AGE's OR join. Anything whose AGE translation is not reproduced
+//! exactly is declined.
 
 use std::collections::{HashMap, HashSet};
 
