@@ -111,15 +111,25 @@ pub fn load_config(cli: &Cli) -> Result<Config, String> {
 }
 
 pub fn init_logging(cfg: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ONETRIP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match cfg.log.format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+    use tracing_subscriber::{
+        Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
     };
+    // Targets rather than EnvFilter: EnvFilter takes a lock shared by all
+    // sessions each time a session's span is entered, that is on every poll.
+    let spec = std::env::var("ONETRIP_LOG").unwrap_or_else(|_| cfg.log.level.clone());
+    let targets: Targets = spec.parse().unwrap_or_else(|e| {
+        eprintln!("onetrip: invalid log level {spec:?} ({e}); using \"info\"");
+        Targets::new().with_default(tracing::Level::INFO)
+    });
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match cfg.log.format {
+        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Text => fmt.boxed(),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(targets)
+        .with(fmt)
+        .try_init();
 }
 
 pub fn main() -> ExitCode {
@@ -232,8 +242,11 @@ impl Workers {
             threads: Vec::new(),
         };
         for i in 0..n {
+            // Sessions need sockets and timers only; without the signal and
+            // process drivers each turn of the loop skips their checks.
             let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
+                .enable_time()
                 .build()?;
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             w.handles.push(rt.handle().clone());

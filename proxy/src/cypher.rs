@@ -121,10 +121,16 @@ impl CypherShared {
 /// Case-insensitive substring test without allocating: it runs on every
 /// Query and Parse.
 pub fn contains_ci(haystack: &str, needle: &str) -> bool {
-    haystack
-        .as_bytes()
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = n.split_first() else {
+        return true;
+    };
+    // Runs on every statement: jump between occurrences of the first
+    // letter instead of comparing at every byte.
+    memchr::memchr2_iter(first.to_ascii_lowercase(), first.to_ascii_uppercase(), h).any(|i| {
+        h.get(i + 1..i + n.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(rest))
+    })
 }
 
 /// Does this statement text mention `cypher` at all (cheap pre-check)?
@@ -141,4 +147,21 @@ pub fn may_change_catalog(sql: &str) -> bool {
         .any(|w| contains_ci(sql, w));
     (suspect && onetrip_planner::cypher::invalidates_catalog(sql))
         || (contains_ci(sql, "extension") && contains_ci(sql, "age"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_ci;
+
+    #[test]
+    fn contains_ci_finds_any_case_anywhere() {
+        assert!(contains_ci("select * from CyPhEr('g', $$ $$)", "cypher"));
+        assert!(contains_ci("cypher", "cypher"));
+        assert!(contains_ci("xcypher", "CYPHER"));
+        assert!(!contains_ci("select cyphe", "cypher"));
+        assert!(!contains_ci("", "cypher"));
+        assert!(contains_ci("anything", ""));
+        assert!(contains_ci("c c cy cyp cypher", "cypher"));
+        assert!(contains_ci("ÇYPHER cypheR", "cypher"));
+    }
 }

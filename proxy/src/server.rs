@@ -4,7 +4,11 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+use tokio::{
+    net::TcpListener,
+    sync::{oneshot, watch},
+    task::JoinSet,
+};
 use tracing::{error, info, warn};
 
 use crate::{
@@ -27,6 +31,10 @@ pub struct Shared {
     cancel_keys: DashMap<(i32, Bytes), ()>,
     /// Becomes true when the shutdown grace period is over.
     force_close: watch::Receiver<bool>,
+    /// One closer per relaying session, fired when the grace period is
+    /// over. Per session, so a session waits on nothing it shares with
+    /// others while it forwards.
+    closers: DashMap<u64, oneshot::Sender<()>>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: crate::cypher::CypherShared,
 }
@@ -46,6 +54,32 @@ impl Shared {
 
     pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
         self.force_close.clone()
+    }
+
+    /// Resolves when session `id` must close (at once if shutdown is
+    /// already forced). Pair with `forget_closer` when the session ends.
+    pub fn closer(&self, id: u64) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.closers.insert(id, tx);
+        // Registered first, checked second: `close_all` sets the flag before
+        // it drains, so a session is either drained or sees the flag.
+        if *self.force_close.borrow() {
+            self.closers.remove(&id);
+        }
+        rx
+    }
+
+    pub fn forget_closer(&self, id: u64) {
+        self.closers.remove(&id);
+    }
+
+    fn close_all(&self) {
+        let ids: Vec<u64> = self.closers.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            if let Some((_, tx)) = self.closers.remove(&id) {
+                let _ = tx.send(());
+            }
+        }
     }
 
     /// Forwards a client's CancelRequest to the upstream backend it names.
@@ -172,6 +206,7 @@ impl Proxy {
             upstream_tls,
             cancel_keys: DashMap::new(),
             force_close: force_rx,
+            closers: DashMap::new(),
             cypher: Default::default(),
         });
         let metrics_addr = match shared.config.metrics.listen {
@@ -249,6 +284,7 @@ impl Proxy {
                 "grace period over; closing remaining sessions"
             );
             let _ = self.force_close.send(true);
+            self.shared.close_all();
             if tokio::time::timeout(Duration::from_secs(5), async {
                 while sessions.join_next().await.is_some() {}
             })

@@ -176,3 +176,25 @@ async fn a_startup_that_never_completes_times_out() {
     }
     assert_serving(&env.proxy_dsn()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_sessions_left_after_the_grace_period() {
+    let mut env = Env::start().await;
+    let mut idle = raw::connect_ready(env.proxy_port()).await;
+    let mut busy = raw::connect_ready(env.proxy_port()).await;
+    busy.write_all(&raw::query("select pg_sleep(60)"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    env.stop_proxy(Duration::from_millis(300)).await;
+    // Both sessions outlived the grace period: each gets the proxy's FATAL
+    // 57P01, then the connection closes (pg_sleep would still be running).
+    for s in [&mut idle, &mut busy] {
+        let errs = errors(&raw::read_to_end(s, WAIT).await);
+        assert_eq!(
+            errs.last().map(|e| (e.0.as_str(), e.1.as_str())),
+            Some(("FATAL", "57P01")),
+            "{errs:?}"
+        );
+    }
+}

@@ -98,7 +98,7 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
     let mut uin = uin;
     let mut to_client = WriteQueue::default();
     let mut to_up = WriteQueue::default();
-    let mut shutdown = proto.shared.shutdown_forced();
+    let mut forced = proto.shared.closer(proto.info.id);
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
@@ -150,13 +150,12 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
                 proto.delay_elapsed();
             }
             _ = catalog_changed(&mut catalog), if catalog.is_some() => proto.cy.wake(),
-            _ = shutdown.changed() => {
-                if *shutdown.borrow() { break End::Shutdown }
-            },
+            _ = &mut forced => break End::Shutdown,
         }
         reserve(&mut cin);
         reserve(&mut uin);
     };
+    proto.shared.forget_closer(proto.info.id);
     match end {
         End::ClientClosed => {
             if proto.flow != Flow::Terminated {
