@@ -12,6 +12,8 @@ use dashmap::DashMap;
 use onetrip_planner::cypher::{Catalog, Rewrite, RewriteOptions, rewrite_sql};
 use tokio::sync::watch;
 
+use crate::words::Words;
+
 /// Most compiled plans kept; the cache starts over when full.
 const MAX_PLANS: usize = 10_000;
 
@@ -118,61 +120,11 @@ impl CypherShared {
     }
 }
 
-/// Case-insensitive substring test without allocating: it runs on every
-/// Query and Parse.
-pub fn contains_ci(haystack: &str, needle: &str) -> bool {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-    let Some((&first, rest)) = n.split_first() else {
-        return true;
-    };
-    if h.len() < n.len() {
-        return false;
-    }
-    // Statements are short: a plain loop on the first letter beats a
-    // vectored search, whose setup dominates below a few hundred bytes.
-    let (fold, first) = if first.is_ascii_alphabetic() {
-        (0x20, first.to_ascii_lowercase())
-    } else {
-        (0, first)
-    };
-    h[..=h.len() - n.len()]
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b | fold == first && h[i + 1..i + n.len()].eq_ignore_ascii_case(rest))
-}
-
-/// Does this statement text mention `cypher` at all (cheap pre-check)?
-pub fn mentions_cypher(sql: &str) -> bool {
-    contains_ci(sql, "cypher")
-}
-
-/// May running `sql` change a database's AGE graphs or labels (so the
-/// cached catalog must be fetched again)? Cheap pre-checks first; the
-/// planner decides.
-pub fn may_change_catalog(sql: &str) -> bool {
-    let suspect = ["graph", "label", "cypher"]
-        .iter()
-        .any(|w| contains_ci(sql, w));
-    (suspect && onetrip_planner::cypher::invalidates_catalog(sql))
-        || (contains_ci(sql, "extension") && contains_ci(sql, "age"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::contains_ci;
-
-    #[test]
-    fn contains_ci_finds_any_case_anywhere() {
-        assert!(contains_ci("select * from CyPhEr('g', $$ $$)", "cypher"));
-        assert!(contains_ci("cypher", "cypher"));
-        assert!(contains_ci("xcypher", "CYPHER"));
-        assert!(!contains_ci("select cyphe", "cypher"));
-        assert!(!contains_ci("", "cypher"));
-        assert!(contains_ci("anything", ""));
-        assert!(contains_ci("c c cy cyp cypher", "cypher"));
-        assert!(contains_ci("ÇYPHER cypheR", "cypher"));
-        assert!(contains_ci("a $$ b", "$$"));
-        assert!(!contains_ci("a $ $ b", "$$"));
-        assert!(!contains_ci("CYPHE", "cypher"));
-    }
+/// May running `sql` (whose words are `w`) change a database's AGE graphs
+/// or labels, so the cached catalog must be fetched again? The word check
+/// first; the planner decides.
+pub fn may_change_catalog(sql: &str, w: Words) -> bool {
+    (w.any(Words::GRAPH | Words::LABEL | Words::CYPHER)
+        && onetrip_planner::cypher::invalidates_catalog(sql))
+        || w.all(Words::EXTENSION | Words::AGE)
 }

@@ -26,6 +26,7 @@ pub mod session;
 pub mod stats;
 pub mod tools;
 pub mod wire;
+pub mod words;
 
 pub use config::Config;
 pub use server::{Proxy, Shared, StartError};

@@ -18,11 +18,11 @@ use super::{
     judge::{Judge, Verdict},
     sql::{Prepared, Sql, may_set_isolation},
 };
-use crate::cypher::contains_ci;
 use crate::{
     server::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
+    words::Words,
 };
 
 /// What the session knows when a message passes the coalescer.
@@ -175,18 +175,18 @@ impl Coalescer {
         self.batch.statement.clone()
     }
 
-    pub fn on_simple_query(&mut self, sql: &str) {
-        self.note_deallocation(sql);
-        if !may_set_isolation(sql) {
+    pub fn on_simple_query(&mut self, sql: &Sql) {
+        self.note_deallocation(sql.words());
+        if !may_set_isolation(sql.words()) {
             return;
         }
-        let changes = self.judge.judge(sql).isolation;
+        let changes = self.judge.judge(sql.as_str()).isolation;
         self.apply_isolation(&changes, false);
     }
 
     /// DISCARD ALL / DEALLOCATE may drop the probe's prepared statement.
-    fn note_deallocation(&mut self, sql: &str) {
-        if contains_ci(sql, "discard") || contains_ci(sql, "deallocate") {
+    fn note_deallocation(&mut self, w: Words) {
+        if w.any(Words::DISCARD | Words::DEALLOCATE) {
             self.probe_prepared = false;
         }
     }
@@ -242,12 +242,12 @@ impl Coalescer {
                 self.batch.executes += 1;
                 self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
                 self.batch.frames.push(msg.clone());
-                if let Some(sql) = &self.batch.statement {
-                    let sql = sql.clone();
-                    self.note_deallocation(sql.as_str());
+                let words = self.batch.statement.as_ref().map(Sql::words);
+                if let Some(w) = words {
+                    self.note_deallocation(w);
                 }
                 if let Some(sql) = self.batch.statement.clone()
-                    && may_set_isolation(sql.as_str())
+                    && may_set_isolation(sql.words())
                 {
                     let changes = self.judge.judge(sql.as_str()).isolation;
                     self.apply_isolation(&changes, ctx.txn_status != b'I');

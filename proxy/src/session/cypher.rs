@@ -8,10 +8,11 @@ use onetrip_planner::cypher::{Catalog, Rewrite};
 use tokio::sync::watch;
 
 use crate::{
-    cypher::{Lookup, may_change_catalog, mentions_cypher},
+    cypher::{Lookup, may_change_catalog},
     server::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
+    words::Words,
 };
 
 /// Rows of `Catalog::QUERY` as text.
@@ -143,11 +144,12 @@ impl CypherSession {
         let Some(sql) = statement_text(t, &msg) else {
             return Route::Forward(msg);
         };
-        if may_change_catalog(sql) {
+        let words = Words::scan(sql);
+        if may_change_catalog(sql, words) {
             self.invalidate_at_ready = true;
             shared.cypher.invalidate(&self.database);
         }
-        if !self.enabled || !mentions_cypher(sql) {
+        if !self.enabled || !words.any(Words::CYPHER) {
             return Route::Forward(msg);
         }
         match shared.cypher.lookup(&self.database) {

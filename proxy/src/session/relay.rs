@@ -116,6 +116,19 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             Counters::add(&c.counters.errors, 1);
             break End::Error(e.to_string());
         }
+        // Write at once what the sockets take now: the usual case, and one
+        // poll here is cheaper than another turn of the select below.
+        if !to_up.is_empty()
+            && let Some(Err(e)) = poll_once(to_up.write_some(&mut io.uw))
+        {
+            warn!("upstream write: {e}");
+            break End::UpstreamClosed;
+        }
+        if !to_client.is_empty()
+            && let Some(Err(e)) = poll_once(to_client.write_some(&mut io.cw))
+        {
+            break End::Error(format!("client write: {e}"));
+        }
         if proto.flow == Flow::Terminated && to_up.is_empty() {
             break End::ClientClosed;
         }
@@ -187,6 +200,17 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
             let _ = to_up.write_all(&mut io.uw).await;
         }
+    }
+}
+
+/// Polls `f` once; `None` if it is not ready. Whatever it waits on is
+/// polled again, with the task's waker, by the select that follows.
+fn poll_once<F: Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
     }
 }
 

@@ -6,26 +6,31 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::cypher::contains_ci;
+use crate::words::Words;
 
-/// UTF-8 statement text (checked when made).
+/// UTF-8 statement text (checked when made), with the words the session
+/// looks for found once, when it is made, rather than at every Execute.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Sql(Bytes);
+pub struct Sql(Bytes, Words);
 
 impl Sql {
     /// The text `text`, which lies inside `msg`, without copying it.
     pub fn within(msg: &Bytes, text: &str) -> Self {
-        Sql(msg.slice_ref(text.as_bytes()))
+        Sql(msg.slice_ref(text.as_bytes()), Words::scan(text))
     }
 
     /// A copy, for text kept long after its message (it would otherwise
     /// pin the whole read buffer the message arrived in).
     pub fn detached(&self) -> Self {
-        Sql(Bytes::copy_from_slice(&self.0))
+        Sql(Bytes::copy_from_slice(&self.0), self.1)
     }
 
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    pub fn words(&self) -> Words {
+        self.1
     }
 }
 
@@ -67,8 +72,8 @@ impl Prepared {
 /// spares the full classification for almost every statement: isolation
 /// changes all name it (`ISOLATION LEVEL`, `default_transaction_isolation`,
 /// `transaction_isolation`) or reset settings wholesale.
-pub fn may_set_isolation(sql: &str) -> bool {
-    contains_ci(sql, "isolation") || contains_ci(sql, "reset") || contains_ci(sql, "discard")
+pub fn may_set_isolation(w: Words) -> bool {
+    w.any(Words::ISOLATION | Words::RESET | Words::DISCARD)
 }
 
 #[cfg(test)]
@@ -85,11 +90,11 @@ mod tests {
             "discard all",
             "select set_config('transaction_isolation', 'serializable', false)",
         ] {
-            assert!(may_set_isolation(s), "{s}");
+            assert!(may_set_isolation(Words::scan(s)), "{s}");
         }
-        assert!(!may_set_isolation(
+        assert!(!may_set_isolation(Words::scan(
             "select abalance from pgbench_accounts where aid = 42"
-        ));
+        )));
     }
 
     #[test]

@@ -67,9 +67,11 @@ pub struct Protocol {
     pub in_copy: bool,
     /// Prepared statements by name (the unnamed one under "").
     pub prepared: Prepared,
-    /// Statement the latest round trips are attributed to.
-    current_sql: Option<Sql>,
-    stmt_counts: HashMap<Sql, StatementCounts>,
+    /// Index in `stmt_counts` of the statement the latest round trips are
+    /// attributed to (found once per statement, not once per message).
+    current_stmt: Option<usize>,
+    stmt_index: HashMap<Sql, usize>,
+    stmt_counts: Vec<(Sql, StatementCounts)>,
     work_since_idle: bool,
     pub co: Coalescer,
     pub cy: CypherSession,
@@ -101,8 +103,9 @@ impl Protocol {
             txn_status: b'I',
             in_copy: false,
             prepared: Prepared::default(),
-            current_sql: None,
-            stmt_counts: HashMap::new(),
+            current_stmt: None,
+            stmt_index: HashMap::new(),
+            stmt_counts: Vec::new(),
             work_since_idle: false,
             co,
             cy,
@@ -130,7 +133,9 @@ impl Protocol {
 
     pub fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
         let mut out: HashMap<String, StatementCounts> = HashMap::new();
-        for (sql, c) in self.stmt_counts.drain() {
+        self.stmt_index.clear();
+        self.current_stmt = None;
+        for (sql, c) in self.stmt_counts.drain(..) {
             let e = out
                 .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
                 .or_default();
@@ -142,15 +147,23 @@ impl Protocol {
     }
 
     fn counts_for_current(&mut self) -> Option<&mut StatementCounts> {
-        let sql = self.current_sql.as_ref()?;
-        if !self.stmt_counts.contains_key(sql) {
-            if self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
-                return None;
-            }
-            self.stmt_counts
-                .insert(sql.detached(), StatementCounts::default());
+        let i = self.current_stmt?;
+        self.stmt_counts.get_mut(i).map(|(_, c)| c)
+    }
+
+    fn find_statement(&mut self, sql: Option<Sql>) -> Option<usize> {
+        let sql = sql?;
+        if let Some(&i) = self.stmt_index.get(&sql) {
+            return Some(i);
         }
-        self.stmt_counts.get_mut(sql)
+        if self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
+            return None;
+        }
+        let i = self.stmt_counts.len();
+        let sql = sql.detached();
+        self.stmt_index.insert(sql.clone(), i);
+        self.stmt_counts.push((sql, StatementCounts::default()));
+        Some(i)
     }
 
     // ---- client -> upstream ----
@@ -215,7 +228,7 @@ impl Protocol {
             tag::QUERY => {
                 let sql = frontend::query_text(&msg).map(|text| Sql::within(&msg, text));
                 if let Some(sql) = &sql {
-                    self.co.on_simple_query(sql.as_str());
+                    self.co.on_simple_query(sql);
                 }
                 self.note_statement(sql);
             }
@@ -244,7 +257,7 @@ impl Protocol {
     fn note_statement(&mut self, sql: Option<Sql>) {
         Counters::add(&self.info.counters.statements, 1);
         self.work_since_idle = true;
-        self.current_sql = sql;
+        self.current_stmt = self.find_statement(sql);
         if let Some(c) = self.counts_for_current() {
             c.statements += 1;
         }
