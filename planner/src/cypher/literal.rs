@@ -10,14 +10,18 @@ use super::ast::Literal;
 /// `null`), printed by the `agtype` crate exactly as AGE prints it, so
 /// AGE's `agtype_in` reads it back to the same value.
 pub fn agtype_literal(lit: &Literal) -> String {
-    let v = match lit {
+    agtype::to_text(&literal_value(lit))
+}
+
+/// A scalar literal as an agtype value.
+pub fn literal_value(lit: &Literal) -> Value {
+    match lit {
         Literal::Null => Value::Null,
         Literal::Bool(b) => Value::Bool(*b),
         Literal::Int(i) => Value::Integer(*i),
         Literal::Float(f) => Value::Float(*f),
         Literal::String(s) => Value::String(s.clone()),
-    };
-    agtype::to_text(&v)
+    }
 }
 
 /// The agtype text of a string.

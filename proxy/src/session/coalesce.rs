@@ -242,15 +242,14 @@ impl Coalescer {
                 self.batch.executes += 1;
                 self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
                 self.batch.frames.push(msg.clone());
-                let words = self.batch.statement.as_ref().map(Sql::words);
-                if let Some(w) = words {
+                if let Some(w) = self.batch.statement.as_ref().map(Sql::words) {
                     self.note_deallocation(w);
-                }
-                if let Some(sql) = self.batch.statement.clone()
-                    && may_set_isolation(sql.words())
-                {
-                    let changes = self.judge.judge(sql.as_str()).isolation;
-                    self.apply_isolation(&changes, ctx.txn_status != b'I');
+                    if may_set_isolation(w)
+                        && let Some(sql) = self.batch.statement.clone()
+                    {
+                        let changes = self.judge.judge(sql.as_str()).isolation;
+                        self.apply_isolation(&changes, ctx.txn_status != b'I');
+                    }
                 }
             }
             // A simple Query ends the extended batch as a Sync does.

@@ -9,7 +9,7 @@ use agtype::{Object, Value};
 
 use super::super::DeclineReason as D;
 use super::super::ast::*;
-use super::super::literal::{agtype_const, sql_string};
+use super::super::literal::{agtype_const, literal_value, sql_string};
 use super::Compiler;
 use super::expr::{Sql, is_keyword};
 
@@ -83,7 +83,7 @@ impl Compiler<'_> {
             // scalar of the same type (never a list holding it), exactly
             // agtype `=`; a stored null or a missing key matches nothing.
             let mut o = Object::new();
-            o.insert(key, scalar(lit));
+            o.insert(key, literal_value(lit));
             let map = sql_string(&agtype::to_text(&Value::Object(o)));
             return Ok(Some(Sql::bool(format!(
                 "({alias}.properties @> {map}::agtype)"
@@ -118,9 +118,7 @@ impl Compiler<'_> {
             format!("({cmp})")
         })))
     }
-}
 
-impl Compiler<'_> {
     /// `id(v) = 123` as a comparison of the graphid column, which an index
     /// on `id` answers; ids are never null, so this holds in any position.
     fn id_equals(&self, f: &Expr, c: &Expr) -> Option<Sql> {
@@ -162,15 +160,5 @@ fn constant(e: &Expr) -> Option<&Literal> {
         Expr::Literal(Literal::Null) => None,
         Expr::Literal(l) => Some(l),
         _ => None,
-    }
-}
-
-fn scalar(l: &Literal) -> Value {
-    match l {
-        Literal::Null => Value::Null,
-        Literal::Bool(b) => Value::Bool(*b),
-        Literal::Int(i) => Value::Integer(*i),
-        Literal::Float(f) => Value::Float(*f),
-        Literal::String(s) => Value::String(s.clone()),
     }
 }
