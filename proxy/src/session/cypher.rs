@@ -76,7 +76,10 @@ pub struct CypherSession {
 
 /// What the session should do with a client message.
 pub enum Route {
+    /// The message as it came.
     Forward(Bytes),
+    /// The message with its `cypher()` calls compiled.
+    Rewritten(Bytes),
     /// Held; `to_upstream` (the catalog query, if any) goes upstream now.
     Held(Option<Bytes>),
 }
@@ -137,6 +140,7 @@ impl CypherSession {
         &mut self,
         t: u8,
         msg: Bytes,
+        words: Words,
         quiet: bool,
         shared: &Shared,
         info: &SessionInfo,
@@ -144,7 +148,6 @@ impl CypherSession {
         let Some(sql) = statement_text(t, &msg) else {
             return Route::Forward(msg);
         };
-        let words = Words::scan(sql);
         if may_change_catalog(sql, words) {
             self.invalidate_at_ready = true;
             shared.cypher.invalidate(&self.database);
@@ -177,7 +180,7 @@ impl CypherSession {
                     }
                     Rewrite::Rewritten(new_sql) => {
                         Counters::add(&info.counters.rewritten_queries, 1);
-                        Route::Forward(rebuild(t, &msg, new_sql))
+                        Route::Rewritten(rebuild(t, &msg, new_sql))
                     }
                     Rewrite::Declined(reason) => {
                         Counters::add(&info.counters.fallbacks, 1);
@@ -318,7 +321,7 @@ impl CypherSession {
     }
 }
 
-fn statement_text(t: u8, msg: &[u8]) -> Option<&str> {
+pub(super) fn statement_text(t: u8, msg: &[u8]) -> Option<&str> {
     match t {
         tag::QUERY => frontend::query_text(msg),
         tag::PARSE => frontend::parse(msg).map(|(_, sql)| sql),

@@ -14,9 +14,11 @@ use crate::words::Words;
 pub struct Sql(Bytes, Words);
 
 impl Sql {
-    /// The text `text`, which lies inside `msg`, without copying it.
-    pub fn within(msg: &Bytes, text: &str) -> Self {
-        Sql(msg.slice_ref(text.as_bytes()), Words::scan(text))
+    /// The text `text`, which lies inside `msg`, without copying it;
+    /// `words` are its words when already found.
+    pub fn within(msg: &Bytes, text: &str, words: Option<Words>) -> Self {
+        let words = words.unwrap_or_else(|| Words::scan(text));
+        Sql(msg.slice_ref(text.as_bytes()), words)
     }
 
     /// A copy, for text kept long after its message (it would otherwise
@@ -101,8 +103,8 @@ mod tests {
     fn prepared_keeps_named_copies() {
         let msg = Bytes::from_static(b"select 1");
         let mut p = Prepared::default();
-        p.parsed("", Sql::within(&msg, "select 1"));
-        p.parsed("s", Sql::within(&msg, "select 1"));
+        p.parsed("", Sql::within(&msg, "select 1", None));
+        p.parsed("s", Sql::within(&msg, "select 1", None));
         assert_eq!(p.get("").map(Sql::as_str), Some("select 1"));
         assert_eq!(p.get("s").map(Sql::as_str), Some("select 1"));
         p.closed("s");

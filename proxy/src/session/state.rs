@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
-    cypher::{CypherSession, Route},
+    cypher::{CypherSession, Route, statement_text},
     io::WriteQueue,
     sql::{Prepared, Sql},
 };
@@ -19,6 +19,7 @@ use crate::{
         frame::{FrameError, Piece, Splitter},
         frontend, tag,
     },
+    words::Words,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,13 +205,24 @@ impl Protocol {
         to_up: &mut WriteQueue,
         to_client: &mut WriteQueue,
     ) {
+        // The statement's words, found once for routing and for the
+        // statement kept below, unless routing rewrote the message.
+        let mut words = None;
         let msg = if t == tag::QUERY || t == tag::PARSE {
             let quiet = self.txn_status == b'I'
                 && self.pending_ready == 0
                 && !self.in_copy
                 && self.co.idle();
-            match self.cy.route(t, msg, quiet, &self.shared, &self.info) {
-                Route::Forward(m) => m,
+            let found = statement_text(t, &msg).map_or_else(Words::default, Words::scan);
+            match self
+                .cy
+                .route(t, msg, found, quiet, &self.shared, &self.info)
+            {
+                Route::Forward(m) => {
+                    words = Some(found);
+                    m
+                }
+                Route::Rewritten(m) => m,
                 Route::Held(query) => {
                     if let Some(q) = query {
                         self.send_up(to_up, q, true);
@@ -226,7 +238,7 @@ impl Protocol {
         }
         match t {
             tag::QUERY => {
-                let sql = frontend::query_text(&msg).map(|text| Sql::within(&msg, text));
+                let sql = frontend::query_text(&msg).map(|text| Sql::within(&msg, text, words));
                 if let Some(sql) = &sql {
                     self.co.on_simple_query(sql);
                 }
@@ -234,7 +246,7 @@ impl Protocol {
             }
             tag::PARSE => {
                 if let Some((name, sql)) = frontend::parse(&msg) {
-                    self.prepared.parsed(name, Sql::within(&msg, sql));
+                    self.prepared.parsed(name, Sql::within(&msg, sql, words));
                 }
             }
             tag::CLOSE => {
