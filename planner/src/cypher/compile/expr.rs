@@ -432,14 +432,7 @@ impl Compiler<'_> {
             Eq | Neq | Lt | Gt | Le | Ge => {
                 let a = self.expr(l)?.agtype_only()?;
                 let b = self.expr(r)?.agtype_only()?;
-                let o = match op {
-                    Eq => "=",
-                    Neq => "<>",
-                    Lt => "<",
-                    Gt => ">",
-                    Le => "<=",
-                    _ => ">=",
-                };
+                let o = comparison(op);
                 Ok(Sql::bool(format!("({a} {o} {b})")))
             }
             Add | Sub | Mul | Div | Mod | Pow => {
@@ -551,6 +544,18 @@ impl Compiler<'_> {
             v.push(self.expr(a)?.agtype_only()?);
         }
         Ok(Sql::ag(format!("ag_catalog.age_{lname}({})", v.join(", "))))
+    }
+}
+
+/// The SQL operator of a comparison (`Eq`, `Neq`, `Lt`, `Gt`, `Le`, `Ge`).
+pub(super) fn comparison(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Eq => "=",
+        BinaryOp::Neq => "<>",
+        BinaryOp::Lt => "<",
+        BinaryOp::Gt => ">",
+        BinaryOp::Le => "<=",
+        _ => ">=",
     }
 }
 

@@ -11,7 +11,7 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, literal_value, sql_string};
 use super::Compiler;
-use super::expr::{Sql, is_keyword};
+use super::expr::{Sql, comparison, is_keyword};
 
 /// agtype `null` sorts above every other value, so `x < 'null'` holds for
 /// exactly the non-null values.
@@ -91,14 +91,7 @@ impl Compiler<'_> {
         }
         let raw = format!("({alias}.properties -> {}::text)", sql_string(key));
         let c = agtype_const(lit);
-        let o = match op {
-            Eq => "=",
-            Neq => "<>",
-            Lt => "<",
-            Gt => ">",
-            Le => "<=",
-            _ => ">=",
-        };
+        let o = comparison(op);
         let cmp = if prop_left {
             format!("{raw} {o} {c}")
         } else {
