@@ -111,6 +111,17 @@ impl Env {
             .expect("run psql")
     }
 
+    /// Runs psql like `psql`, requires it to succeed and returns its stdout.
+    pub fn psql_ok(&self, via_proxy: bool, args: &[&str]) -> String {
+        let out = self.psql(via_proxy, args);
+        assert!(
+            out.status.success(),
+            "psql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
     /// Waits (up to 5 s) until at most `live` sessions are open, so closed
     /// sessions' counters have landed, and returns the proxy's totals.
     pub async fn settle(&self, live: usize) -> onetrip::stats::Snapshot {

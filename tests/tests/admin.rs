@@ -74,12 +74,7 @@ fn num(row: &[(String, Option<String>)], col: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_reads_stats_over_the_console() {
     let env = Env::start().await;
-    let out = env.psql(true, &["-c", "select 1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.psql_ok(true, &["-c", "select 1"]);
     env.settle(0).await;
     let port = env.proxy_port().to_string();
     let out = env

@@ -1,24 +1,13 @@
 //! psql through the proxy prints exactly what it prints direct.
 
-use std::process::Output;
-
 use onetrip_tests::Env;
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "psql failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dash_c_matches_direct() {
     let env = Env::start().await;
     let sql = "select g, repeat('ab', g), g::float8 / 3 from generate_series(1, 50) g";
-    let direct = ok(env.psql(false, &["-A", "-c", sql]));
-    let proxied = ok(env.psql(true, &["-A", "-c", sql]));
+    let direct = env.psql_ok(false, &["-A", "-c", sql]);
+    let proxied = env.psql_ok(true, &["-A", "-c", sql]);
     assert_eq!(direct, proxied);
     assert!(proxied.contains("(50 rows)"), "{proxied}");
     // An error is reported the same way, with psql's exit status 1.
@@ -48,7 +37,7 @@ async fn dash_f_runs_a_multi_statement_script() {
             ),
         )
         .unwrap();
-        let out = ok(env.psql(
+        let out = env.psql_ok(
             via,
             &[
                 "-A",
@@ -57,7 +46,7 @@ async fn dash_f_runs_a_multi_statement_script() {
                 "-f",
                 script.to_str().unwrap(),
             ],
-        ));
+        );
         outputs.push(out.replace(&format!("s{i}"), "s"));
     }
     assert_eq!(outputs[0], outputs[1]);
@@ -77,14 +66,14 @@ async fn backslash_copy_both_ways() {
         ));
     }
     std::fs::write(&input, &csv).unwrap();
-    ok(env.psql(false, &["-c", "create table c (id int, t text, f float8)"]));
+    env.psql_ok(false, &["-c", "create table c (id int, t text, f float8)"]);
     // \copy in through the proxy, then \copy out both ways.
     let copy_in = format!("\\copy c from '{}' csv", input.display());
-    ok(env.psql(true, &["-c", &copy_in]));
+    env.psql_ok(true, &["-c", &copy_in]);
     let mut outs = Vec::new();
     for via in [false, true] {
         let path = dir.path().join(format!("out-{via}.csv"));
-        ok(env.psql(
+        env.psql_ok(
             via,
             &[
                 "-c",
@@ -93,7 +82,7 @@ async fn backslash_copy_both_ways() {
                     path.display()
                 ),
             ],
-        ));
+        );
         outs.push(std::fs::read(&path).unwrap());
     }
     assert_eq!(outs[0], outs[1]);

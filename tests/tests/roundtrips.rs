@@ -18,12 +18,7 @@ fn rts(s: &Snapshot) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_select_1_is_one_round_trip_after_handshake() {
     let env = Env::start().await;
-    let out = env.psql(true, &["-c", "select 1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.psql_ok(true, &["-c", "select 1"]);
     let t = env.settle(0).await;
     assert_eq!(rts(&t), (1, 1), "{t:?}");
     assert_eq!(t.statements, 1);
