@@ -241,50 +241,34 @@ async fn check_password_auth(auth: AdminAuth) {
         "{e}"
     );
     // psql with the password in the environment.
-    let out = env
-        .pg
-        .tool("psql")
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &env.proxy_port().to_string(),
-            "-U",
-            "ops",
-            "-d",
-            "onetrip",
-        ])
-        .args(["-c", "SHOW VERSION"])
-        .env("PGPASSWORD", "s3cret pässword")
-        .output()
-        .unwrap();
+    let show_version_as_ops = |password: &str| {
+        env.pg
+            .tool("psql")
+            .args([
+                "-X",
+                "-At",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &env.proxy_port().to_string(),
+                "-U",
+                "ops",
+                "-d",
+                "onetrip",
+            ])
+            .args(["-c", "SHOW VERSION"])
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let out = show_version_as_ops("s3cret pässword");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("onetrip "));
-    let out = env
-        .pg
-        .tool("psql")
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &env.proxy_port().to_string(),
-            "-U",
-            "ops",
-            "-d",
-            "onetrip",
-        ])
-        .args(["-c", "SHOW VERSION"])
-        .env("PGPASSWORD", "nope")
-        .output()
-        .unwrap();
+    let out = show_version_as_ops("nope");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("password authentication failed"));
 }
