@@ -107,7 +107,19 @@ pub fn load_config(cli: &Cli) -> Result<Config, String> {
         cfg.upstream.address =
             UpstreamAddress::parse(u).map_err(|e| format!("invalid --upstream: {e}"))?;
     }
+    log_targets(&cfg)?;
     Ok(cfg)
+}
+
+/// The log filter: `ONETRIP_LOG` if set, else `[log] level` (which
+/// `Config::load` has checked).
+fn log_targets(cfg: &Config) -> Result<tracing_subscriber::filter::Targets, String> {
+    let (spec, what) = match std::env::var("ONETRIP_LOG") {
+        Ok(spec) => (spec, "ONETRIP_LOG"),
+        Err(_) => (cfg.log.level.clone(), "log.level"),
+    };
+    spec.parse()
+        .map_err(|e| format!("invalid {what} {spec:?}: {e}"))
 }
 
 pub fn init_logging(cfg: &Config) {
@@ -116,11 +128,9 @@ pub fn init_logging(cfg: &Config) {
     };
     // Targets rather than EnvFilter: EnvFilter takes a lock shared by all
     // sessions each time a session's span is entered, that is on every poll.
-    let spec = std::env::var("ONETRIP_LOG").unwrap_or_else(|_| cfg.log.level.clone());
-    let targets: Targets = spec.parse().unwrap_or_else(|e| {
-        eprintln!("onetrip: invalid log level {spec:?} ({e}); using \"info\"");
-        Targets::new().with_default(tracing::Level::INFO)
-    });
+    // Checked by `load_config`; the fallback only serves other callers.
+    let targets =
+        log_targets(cfg).unwrap_or_else(|_| Targets::new().with_default(tracing::Level::INFO));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match cfg.log.format {
         LogFormat::Json => fmt.json().boxed(),

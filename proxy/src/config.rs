@@ -335,6 +335,13 @@ impl Config {
         if self.admin.database.is_empty() {
             return Err(key("admin.database", "must not be empty"));
         }
+        if let Err(e) = self
+            .log
+            .level
+            .parse::<tracing_subscriber::filter::Targets>()
+        {
+            return Err(key("log.level", &e.to_string()));
+        }
         if self.admin.auth != AdminAuth::Trust
             && let Some(u) = self.admin.users.iter().find(|u| u.password.is_empty())
         {
@@ -500,6 +507,9 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(load_str("[upstream]\nrtt = \"5 parsecs\"\n", &[]).is_err());
         assert!(load_str("[upstream]\naddress = \"nowhere\"\n", &[]).is_err());
+        let err = load_str("[log]\nlevel = \"a=b=c\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("log.level"), "{err}");
+        assert!(load_str("[log]\nlevel = \"warn,onetrip=debug\"\n", &[]).is_ok());
         assert!(
             load_str("[tls]\ncert_file = \"a.pem\"\n", &[])
                 .unwrap_err()
