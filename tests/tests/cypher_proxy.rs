@@ -154,3 +154,43 @@ async fn verify_mode_returns_ages_answer_and_counts_differences() {
         "{reasons:?}"
     );
 }
+
+/// Statements that may change the AGE catalog (Cypher writes, label DDL, or
+/// anything the check can't rule out) go upstream as they are and refresh
+/// the catalog after they ran; they never wait for a fetch of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_changing_statements_are_forwarded_at_once() {
+    let env = Env::start().await;
+    let direct = connect(&env.direct_dsn()).await;
+    let proxied = connect(&env.proxy_dsn()).await;
+    let writes = [
+        // `cypher(` not followed by a graph name: the check can't rule it out.
+        "select x from (select 1) as cypher(x)",
+        "select * from cypher('g', $$ CREATE (n:Person) $$) as (a agtype)",
+        "select ag_catalog.create_vlabel('g', 'City')",
+    ];
+    for sql in writes {
+        let want = error_of(direct.simple_query(sql).await);
+        let got = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            proxied.simple_query(sql),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("no answer through the proxy for {sql}"));
+        assert_eq!(error_of(got), want, "{sql}");
+        let prepared =
+            tokio::time::timeout(std::time::Duration::from_secs(20), proxied.prepare(sql))
+                .await
+                .unwrap_or_else(|_| panic!("no answer to Parse through the proxy for {sql}"));
+        let want = direct
+            .prepare(sql)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            prepared.map(|_| ()).map_err(|e| e.to_string()),
+            want,
+            "{sql}"
+        );
+    }
+}

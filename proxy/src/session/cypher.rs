@@ -149,8 +149,13 @@ impl CypherSession {
             return Route::Forward(msg);
         };
         if may_change_catalog(sql, words) {
+            // The change happens when the statement runs: the catalog is
+            // refreshed after it. Such a statement is never compiled, so it
+            // goes now; waiting for a fetch here would invalidate the fetched
+            // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
             shared.cypher.invalidate(&self.database);
+            return Route::Forward(msg);
         }
         if !self.enabled || !words.any(Words::CYPHER) {
             return Route::Forward(msg);
