@@ -212,6 +212,28 @@ async fn commands_answer_and_errors_keep_the_session() {
     assert_eq!(num(stats.last().unwrap(), "client_round_trips"), 1);
 }
 
+/// psql as user `ops` on the admin console, unaligned and tuples only.
+fn psql_as_ops(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {
+    env.pg
+        .tool("psql")
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.proxy_port().to_string(),
+            "-U",
+            "ops",
+            "-d",
+            "onetrip",
+        ])
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap()
+}
+
 fn with_users(auth: AdminAuth) -> impl FnOnce(&mut onetrip::Config) {
     move |cfg| {
         cfg.admin.auth = auth;
@@ -241,34 +263,18 @@ async fn check_password_auth(auth: AdminAuth) {
         "{e}"
     );
     // psql with the password in the environment.
-    let show_version_as_ops = |password: &str| {
-        env.pg
-            .tool("psql")
-            .args([
-                "-X",
-                "-At",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &env.proxy_port().to_string(),
-                "-U",
-                "ops",
-                "-d",
-                "onetrip",
-            ])
-            .args(["-c", "SHOW VERSION"])
-            .env("PGPASSWORD", password)
-            .output()
-            .unwrap()
-    };
-    let out = show_version_as_ops("s3cret pässword");
+    let out = psql_as_ops(
+        &env,
+        &["-c", "SHOW VERSION"],
+        &[("PGPASSWORD", "s3cret pässword")],
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("onetrip "));
-    let out = show_version_as_ops("nope");
+    let out = psql_as_ops(&env, &["-c", "SHOW VERSION"], &[("PGPASSWORD", "nope")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("password authentication failed"));
 }
@@ -308,26 +314,11 @@ async fn scram_over_tls_with_psql() {
         cfg.tls.key_file = Some(key.clone());
     })
     .await;
-    let out = env
-        .pg
-        .tool("psql")
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &env.proxy_port().to_string(),
-            "-U",
-            "ops",
-            "-d",
-            "onetrip",
-        ])
-        .args(["-c", "\\conninfo", "-c", "show version"])
-        .env("PGSSLMODE", "require")
-        .env("PGPASSWORD", "s3cret pässword")
-        .output()
-        .unwrap();
+    let out = psql_as_ops(
+        &env,
+        &["-c", "\\conninfo", "-c", "show version"],
+        &[("PGSSLMODE", "require"), ("PGPASSWORD", "s3cret pässword")],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

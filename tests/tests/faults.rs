@@ -25,12 +25,7 @@ fn errors(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String, String)> {
 async fn upstream_stopped_and_restarted() {
     let mut env = Env::start().await;
     let upstream = env.pg.addr().to_string();
-    let mut idle = raw::connect_ready(env.proxy_port()).await;
-    let mut busy = raw::connect_ready(env.proxy_port()).await;
-    busy.write_all(&raw::query("select pg_sleep(60)"))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut idle, mut busy) = idle_and_busy(env.proxy_port()).await;
     let pg = &mut env.pg;
     tokio::task::block_in_place(|| pg.stop());
     // Both sessions end with the server's own FATAL, then the proxy's, which
@@ -85,6 +80,17 @@ async fn unreachable_upstream_is_a_fatal_08_error() {
         assert!(db.message().contains(&format!("127.0.0.1:{port}")), "{db}");
     }
     proxy.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Two ready sessions: one idle, one inside `pg_sleep(60)`.
+async fn idle_and_busy(port: u16) -> (TcpStream, TcpStream) {
+    let idle = raw::connect_ready(port).await;
+    let mut busy = raw::connect_ready(port).await;
+    busy.write_all(&raw::query("select pg_sleep(60)"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (idle, busy)
 }
 
 /// Sends `bytes` on a fresh connection and returns everything until close.
@@ -180,12 +186,7 @@ async fn a_startup_that_never_completes_times_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_sessions_left_after_the_grace_period() {
     let mut env = Env::start().await;
-    let mut idle = raw::connect_ready(env.proxy_port()).await;
-    let mut busy = raw::connect_ready(env.proxy_port()).await;
-    busy.write_all(&raw::query("select pg_sleep(60)"))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut idle, mut busy) = idle_and_busy(env.proxy_port()).await;
     env.stop_proxy(Duration::from_millis(300)).await;
     // Both sessions outlived the grace period: each gets the proxy's FATAL
     // 57P01, then the connection closes (pg_sleep would still be running).
