@@ -42,6 +42,12 @@ pub struct Out {
     pub to_upstream: Vec<Bytes>,
 }
 
+impl Out {
+    pub fn is_empty(&self) -> bool {
+        self.to_client.is_empty() && self.to_upstream.is_empty()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Normal,
@@ -71,6 +77,18 @@ struct Batch {
     statement: Option<Sql>,
     /// Parse/Bind/Describe/Execute as sent, for a rerun after a failed probe.
     frames: Vec<Bytes>,
+}
+
+impl Batch {
+    /// Starts a new batch, keeping the frame list's room for the next one.
+    fn clear(&mut self) {
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        *self = Batch {
+            frames,
+            ..Batch::default()
+        };
+    }
 }
 
 /// Answers held while a write probe runs.
@@ -209,9 +227,12 @@ impl Coalescer {
         self.txn_isolation.or(self.session_isolation) == Some(IsolationLevel::ReadCommitted)
     }
 
-    pub fn on_client_message(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+    /// A client message on its way upstream; true when it goes on as it
+    /// came (after whatever `out` holds), false when it was answered,
+    /// dropped or replaced.
+    pub fn on_client_message(&mut self, t: u8, msg: &Bytes, ctx: &Ctx, out: &mut Out) -> bool {
         if std::mem::take(&mut self.swallow_flush) && t == tag::FLUSH {
-            return;
+            return false;
         }
         match self.state {
             State::Normal | State::Early { .. } => {}
@@ -220,13 +241,13 @@ impl Coalescer {
                     out.to_client.push(write::ready_frame(status));
                     self.state = State::Normal;
                     self.swallow_flush = true;
-                    self.batch = Batch::default();
-                    return;
+                    self.batch.clear();
+                    return false;
                 }
                 // Nothing is pending upstream: there is nothing to flush.
-                tag::FLUSH => return,
+                tag::FLUSH => return false,
                 // The server would discard these until the Sync; so do we.
-                _ if failed && t != tag::TERMINATE => return,
+                _ if failed && t != tag::TERMINATE => return false,
                 _ => self.state = State::Normal,
             },
         }
@@ -235,12 +256,12 @@ impl Coalescer {
             tag::BIND => {
                 self.batch.binds += 1;
                 self.batch.statement =
-                    frontend::bind(&msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
+                    frontend::bind(msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
                 self.batch.frames.push(msg.clone());
             }
             tag::EXECUTE => {
                 self.batch.executes += 1;
-                self.batch.unlimited = frontend::execute(&msg).is_some_and(|(_, n)| n == 0);
+                self.batch.unlimited = frontend::execute(msg).is_some_and(|(_, n)| n == 0);
                 self.batch.frames.push(msg.clone());
                 if let Some(w) = self.batch.statement.as_ref().map(Sql::words) {
                     self.note_deallocation(w);
@@ -254,17 +275,17 @@ impl Coalescer {
             }
             // A simple Query ends the extended batch as a Sync does.
             tag::SYNC | tag::QUERY => {
-                self.batch = Batch::default();
+                self.batch.clear();
             }
             tag::FLUSH => {
                 if let Some(probe) = self.qualifies(ctx) {
                     self.early_sync(probe, ctx, out);
-                    return;
+                    return false;
                 }
             }
             _ => self.batch.others = true,
         }
-        out.to_upstream.push(msg);
+        true
     }
 
     /// Whether the batch ending in this Flush may be coalesced, and if so
@@ -322,38 +343,39 @@ impl Coalescer {
             failed: false,
         };
         if !probe {
-            self.batch = Batch::default();
+            self.batch.clear();
         }
     }
 
-    /// A pass-through piece from upstream; `None` when it is held.
-    pub fn on_upstream_pass(&mut self, bytes: Bytes) -> Option<Bytes> {
-        Some(bytes)
-    }
-
-    pub fn on_upstream_message(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+    /// An upstream message read whole; true when it goes to the client as
+    /// it came (after whatever `out` holds), false when it is held.
+    pub fn on_upstream_message(&mut self, t: u8, msg: &Bytes, ctx: &Ctx, out: &mut Out) -> bool {
         match self.state {
-            State::Early { probe: true, .. } => self.on_probe_answer(t, msg, ctx, out),
+            State::Early { probe: true, .. } => {
+                self.on_probe_answer(t, msg.clone(), ctx, out);
+                false
+            }
             State::Early {
                 probe: false,
                 failed,
             } => match t {
                 tag::READY_FOR_QUERY => {
                     self.state = State::Held {
-                        status: backend::ready_status(&msg),
+                        status: backend::ready_status(msg),
                         failed,
                     };
+                    false
                 }
                 tag::ERROR_RESPONSE => {
                     self.state = State::Early {
                         probe: false,
                         failed: true,
                     };
-                    out.to_client.push(msg);
+                    true
                 }
-                _ => out.to_client.push(msg),
+                _ => true,
             },
-            _ => out.to_client.push(msg),
+            _ => true,
         }
     }
 

@@ -77,7 +77,7 @@ pub struct CypherSession {
 /// What the session should do with a client message.
 pub enum Route {
     /// The message as it came.
-    Forward(Bytes),
+    Forward,
     /// The message with its `cypher()` calls compiled.
     Rewritten(Bytes),
     /// Held; `to_upstream` (the catalog query, if any) goes upstream now.
@@ -139,14 +139,14 @@ impl CypherSession {
     pub fn route(
         &mut self,
         t: u8,
-        msg: Bytes,
+        msg: &Bytes,
         words: Words,
         quiet: bool,
         shared: &Shared,
         info: &SessionInfo,
     ) -> Route {
-        let Some(sql) = statement_text(t, &msg) else {
-            return Route::Forward(msg);
+        let Some(sql) = statement_text(t, msg) else {
+            return Route::Forward;
         };
         if may_change_catalog(sql, words) {
             // The change happens when the statement runs: the catalog is
@@ -155,10 +155,10 @@ impl CypherSession {
             // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
             shared.cypher.invalidate(&self.database);
-            return Route::Forward(msg);
+            return Route::Forward;
         }
         if !self.enabled || !words.any(Words::CYPHER) {
-            return Route::Forward(msg);
+            return Route::Forward;
         }
         match shared.cypher.lookup(&self.database) {
             Lookup::Ready(version, Some(catalog)) => {
@@ -171,12 +171,12 @@ impl CypherSession {
                             shared.stats.note_fallback(
                                 "cypher verify: skipped (extended protocol or busy session)",
                             );
-                            return Route::Forward(msg);
+                            return Route::Forward;
                         }
                         Counters::add(&info.counters.rewritten_queries, 1);
-                        let compiled = rebuild(t, &msg, new_sql);
+                        let compiled = rebuild(t, msg, new_sql);
                         self.verify = Some(Verify {
-                            original: msg,
+                            original: msg.clone(),
                             compiled: Answer::default(),
                             relaying: false,
                             relayed: Answer::default(),
@@ -185,24 +185,24 @@ impl CypherSession {
                     }
                     Rewrite::Rewritten(new_sql) => {
                         Counters::add(&info.counters.rewritten_queries, 1);
-                        Route::Rewritten(rebuild(t, &msg, new_sql))
+                        Route::Rewritten(rebuild(t, msg, new_sql))
                     }
                     Rewrite::Declined(reason) => {
                         Counters::add(&info.counters.fallbacks, 1);
                         shared.stats.note_fallback(&format!("cypher: {reason}"));
-                        Route::Forward(msg)
+                        Route::Forward
                     }
-                    Rewrite::Unchanged => Route::Forward(msg),
+                    Rewrite::Unchanged => Route::Forward,
                 }
             }
-            Lookup::Ready(_, None) => Route::Forward(msg),
+            Lookup::Ready(_, None) => Route::Forward,
             Lookup::Loading(rx) => {
-                self.pending = Some((t, msg));
+                self.pending = Some((t, msg.clone()));
                 self.waiting = Some(rx);
                 Route::Held(None)
             }
             Lookup::MustLoad if quiet => {
-                self.pending = Some((t, msg));
+                self.pending = Some((t, msg.clone()));
                 self.fetch = Some(Fetch::default());
                 self.loading = true;
                 let mut q = BytesMut::new();
@@ -216,7 +216,7 @@ impl CypherSession {
                 shared.cypher.abandon(&self.database);
                 Counters::add(&info.counters.fallbacks, 1);
                 shared.stats.note_fallback("cypher: catalog_not_loaded");
-                Route::Forward(msg)
+                Route::Forward
             }
         }
     }
@@ -324,6 +324,12 @@ impl CypherSession {
             shared.cypher.abandon(&self.database);
         }
     }
+}
+
+/// Could routing do anything but pass on a statement with these words
+/// (compile it, wait for the catalog, or note a catalog change)?
+pub(super) fn may_route(w: Words) -> bool {
+    w.any(Words::CYPHER | Words::GRAPH | Words::LABEL | Words::EXTENSION)
 }
 
 pub(super) fn statement_text(t: u8, msg: &[u8]) -> Option<&str> {

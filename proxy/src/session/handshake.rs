@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf},
+    io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
@@ -96,17 +96,17 @@ pub enum HandshakeEnd {
     Io(#[from] std::io::Error),
 }
 
-pub struct Halves {
-    pub cr: ReadHalf<Stream>,
-    pub cw: WriteHalf<Stream>,
-    pub ur: ReadHalf<Stream>,
-    pub uw: WriteHalf<Stream>,
+/// A session's two connections. Owned by one task, which polls both
+/// directions of each itself: no split halves to lock.
+pub struct Pair {
+    pub client: Stream,
+    pub upstream: Stream,
 }
 
 /// Relays startup and authentication until the upstream's first
 /// ReadyForQuery has gone to the client. Returns the leftover read buffers.
 pub async fn relay_auth(
-    io: &mut Halves,
+    io: &mut Pair,
     startup_raw: Bytes,
     shared: &Shared,
     info: &SessionInfo,
@@ -120,10 +120,10 @@ pub async fn relay_auth(
     let mut uin = BytesMut::with_capacity(8192);
     let mut params = Vec::new();
     Counters::add(&c.bytes_to_upstream, startup_raw.len() as u64);
-    io.uw.write_all(&startup_raw).await?;
+    io.upstream.write_all(&startup_raw).await?;
     let mut out = WriteQueue::default();
     loop {
-        let msg = read_message(&mut io.ur, &mut uin, max, timeout)
+        let msg = read_message(&mut io.upstream, &mut uin, max, timeout)
             .await
             .map_err(|source| HandshakeEnd::Upstream {
                 addr: addr.clone(),
@@ -162,19 +162,19 @@ pub async fn relay_auth(
         out.push(msg);
         match t {
             tag::READY_FOR_QUERY => {
-                out.write_all(&mut io.cw).await?;
+                out.write_all(&mut io.client).await?;
                 return Ok((cin, uin, params));
             }
             tag::ERROR_RESPONSE => {
                 Counters::add(&c.errors, 1);
-                out.write_all(&mut io.cw).await?;
+                out.write_all(&mut io.client).await?;
                 return Err(HandshakeEnd::Refused);
             }
             _ => {}
         }
         if needs_answer {
-            out.write_all(&mut io.cw).await?;
-            let answer = read_message(&mut io.cr, &mut cin, max, timeout)
+            out.write_all(&mut io.client).await?;
+            let answer = read_message(&mut io.client, &mut cin, max, timeout)
                 .await
                 .map_err(HandshakeEnd::Client)?;
             if answer[0] != tag::PASSWORD {
@@ -182,7 +182,7 @@ pub async fn relay_auth(
             }
             Counters::add(&c.handshake_round_trips, 1);
             Counters::add(&c.bytes_from_client, answer.len() as u64);
-            io.uw.write_all(&answer).await?;
+            io.upstream.write_all(&answer).await?;
         }
     }
 }

@@ -2,10 +2,17 @@
 //! `Bytes` written with one vectored write, and message reads for the
 //! sequential parts of a session (startup, authentication).
 
-use std::{collections::VecDeque, io, io::IoSlice, time::Duration};
+use std::{
+    collections::VecDeque,
+    io,
+    io::IoSlice,
+    pin::Pin,
+    task::{Context, Poll, ready},
+    time::Duration,
+};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::wire::frame::{FrameError, peek_header};
 
@@ -14,6 +21,14 @@ use crate::wire::frame::{FrameError, peek_header};
 pub struct WriteQueue {
     chunks: VecDeque<Bytes>,
     len: usize,
+    /// Messages forwarded from one read buffer as they lie in it, not yet in
+    /// `chunks`: `(buffer, start, end)`. The next message that follows them
+    /// in the same buffer extends the run, so a read's worth of forwarded
+    /// messages goes out as one slice.
+    run: Option<(Bytes, usize, usize)>,
+    /// Everything was written but not yet flushed (TLS streams hold records
+    /// until flushed).
+    unflushed: bool,
 }
 
 /// Most slices handed to one vectored write.
@@ -22,8 +37,39 @@ const MAX_SLICES: usize = 64;
 impl WriteQueue {
     pub fn push(&mut self, b: Bytes) {
         if !b.is_empty() {
+            self.seal();
             self.len += b.len();
             self.chunks.push_back(b);
+        }
+    }
+
+    /// Queues `buf[start..end]`, joined to the previous part of `buf` when
+    /// it directly follows it.
+    pub fn push_part(&mut self, buf: &Bytes, start: usize, end: usize) {
+        if start >= end {
+            return;
+        }
+        if let Some((b, _, run_end)) = &mut self.run
+            && *run_end == start
+            && b.as_ptr() == buf.as_ptr()
+            && b.len() == buf.len()
+        {
+            *run_end = end;
+        } else {
+            self.seal();
+            self.run = Some((buf.clone(), start, end));
+        }
+        self.len += end - start;
+    }
+
+    /// Moves the open run into `chunks`.
+    fn seal(&mut self) {
+        if let Some((b, start, end)) = self.run.take() {
+            self.chunks.push_back(if start == 0 && end == b.len() {
+                b
+            } else {
+                b.slice(start..end)
+            });
         }
     }
 
@@ -33,6 +79,11 @@ impl WriteQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Something is left to write or to flush.
+    pub fn wants_write(&self) -> bool {
+        self.len > 0 || self.unflushed
     }
 
     fn advance(&mut self, mut n: usize) {
@@ -51,33 +102,43 @@ impl WriteQueue {
         }
     }
 
-    /// Writes as much as one vectored write takes; flushes once empty (TLS
-    /// streams hold records until flushed). Cancel-safe: a write either
-    /// happened and is accounted for, or did not happen.
-    pub async fn write_some<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> io::Result<()> {
-        let n = {
+    /// One vectored write of what is queued, then a flush once it is all
+    /// written. Ready when the write made progress (or nothing was left),
+    /// so a caller loops while `wants_write`.
+    pub fn poll_write<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.seal();
+        if !self.chunks.is_empty() {
             let mut slices = [IoSlice::new(&[]); MAX_SLICES];
             let mut k = 0;
             for c in self.chunks.iter().take(MAX_SLICES) {
                 slices[k] = IoSlice::new(c);
                 k += 1;
             }
-            w.write_vectored(&slices[..k]).await?
-        };
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+            let n = ready!(Pin::new(&mut *w).poll_write_vectored(cx, &slices[..k]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.advance(n);
+            if !self.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            self.unflushed = true;
         }
-        self.advance(n);
-        if self.is_empty() {
-            w.flush().await?;
+        if self.unflushed {
+            ready!(Pin::new(w).poll_flush(cx))?;
+            self.unflushed = false;
         }
-        Ok(())
+        Poll::Ready(Ok(()))
     }
 
-    /// Writes everything.
+    /// Writes and flushes everything.
     pub async fn write_all<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> io::Result<()> {
-        while !self.is_empty() {
-            self.write_some(w).await?;
+        while self.wants_write() {
+            std::future::poll_fn(|cx| self.poll_write(w, cx)).await?;
         }
         Ok(())
     }

@@ -8,14 +8,21 @@
 //! that pipelines without reading can't deadlock against a server that
 //! writes without reading.
 
-use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Instant,
+};
 
-use bytes::Bytes;
-use tokio::io::AsyncReadExt;
+use bytes::{Bytes, BytesMut};
+use tokio_util::io::poll_read_buf;
 use tracing::{debug, info, warn};
 
 use super::{
-    handshake::{self, Halves},
+    handshake::{self, Pair},
     io::WriteQueue,
     state::{Flow, Protocol},
 };
@@ -64,9 +71,7 @@ pub async fn run(
             return;
         }
     };
-    let (cr, cw) = tokio::io::split(client);
-    let (ur, uw) = tokio::io::split(upstream);
-    let mut io = Halves { cr, cw, ur, uw };
+    let mut io = Pair { client, upstream };
     let mut proto = Protocol::new(shared.clone(), info.clone(), &params);
     match handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls).await {
         Ok((cin, uin, server_params)) => {
@@ -92,7 +97,40 @@ enum End {
     Shutdown,
 }
 
-async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin: bytes::BytesMut) {
+/// What became ready in one wait of the relay loop.
+#[derive(Default)]
+struct Events {
+    client_read: Option<std::io::Result<usize>>,
+    upstream_read: Option<std::io::Result<usize>>,
+    client_write: Option<std::io::Result<()>>,
+    upstream_write: Option<std::io::Result<()>>,
+    timer: bool,
+    catalog: bool,
+    shutdown: bool,
+}
+
+/// Sources whose last poll, with this task's waker, found nothing: the
+/// waker stays registered until they wake the task.
+#[derive(Default)]
+struct Armed {
+    client: bool,
+    upstream: bool,
+    shutdown: bool,
+}
+
+impl Events {
+    fn any(&self) -> bool {
+        self.client_read.is_some()
+            || self.upstream_read.is_some()
+            || self.client_write.is_some()
+            || self.upstream_write.is_some()
+            || self.timer
+            || self.catalog
+            || self.shutdown
+    }
+}
+
+async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut) {
     let limit = proto.shared.config.limits.buffer_bytes;
     let mut cin = cin;
     let mut uin = uin;
@@ -102,6 +140,7 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
+    let mut armed = Armed::default();
     let end = loop {
         // Work through whatever is buffered before waiting again; client
         // input goes twice, since an upstream answer may release input held
@@ -117,19 +156,28 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             break End::Error(e.to_string());
         }
         // Write at once what the sockets take now: the usual case, and one
-        // poll here is cheaper than another turn of the select below.
-        if !to_up.is_empty()
-            && let Some(Err(e)) = poll_once(to_up.write_some(&mut io.uw))
-        {
+        // poll here is cheaper than another wait below. Whatever is not
+        // ready is polled again, with the task's waker, in that wait.
+        let wrote = {
+            let mut noop = Context::from_waker(std::task::Waker::noop());
+            let up = match to_up.wants_write() {
+                true => to_up.poll_write(&mut io.upstream, &mut noop),
+                false => Poll::Pending,
+            };
+            let client = match to_client.wants_write() {
+                true => to_client.poll_write(&mut io.client, &mut noop),
+                false => Poll::Pending,
+            };
+            (up, client)
+        };
+        if let (Poll::Ready(Err(e)), _) = wrote {
             warn!("upstream write: {e}");
             break End::UpstreamClosed;
         }
-        if !to_client.is_empty()
-            && let Some(Err(e)) = poll_once(to_client.write_some(&mut io.cw))
-        {
+        if let (_, Poll::Ready(Err(e))) = wrote {
             break End::Error(format!("client write: {e}"));
         }
-        if proto.flow == Flow::Terminated && to_up.is_empty() {
+        if proto.flow == Flow::Terminated && !to_up.wants_write() {
             break End::ClientClosed;
         }
         let read_client =
@@ -141,29 +189,91 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             (None, _) => timer = None,
         }
         let mut catalog = proto.cy.wait_handle();
-        tokio::select! {
-            r = io.cr.read_buf(&mut cin), if read_client => match r {
-                Ok(0) => break End::ClientClosed,
-                Ok(n) => Counters::add(&c.counters.bytes_from_client, n as u64),
-                Err(e) => break End::Error(format!("client read: {e}")),
-            },
-            r = io.ur.read_buf(&mut uin), if read_up => match r {
-                Ok(0) => break End::UpstreamClosed,
-                Ok(n) => Counters::add(&c.counters.bytes_from_upstream, n as u64),
-                Err(e) => { warn!("upstream read: {e}"); break End::UpstreamClosed }
-            },
-            r = to_client.write_some(&mut io.cw), if !to_client.is_empty() => {
-                if let Err(e) = r { break End::Error(format!("client write: {e}")) }
-            },
-            r = to_up.write_some(&mut io.uw), if !to_up.is_empty() => {
-                if let Err(e) = r { warn!("upstream write: {e}"); break End::UpstreamClosed }
-            },
-            _ = async { if let Some((_, f)) = timer.as_mut() { f.as_mut().await } }, if timer.is_some() => {
-                timer = None;
-                proto.delay_elapsed();
+        let waits_catalog = catalog.is_some();
+        let mut catalog = std::pin::pin!(catalog_changed(&mut catalog));
+        // Every direction is polled on each wake-up and all that are ready
+        // are handled together: none can starve another, and a busy
+        // session costs one wake-up per batch of events, not per event.
+        // Right after handling events, a read that last found nothing (and
+        // left its waker registered) is not polled again: if it became
+        // ready since, its wake-up polls this task again at once, and that
+        // poll looks at everything.
+        let mut first = true;
+        let ev = std::future::poll_fn(|cx| {
+            let mut ev = Events::default();
+            let all = !std::mem::take(&mut first);
+            if read_client
+                && (all || !armed.client)
+                && let Poll::Ready(r) = poll_read_buf(Pin::new(&mut io.client), cx, &mut cin)
+            {
+                ev.client_read = Some(r);
             }
-            _ = catalog_changed(&mut catalog), if catalog.is_some() => proto.cy.wake(),
-            _ = &mut forced => break End::Shutdown,
+            if read_up
+                && (all || !armed.upstream)
+                && let Poll::Ready(r) = poll_read_buf(Pin::new(&mut io.upstream), cx, &mut uin)
+            {
+                ev.upstream_read = Some(r);
+            }
+            armed.client = read_client && ev.client_read.is_none();
+            armed.upstream = read_up && ev.upstream_read.is_none();
+            if to_client.wants_write()
+                && let Poll::Ready(r) = to_client.poll_write(&mut io.client, cx)
+            {
+                ev.client_write = Some(r);
+            }
+            if to_up.wants_write()
+                && let Poll::Ready(r) = to_up.poll_write(&mut io.upstream, cx)
+            {
+                ev.upstream_write = Some(r);
+            }
+            if let Some((_, f)) = timer.as_mut() {
+                ev.timer = f.as_mut().poll(cx).is_ready();
+            }
+            if waits_catalog {
+                ev.catalog = catalog.as_mut().poll(cx).is_ready();
+            }
+            if all || !armed.shutdown {
+                armed.shutdown = true;
+                ev.shutdown = Pin::new(&mut forced).poll(cx).is_ready();
+            }
+            if ev.any() {
+                Poll::Ready(ev)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        if ev.shutdown {
+            break End::Shutdown;
+        }
+        if let Some(Err(e)) = ev.upstream_write {
+            warn!("upstream write: {e}");
+            break End::UpstreamClosed;
+        }
+        if let Some(Err(e)) = ev.client_write {
+            break End::Error(format!("client write: {e}"));
+        }
+        match ev.upstream_read {
+            Some(Ok(0)) => break End::UpstreamClosed,
+            Some(Ok(n)) => Counters::add(&c.counters.bytes_from_upstream, n as u64),
+            Some(Err(e)) => {
+                warn!("upstream read: {e}");
+                break End::UpstreamClosed;
+            }
+            None => {}
+        }
+        match ev.client_read {
+            Some(Ok(0)) => break End::ClientClosed,
+            Some(Ok(n)) => Counters::add(&c.counters.bytes_from_client, n as u64),
+            Some(Err(e)) => break End::Error(format!("client read: {e}")),
+            None => {}
+        }
+        if ev.timer {
+            timer = None;
+            proto.delay_elapsed();
+        }
+        if ev.catalog {
+            proto.cy.wake();
         }
         reserve(&mut cin);
         reserve(&mut uin);
@@ -175,7 +285,7 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
                 // Tell the server we are done, as the client would have.
                 to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
             }
-            let _ = to_up.write_all(&mut io.uw).await;
+            let _ = to_up.write_all(&mut io.upstream).await;
         }
         End::UpstreamClosed => {
             let addr = proto.shared.upstream_addr();
@@ -183,12 +293,12 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
             let text = format!("upstream {addr} closed the connection unexpectedly");
             to_client.push(write::error(Severity::Fatal, "08006", &text));
             Counters::add(&c.counters.errors, 1);
-            let _ = to_client.write_all(&mut io.cw).await;
+            let _ = to_client.write_all(&mut io.client).await;
         }
         End::Error(e) => {
             debug!("session ended: {e}");
-            let _ = to_client.write_all(&mut io.cw).await;
-            let _ = to_up.write_all(&mut io.uw).await;
+            let _ = to_client.write_all(&mut io.client).await;
+            let _ = to_up.write_all(&mut io.upstream).await;
         }
         End::Shutdown => {
             to_client.push(write::error(
@@ -196,21 +306,10 @@ async fn relay(io: &mut Halves, proto: &mut Protocol, cin: bytes::BytesMut, uin:
                 "57P01",
                 "terminating connection due to administrator command (onetrip is shutting down)",
             ));
-            let _ = to_client.write_all(&mut io.cw).await;
+            let _ = to_client.write_all(&mut io.client).await;
             to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
-            let _ = to_up.write_all(&mut io.uw).await;
+            let _ = to_up.write_all(&mut io.upstream).await;
         }
-    }
-}
-
-/// Polls `f` once; `None` if it is not ready. Whatever it waits on is
-/// polled again, with the task's waker, by the select that follows.
-fn poll_once<F: Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
     }
 }
 

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
-    cypher::{CypherSession, Route, statement_text},
+    cypher::{CypherSession, Route, may_route, statement_text},
     io::WriteQueue,
     sql::{Prepared, Sql},
 };
@@ -16,7 +16,7 @@ use crate::{
     stats::{Counters, SessionInfo, SessionState, StatementCounts},
     wire::{
         self, backend,
-        frame::{FrameError, Piece, Splitter},
+        frame::{self, FrameError, Piece, Splitter},
         frontend, tag,
     },
     words::Words,
@@ -81,6 +81,19 @@ pub struct Protocol {
     pending_ready: u32,
     /// Reused output lists of the coalescer (no allocation per message).
     out: Out,
+    /// Client messages read but not yet handled when the client was paused.
+    client_rest: Bytes,
+    /// The last Query or Parse that went on unchanged and whose routing
+    /// depends on nothing but its text, with its statement.
+    last_plain: Option<(Bytes, Sql)>,
+}
+
+/// A Query or Parse after routing.
+enum Routed {
+    /// Goes on as it came; its statement text, if it has one.
+    Plain(Option<Sql>),
+    Rewritten(Bytes),
+    Held(Option<Bytes>),
 }
 
 impl Protocol {
@@ -112,6 +125,8 @@ impl Protocol {
             cy,
             pending_ready: 0,
             out: Out::default(),
+            client_rest: Bytes::new(),
+            last_plain: None,
         }
     }
 
@@ -154,6 +169,12 @@ impl Protocol {
 
     fn find_statement(&mut self, sql: Option<Sql>) -> Option<usize> {
         let sql = sql?;
+        // Most often the statement is the one before it again.
+        if let Some(i) = self.current_stmt
+            && self.stmt_counts.get(i).is_some_and(|(s, _)| *s == sql)
+        {
+            return Some(i);
+        }
         if let Some(&i) = self.stmt_index.get(&sql) {
             return Some(i);
         }
@@ -178,79 +199,145 @@ impl Protocol {
         let max = self.shared.config.limits.max_message_bytes;
         while self.flow == Flow::Open && !self.client_paused() {
             if let Some((t, msg)) = self.cy.take_pending() {
-                self.on_client_message(t, msg, to_up, to_client);
+                if self.on_client_message(t, &msg, to_up, to_client) {
+                    self.forward_up(to_up, &msg, 0, msg.len());
+                }
                 continue;
             }
+            if !self.client_rest.is_empty() {
+                let rest = std::mem::take(&mut self.client_rest);
+                self.on_client_chunk(rest, to_up, to_client);
+                continue;
+            }
+            let n = if self.csplit.in_pass() {
+                0
+            } else {
+                frame::complete_len(cin, max).map_err(ProtocolError::Frontend)?
+            };
+            if n > 0 {
+                let chunk = cin.split_to(n).freeze();
+                self.on_client_chunk(chunk, to_up, to_client);
+                continue;
+            }
+            // A CopyData that has not arrived whole streams through as it
+            // comes; any other message waits until it is whole.
             let piece = self
                 .csplit
                 .next(cin, max, |t| t != tag::COPY_DATA)
                 .map_err(ProtocolError::Frontend)?;
             match piece {
-                None => break,
                 Some(Piece::Pass(_, bytes)) => {
                     if !self.co.discarding() {
                         self.send_up(to_up, bytes, false);
                     }
                 }
-                Some(Piece::Whole(h, msg)) => self.on_client_message(h.tag, msg, to_up, to_client),
+                Some(Piece::Whole(h, msg)) => {
+                    if self.on_client_message(h.tag, &msg, to_up, to_client) {
+                        self.forward_up(to_up, &msg, 0, msg.len());
+                    }
+                }
+                None => break,
             }
         }
         Ok(())
     }
 
-    fn on_client_message(
+    /// Handles the whole messages in `chunk` in order. Those that go on as
+    /// they came are queued as parts of `chunk`, so a read's worth of them
+    /// costs one slice. What is left when the client gets paused is kept.
+    fn on_client_chunk(
         &mut self,
-        t: u8,
-        msg: Bytes,
+        chunk: Bytes,
         to_up: &mut WriteQueue,
         to_client: &mut WriteQueue,
     ) {
-        // The statement's words, found once for routing and for the
-        // statement kept below, unless routing rewrote the message.
-        let mut words = None;
-        let msg = if t == tag::QUERY || t == tag::PARSE {
-            let quiet = self.txn_status == b'I'
-                && self.pending_ready == 0
-                && !self.in_copy
-                && self.co.idle();
-            let found = statement_text(t, &msg).map_or_else(Words::default, Words::scan);
-            match self
-                .cy
-                .route(t, msg, found, quiet, &self.shared, &self.info)
-            {
-                Route::Forward(m) => {
-                    words = Some(found);
-                    m
-                }
-                Route::Rewritten(m) => m,
-                Route::Held(query) => {
+        let mut at = 0;
+        while at < chunk.len() {
+            if self.flow != Flow::Open || self.client_paused() {
+                self.client_rest = chunk.slice(at..);
+                return;
+            }
+            let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) else {
+                return;
+            };
+            let end = at + h.wire_len;
+            let forward = if h.tag == tag::COPY_DATA {
+                !self.co.discarding()
+            } else {
+                self.on_client_message(h.tag, &chunk.slice(at..end), to_up, to_client)
+            };
+            if forward {
+                self.forward_up(to_up, &chunk, at, end);
+            }
+            at = end;
+        }
+    }
+
+    /// Queues `buf[start..end]`, one message as the client sent it.
+    fn forward_up(&mut self, to_up: &mut WriteQueue, buf: &Bytes, start: usize, end: usize) {
+        let t = buf[start];
+        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
+            self.pending_ready += 1;
+        }
+        Counters::add(&self.info.counters.bytes_to_upstream, (end - start) as u64);
+        to_up.push_part(buf, start, end);
+        if wire::is_flush_request(t) && self.up_rt_start.is_none() {
+            self.up_rt_start = Some(Instant::now());
+        }
+    }
+
+    /// Handles one client message; true when it goes upstream as it came
+    /// (the caller queues it), false when it was answered, held, dropped or
+    /// replaced here.
+    fn on_client_message(
+        &mut self,
+        t: u8,
+        msg: &Bytes,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> bool {
+        // The statement, found once for routing and for the statement kept
+        // below, unless routing rewrote the message.
+        let mut sql = None;
+        let mut rewritten = None;
+        if t == tag::QUERY || t == tag::PARSE {
+            match self.route(t, msg) {
+                Routed::Plain(s) => sql = s,
+                Routed::Rewritten(m) => rewritten = Some(m),
+                Routed::Held(query) => {
                     if let Some(q) = query {
                         self.send_up(to_up, q, true);
                     }
-                    return;
+                    return false;
                 }
             }
-        } else {
-            msg
-        };
+        }
+        let msg = rewritten.as_ref().unwrap_or(msg);
         if wire::is_flush_request(t) {
             self.client_rt = true;
         }
         match t {
             tag::QUERY => {
-                let sql = frontend::query_text(&msg).map(|text| Sql::within(&msg, text, words));
+                let sql = sql
+                    .or_else(|| frontend::query_text(msg).map(|text| Sql::within(msg, text, None)));
                 if let Some(sql) = &sql {
                     self.co.on_simple_query(sql);
                 }
                 self.note_statement(sql);
             }
-            tag::PARSE => {
-                if let Some((name, sql)) = frontend::parse(&msg) {
-                    self.prepared.parsed(name, Sql::within(&msg, sql, words));
+            tag::PARSE => match sql {
+                // The unnamed statement (an empty name: a NUL right after
+                // the header), whose text routing found already.
+                Some(sql) if msg.get(5) == Some(&0) => self.prepared.parsed("", sql),
+                _ => {
+                    if let Some((name, text)) = frontend::parse(msg) {
+                        let sql = sql.unwrap_or_else(|| Sql::within(msg, text, None));
+                        self.prepared.parsed(name, sql);
+                    }
                 }
-            }
+            },
             tag::CLOSE => {
-                if let Some((b'S', name)) = frontend::target(&msg) {
+                if let Some((b'S', name)) = frontend::target(msg) {
                     self.prepared.closed(name);
                 }
             }
@@ -262,8 +349,54 @@ impl Protocol {
             _ => {}
         }
         // The coalescer decides what, if anything, goes upstream.
-        self.coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
+        let ctx = Ctx {
+            prepared: &self.prepared,
+            txn_status: self.txn_status,
+            in_copy: self.in_copy,
+            info: &self.info,
+            shared: &self.shared,
+        };
+        let forward = self.co.on_client_message(t, msg, &ctx, &mut self.out);
         self.drain_out(to_client, to_up);
+        match rewritten {
+            Some(m) if forward => {
+                self.send_up(to_up, m, wire::is_flush_request(t));
+                false
+            }
+            _ => forward,
+        }
+    }
+
+    /// Routes a Query or Parse through the Cypher planner, unless it is the
+    /// statement routed just before (a client repeating its unnamed
+    /// statement), which went on unchanged: then it goes on again, and its
+    /// statement is the one found then.
+    fn route(&mut self, t: u8, msg: &Bytes) -> Routed {
+        if let Some((last, sql)) = &self.last_plain
+            && last == msg
+        {
+            return Routed::Plain(Some(sql.clone()));
+        }
+        let Some(text) = statement_text(t, msg) else {
+            return Routed::Plain(None);
+        };
+        let words = Words::scan(text);
+        let sql = Sql::within(msg, text, Some(words));
+        if !may_route(words) {
+            // Nothing about it depends on the session's state: remember it.
+            self.last_plain = Some((msg.clone(), sql.clone()));
+            return Routed::Plain(Some(sql));
+        }
+        let quiet =
+            self.txn_status == b'I' && self.pending_ready == 0 && !self.in_copy && self.co.idle();
+        match self
+            .cy
+            .route(t, msg, words, quiet, &self.shared, &self.info)
+        {
+            Route::Forward => Routed::Plain(Some(sql)),
+            Route::Rewritten(m) => Routed::Rewritten(m),
+            Route::Held(q) => Routed::Held(q),
+        }
     }
 
     fn note_statement(&mut self, sql: Option<Sql>) {
@@ -292,6 +425,13 @@ impl Protocol {
 
     /// Sends bytes to the client, ending a client round trip if one waits.
     fn emit(&mut self, to_client: &mut WriteQueue, bytes: Bytes) {
+        self.note_client_answer();
+        Counters::add(&self.info.counters.bytes_to_client, bytes.len() as u64);
+        to_client.push(bytes);
+    }
+
+    /// The first answer to a client's flush request ends its round trip.
+    fn note_client_answer(&mut self) {
         if self.client_rt {
             self.client_rt = false;
             Counters::add(&self.info.counters.client_round_trips, 1);
@@ -299,8 +439,6 @@ impl Protocol {
                 c.client_round_trips += 1;
             }
         }
-        Counters::add(&self.info.counters.bytes_to_client, bytes.len() as u64);
-        to_client.push(bytes);
     }
 
     // ---- upstream -> client ----
@@ -332,57 +470,91 @@ impl Protocol {
             }
         }
         let max = self.shared.config.limits.max_message_bytes;
-        let holding = self.co.holds_all() || self.cy.reads_whole();
         loop {
+            let n = if self.usplit.in_pass() {
+                0
+            } else {
+                frame::complete_len(uin, max).map_err(ProtocolError::Backend)?
+            };
+            if n > 0 {
+                let chunk = uin.split_to(n).freeze();
+                self.on_upstream_chunk(&chunk, to_client, to_up);
+                continue;
+            }
+            // The first message is not whole yet: one the session reads
+            // waits for the rest; any other streams through as it comes
+            // (a large DataRow is never buffered whole).
+            let holding = self.co.holds_all() || self.cy.reads_whole();
             let piece = self
                 .usplit
                 .next(uin, max, |t| holding || wants_whole(t))
                 .map_err(ProtocolError::Backend)?;
             match piece {
-                None => break,
-                Some(Piece::Pass(_, bytes)) => {
-                    if let Some(bytes) = self.co.on_upstream_pass(bytes) {
-                        self.emit(to_client, bytes);
-                    }
-                }
+                Some(Piece::Pass(_, bytes)) => self.emit(to_client, bytes),
                 Some(Piece::Whole(h, msg)) => {
-                    self.on_upstream_message(h.tag, msg, to_client, to_up);
-                    if (self.co.holds_all() || self.cy.reads_whole()) != holding {
-                        // Framing needs change (a probe began or ended).
-                        return self.on_upstream_bytes(uin, to_client, to_up);
+                    if self.on_upstream_message(h.tag, &msg, to_client, to_up) {
+                        self.emit(to_client, msg);
                     }
                 }
+                None => break,
             }
         }
         Ok(())
     }
 
-    fn on_upstream_message(
+    /// Handles the whole messages in `chunk`; those relayed as they came
+    /// are queued as parts of it.
+    fn on_upstream_chunk(
         &mut self,
-        t: u8,
-        msg: Bytes,
+        chunk: &Bytes,
         to_client: &mut WriteQueue,
         to_up: &mut WriteQueue,
     ) {
+        let mut at = 0;
+        while let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) {
+            let end = at + h.wire_len;
+            let relay = if wants_whole(h.tag) || self.co.holds_all() || self.cy.reads_whole() {
+                self.on_upstream_message(h.tag, &chunk.slice(at..end), to_client, to_up)
+            } else {
+                true
+            };
+            if relay {
+                self.note_client_answer();
+                Counters::add(&self.info.counters.bytes_to_client, h.wire_len as u64);
+                to_client.push_part(chunk, at, end);
+            }
+            at = end;
+        }
+    }
+
+    /// Handles one upstream message; true when it goes to the client as it
+    /// came (the caller queues it).
+    fn on_upstream_message(
+        &mut self,
+        t: u8,
+        msg: &Bytes,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) -> bool {
         if t == tag::READY_FOR_QUERY {
             self.pending_ready = self.pending_ready.saturating_sub(1);
         }
         if self.cy.hides_upstream() {
             // A query of our own: its answers are not the client's.
-            let next = self.cy.on_hidden_answer(t, &msg, &self.shared);
+            let next = self.cy.on_hidden_answer(t, msg, &self.shared);
             if t == tag::READY_FOR_QUERY {
-                self.txn_status = backend::ready_status(&msg);
+                self.txn_status = backend::ready_status(msg);
             }
             if let Some(q) = next {
                 self.send_up(to_up, q, true);
             }
-            return;
+            return false;
         }
-        self.cy.observe_relayed(t, &msg, &self.shared, &self.info);
+        self.cy.observe_relayed(t, msg, &self.shared, &self.info);
         match t {
             tag::READY_FOR_QUERY => {
                 self.cy.on_ready(&self.shared);
-                let status = backend::ready_status(&msg);
+                let status = backend::ready_status(msg);
                 self.txn_status = status;
                 self.in_copy = false;
                 if status == b'I' && self.work_since_idle {
@@ -402,12 +574,6 @@ impl Protocol {
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}
         }
-        self.coalescer(|co, ctx, out| co.on_upstream_message(t, msg, ctx, out));
-        self.drain_out(to_client, to_up);
-    }
-
-    /// Runs `f` on the coalescer with what the session knows.
-    fn coalescer(&mut self, f: impl FnOnce(&mut Coalescer, &Ctx, &mut Out)) {
         let ctx = Ctx {
             prepared: &self.prepared,
             txn_status: self.txn_status,
@@ -415,10 +581,15 @@ impl Protocol {
             info: &self.info,
             shared: &self.shared,
         };
-        f(&mut self.co, &ctx, &mut self.out);
+        let relay = self.co.on_upstream_message(t, msg, &ctx, &mut self.out);
+        self.drain_out(to_client, to_up);
+        relay
     }
 
     fn drain_out(&mut self, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
+        if self.out.is_empty() {
+            return;
+        }
         let mut out = std::mem::take(&mut self.out);
         for bytes in out.to_client.drain(..) {
             self.emit(to_client, bytes);

@@ -46,6 +46,21 @@ pub fn peek_header(buf: &[u8], max_len: usize) -> Result<Option<Header>, FrameEr
     Ok(Some(Header { tag, wire_len }))
 }
 
+/// Length of the complete messages at the start of `buf`. An invalid
+/// header is an error only when no complete message precedes it, so what
+/// came before it is still handled first.
+pub fn complete_len(buf: &[u8], max_len: usize) -> Result<usize, FrameError> {
+    let mut at = 0;
+    loop {
+        match peek_header(&buf[at..], max_len) {
+            Ok(Some(h)) if at + h.wire_len <= buf.len() => at += h.wire_len,
+            Ok(_) => return Ok(at),
+            Err(e) if at == 0 => return Err(e),
+            Err(_) => return Ok(at),
+        }
+    }
+}
+
 /// One step of splitting a read buffer.
 #[derive(Debug)]
 pub enum Piece {
