@@ -118,17 +118,36 @@ done
 python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" <<'PY'
 import collections, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
-by = collections.defaultdict(lambda: ([], []))
-for _, mode, c, t, tps, lat in rows:
-    by[(mode, int(c), t)][0].append(float(tps))
-    by[(mode, int(c), t)][1].append(float(lat))
+runs = {}  # (mode, c, target, round) -> (tps, lat)
+for rnd, mode, c, t, tps, lat in rows:
+    runs[(mode, int(c), t, int(rnd))] = (float(tps), float(lat))
+med = statistics.median
+nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
-print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8}")
-for (mode, c) in sorted({(m, c) for m, c, _ in by}, key=lambda k: (k[0] != "simple", k[1])):
-    d_tps, d_lat = (statistics.median(v) for v in by.get((mode, c, "direct"), ([float("nan")], [float("nan")])))
+print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
+print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us)")
+print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11}")
+keys = sorted({(m, c) for m, c, _, _ in runs}, key=lambda k: (k[0] != "simple", k[1]))
+for mode, c in keys:
+    def series(t):
+        return {r: v for (m, cc, tt, r), v in runs.items() if (m, cc, tt) == (mode, c, t)}
+    direct = series("direct")
+    d_tps = med([v[0] for v in direct.values()]) if direct else nan
+    d_lat = med([v[1] for v in direct.values()]) if direct else nan
     for t in ("direct", "onetrip", "pgbouncer"):
-        if (mode, c, t) not in by:
+        s = series(t)
+        if not s:
             continue
-        tps, lat = (statistics.median(v) for v in by[(mode, c, t)])
-        print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}")
+        tps, lat = med([v[0] for v in s.values()]), med([v[1] for v in s.values()])
+        extra = ""
+        pgb = series("pgbouncer")
+        if t == "onetrip" and pgb:
+            paired = [r for r in s if r in pgb]
+            ratio = med([s[r][0] / pgb[r][0] for r in paired])
+            extra = f" {ratio:>7.3f}"
+            both = [r for r in paired if r in direct]
+            if both:
+                gap = med([(s[r][1] - pgb[r][1]) * 1000 for r in both])
+                extra += f" {gap:>11.1f}"
+        print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}{extra}")
 PY

@@ -180,3 +180,33 @@ pub async fn read_message<R: AsyncRead + Unpin>(
         .await
         .map_err(|_| ReadError::Timeout)?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn parts_of_one_buffer_leave_as_one_slice_in_order() {
+        let a = Bytes::from_static(b"0123456789");
+        let b = Bytes::from_static(b"abcdef");
+        let mut q = WriteQueue::default();
+        q.push_part(&a, 0, 3);
+        q.push_part(&a, 3, 5);
+        q.push_part(&a, 6, 8); // not adjacent: a new slice
+        q.push_part(&b, 0, 2); // another buffer: a new slice
+        q.push(Bytes::from_static(b"!"));
+        q.push_part(&b, 2, 4); // after a push: a new slice
+        assert_eq!(q.len(), 3 + 2 + 2 + 2 + 1 + 2);
+        q.seal();
+        let parts: Vec<&[u8]> = q.chunks.iter().map(|c| &c[..]).collect();
+        assert_eq!(
+            parts,
+            [&b"01234"[..], b"67", b"ab", b"!", b"cd"],
+            "adjacent parts are joined, everything else keeps its order"
+        );
+        let mut out = Vec::new();
+        q.write_all(&mut out).await.unwrap();
+        assert_eq!(out, b"0123467ab!cd");
+        assert!(!q.wants_write());
+    }
+}

@@ -201,6 +201,7 @@ impl Protocol {
             if let Some((t, msg)) = self.cy.take_pending() {
                 if self.on_client_message(t, &msg, to_up, to_client) {
                     self.forward_up(to_up, &msg, 0, msg.len());
+                    Counters::add(&self.info.counters.bytes_to_upstream, msg.len() as u64);
                 }
                 continue;
             }
@@ -234,6 +235,7 @@ impl Protocol {
                 Some(Piece::Whole(h, msg)) => {
                     if self.on_client_message(h.tag, &msg, to_up, to_client) {
                         self.forward_up(to_up, &msg, 0, msg.len());
+                        Counters::add(&self.info.counters.bytes_to_upstream, msg.len() as u64);
                     }
                 }
                 None => break,
@@ -252,13 +254,14 @@ impl Protocol {
         to_client: &mut WriteQueue,
     ) {
         let mut at = 0;
+        let mut forwarded = 0;
         while at < chunk.len() {
             if self.flow != Flow::Open || self.client_paused() {
                 self.client_rest = chunk.slice(at..);
-                return;
+                break;
             }
             let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) else {
-                return;
+                break;
             };
             let end = at + h.wire_len;
             let forward = if h.tag == tag::COPY_DATA {
@@ -268,18 +271,20 @@ impl Protocol {
             };
             if forward {
                 self.forward_up(to_up, &chunk, at, end);
+                forwarded += h.wire_len;
             }
             at = end;
         }
+        Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);
     }
 
-    /// Queues `buf[start..end]`, one message as the client sent it.
+    /// Queues `buf[start..end]`, one message as the client sent it (the
+    /// caller counts its bytes).
     fn forward_up(&mut self, to_up: &mut WriteQueue, buf: &Bytes, start: usize, end: usize) {
         let t = buf[start];
         if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
             self.pending_ready += 1;
         }
-        Counters::add(&self.info.counters.bytes_to_upstream, (end - start) as u64);
         to_up.push_part(buf, start, end);
         if wire::is_flush_request(t) && self.up_rt_start.is_none() {
             self.up_rt_start = Some(Instant::now());
@@ -511,6 +516,7 @@ impl Protocol {
         to_up: &mut WriteQueue,
     ) {
         let mut at = 0;
+        let mut relayed = 0;
         while let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) {
             let end = at + h.wire_len;
             let relay = if wants_whole(h.tag) || self.co.holds_all() || self.cy.reads_whole() {
@@ -520,11 +526,12 @@ impl Protocol {
             };
             if relay {
                 self.note_client_answer();
-                Counters::add(&self.info.counters.bytes_to_client, h.wire_len as u64);
                 to_client.push_part(chunk, at, end);
+                relayed += h.wire_len;
             }
             at = end;
         }
+        Counters::add(&self.info.counters.bytes_to_client, relayed as u64);
     }
 
     /// Handles one upstream message; true when it goes to the client as it

@@ -208,6 +208,20 @@ mod tests {
     }
 
     #[test]
+    fn complete_len_stops_before_a_partial_or_bad_message() {
+        let mut all = msg(b'P', b"abc");
+        all.extend(msg(b'S', b""));
+        let whole = all.len();
+        all.extend(&msg(b'B', b"xyz")[..6]);
+        assert_eq!(complete_len(&all, 1 << 20), Ok(whole));
+        // What precedes a bad header is still handed over first.
+        let mut bad = msg(b'S', b"");
+        bad.extend([b'Q', 0, 0, 0, 2]);
+        assert_eq!(complete_len(&bad, 1 << 20), Ok(5));
+        assert!(complete_len(&bad[5..], 1 << 20).is_err());
+    }
+
+    #[test]
     fn rejects_bad_lengths() {
         let mut buf = BytesMut::from(&[b'Q', 0, 0, 0, 2][..]);
         assert!(matches!(
