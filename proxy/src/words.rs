@@ -20,26 +20,28 @@ impl Words {
 
     pub fn scan(text: &str) -> Words {
         let h = text.as_bytes();
-        let at = |i: usize, w: &[u8]| {
-            h.get(i + 1..i + w.len())
-                .is_some_and(|s| s.eq_ignore_ascii_case(&w[1..]))
-        };
         let mut found = Words::default();
-        for (i, &b) in h.iter().enumerate() {
-            // `| 0x20` lower-cases ASCII letters and maps no other byte onto one.
-            let w = match b | 0x20 {
-                b'a' if at(i, b"age") => Words::AGE,
-                b'c' if at(i, b"cypher") => Words::CYPHER,
-                b'd' if at(i, b"discard") => Words::DISCARD,
-                b'd' if at(i, b"deallocate") => Words::DEALLOCATE,
-                b'e' if at(i, b"extension") => Words::EXTENSION,
-                b'g' if at(i, b"graph") => Words::GRAPH,
-                b'i' if at(i, b"isolation") => Words::ISOLATION,
-                b'l' if at(i, b"label") => Words::LABEL,
-                b'r' if at(i, b"reset") => Words::RESET,
+        // Every word has three letters or more and no two share their first
+        // two, so a pair of bytes picks the one word that may start there.
+        // `| 0x20` lower-cases ASCII letters and maps no other byte onto one.
+        for i in 0..h.len().saturating_sub(2) {
+            let (w, word): (Words, &[u8]) = match (h[i] | 0x20, h[i + 1] | 0x20) {
+                (b'a', b'g') => (Words::AGE, b"age"),
+                (b'c', b'y') => (Words::CYPHER, b"cypher"),
+                (b'd', b'i') => (Words::DISCARD, b"discard"),
+                (b'd', b'e') => (Words::DEALLOCATE, b"deallocate"),
+                (b'e', b'x') => (Words::EXTENSION, b"extension"),
+                (b'g', b'r') => (Words::GRAPH, b"graph"),
+                (b'i', b's') => (Words::ISOLATION, b"isolation"),
+                (b'l', b'a') => (Words::LABEL, b"label"),
+                (b'r', b'e') => (Words::RESET, b"reset"),
                 _ => continue,
             };
-            found = found | w;
+            if h.get(i + 2..i + word.len())
+                .is_some_and(|s| s.eq_ignore_ascii_case(&word[2..]))
+            {
+                found = found | w;
+            }
         }
         found
     }

@@ -9,10 +9,9 @@
 //! fails if the transaction wrote anything; then the batch is run again as
 //! the client sent it.
 
-use std::collections::HashSet;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use onetrip_planner::classify::{IsolationChange, IsolationLevel};
+use rustc_hash::FxHashSet;
 
 use super::{
     judge::{Judge, Verdict},
@@ -121,9 +120,9 @@ pub struct Coalescer {
     session_isolation: Option<IsolationLevel>,
     txn_isolation: Option<IsolationLevel>,
     /// Statements whose probe failed once: not probed again.
-    no_probe: HashSet<Sql>,
+    no_probe: FxHashSet<Sql>,
     /// Statements whose held answers outgrew the bound: not coalesced again.
-    no_coalesce: HashSet<Sql>,
+    no_coalesce: FxHashSet<Sql>,
     /// Close + Parse of the probe, sent until the server has it prepared.
     probe_prepare: Bytes,
     /// Bind + Execute of the probe.
@@ -147,8 +146,8 @@ impl Coalescer {
             startup_isolation,
             session_isolation: startup_isolation,
             txn_isolation: None,
-            no_probe: HashSet::new(),
-            no_coalesce: HashSet::new(),
+            no_probe: FxHashSet::default(),
+            no_coalesce: FxHashSet::default(),
             probe_prepare: probe_prepare(true),
             probe_run: probe_run(),
             probe_prepared: false,

@@ -2,9 +2,8 @@
 //! in, so following a statement through Parse, Bind and Execute copies
 //! nothing.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 
 use crate::words::Words;
 
@@ -41,7 +40,7 @@ impl Sql {
 pub struct Prepared {
     /// The unnamed statement, replaced by nearly every Parse: kept as a slice.
     unnamed: Option<Sql>,
-    named: HashMap<String, Sql>,
+    named: FxHashMap<String, Sql>,
 }
 
 impl Prepared {

@@ -4,6 +4,7 @@
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use bytes::{Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
@@ -71,7 +72,9 @@ pub struct Protocol {
     /// Index in `stmt_counts` of the statement the latest round trips are
     /// attributed to (found once per statement, not once per message).
     current_stmt: Option<usize>,
-    stmt_index: HashMap<Sql, usize>,
+    /// Keys are client text: a fast hash is enough, since a client can only
+    /// slow its own session, and at most `MAX_STATEMENT_TEXTS` entries.
+    stmt_index: FxHashMap<Sql, usize>,
     stmt_counts: Vec<(Sql, StatementCounts)>,
     work_since_idle: bool,
     pub co: Coalescer,
@@ -118,7 +121,7 @@ impl Protocol {
             in_copy: false,
             prepared: Prepared::default(),
             current_stmt: None,
-            stmt_index: HashMap::new(),
+            stmt_index: FxHashMap::default(),
             stmt_counts: Vec::new(),
             work_since_idle: false,
             co,
