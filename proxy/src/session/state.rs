@@ -150,19 +150,20 @@ impl Protocol {
         self.co.pauses_client() || self.cy.blocks_client()
     }
 
-    pub fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
-        let mut out: HashMap<String, StatementCounts> = HashMap::new();
+    /// The session's statement texts with their counts, merged by
+    /// fingerprint. A session that ran many distinct texts (literals in
+    /// simple queries) costs milliseconds here, so that case runs on the
+    /// blocking pool, not on the thread other sessions share.
+    pub async fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
         self.stmt_index.clear();
         self.current_stmt = None;
-        for (sql, c) in self.stmt_counts.drain(..) {
-            let e = out
-                .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
-                .or_default();
-            e.statements += c.statements;
-            e.client_round_trips += c.client_round_trips;
-            e.upstream_round_trips += c.upstream_round_trips;
+        let texts = std::mem::take(&mut self.stmt_counts);
+        if texts.len() <= 32 {
+            return by_fingerprint(texts);
         }
-        out
+        tokio::task::spawn_blocking(move || by_fingerprint(texts))
+            .await
+            .unwrap_or_default()
     }
 
     fn counts_for_current(&mut self) -> Option<&mut StatementCounts> {
@@ -610,6 +611,19 @@ impl Protocol {
         }
         self.out = out;
     }
+}
+
+fn by_fingerprint(texts: Vec<(Sql, StatementCounts)>) -> HashMap<String, StatementCounts> {
+    let mut out: HashMap<String, StatementCounts> = HashMap::new();
+    for (sql, c) in texts {
+        let e = out
+            .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
+            .or_default();
+        e.statements += c.statements;
+        e.client_round_trips += c.client_round_trips;
+        e.upstream_round_trips += c.upstream_round_trips;
+    }
+    out
 }
 
 /// Backend messages read whole even when nothing is held: small ones whose
