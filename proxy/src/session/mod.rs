@@ -9,6 +9,7 @@ mod judge;
 mod relay;
 mod sql;
 mod state;
+mod statements;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 

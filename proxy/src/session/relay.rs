@@ -84,7 +84,7 @@ pub async fn run(
     }
     info.set_state(SessionState::Closing);
     proto.cy.close(shared);
-    let statements = proto.take_statement_counts().await;
+    let statements = proto.statements.take().await;
     super::log_summary(&info, started);
     shared.stats.close_session(&info, statements);
 }

@@ -1,20 +1,20 @@
 //! A session's protocol state: what the relay forwards, counts, holds back
 //! or answers itself. Pure bookkeeping over byte queues; no I/O here.
 
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use bytes::{Bytes, BytesMut};
-use rustc_hash::FxHashMap;
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, may_route, statement_text},
     io::WriteQueue,
     sql::{Prepared, Sql},
+    statements::Statements,
 };
 use crate::{
     server::Shared,
-    stats::{Counters, SessionInfo, SessionState, StatementCounts},
+    stats::{Counters, SessionInfo, SessionState},
     wire::{
         self, backend,
         frame::{self, FrameError, Piece, Splitter},
@@ -47,9 +47,6 @@ impl ProtocolError {
     }
 }
 
-/// Most distinct statement texts counted per session.
-const MAX_STATEMENT_TEXTS: usize = 1000;
-
 pub struct Protocol {
     pub shared: Arc<Shared>,
     pub info: Arc<SessionInfo>,
@@ -69,13 +66,8 @@ pub struct Protocol {
     pub in_copy: bool,
     /// Prepared statements by name (the unnamed one under "").
     pub prepared: Prepared,
-    /// Index in `stmt_counts` of the statement the latest round trips are
-    /// attributed to (found once per statement, not once per message).
-    current_stmt: Option<usize>,
-    /// Keys are client text: a fast hash is enough, since a client can only
-    /// slow its own session, and at most `MAX_STATEMENT_TEXTS` entries.
-    stmt_index: FxHashMap<Sql, usize>,
-    stmt_counts: Vec<(Sql, StatementCounts)>,
+    /// Round trips per statement.
+    pub statements: Statements,
     work_since_idle: bool,
     pub co: Coalescer,
     pub cy: CypherSession,
@@ -120,9 +112,7 @@ impl Protocol {
             txn_status: b'I',
             in_copy: false,
             prepared: Prepared::default(),
-            current_stmt: None,
-            stmt_index: FxHashMap::default(),
-            stmt_counts: Vec::new(),
+            statements: Statements::default(),
             work_since_idle: false,
             co,
             cy,
@@ -148,48 +138,6 @@ impl Protocol {
     /// Client input waits while a coalesced batch's outcome is unknown.
     pub fn client_paused(&self) -> bool {
         self.co.pauses_client() || self.cy.blocks_client()
-    }
-
-    /// The session's statement texts with their counts, merged by
-    /// fingerprint. A session that ran many distinct texts (literals in
-    /// simple queries) costs milliseconds here, so that case runs on the
-    /// blocking pool, not on the thread other sessions share.
-    pub async fn take_statement_counts(&mut self) -> HashMap<String, StatementCounts> {
-        self.stmt_index.clear();
-        self.current_stmt = None;
-        let texts = std::mem::take(&mut self.stmt_counts);
-        if texts.len() <= 32 {
-            return by_fingerprint(texts);
-        }
-        tokio::task::spawn_blocking(move || by_fingerprint(texts))
-            .await
-            .unwrap_or_default()
-    }
-
-    fn counts_for_current(&mut self) -> Option<&mut StatementCounts> {
-        let i = self.current_stmt?;
-        self.stmt_counts.get_mut(i).map(|(_, c)| c)
-    }
-
-    fn find_statement(&mut self, sql: Option<Sql>) -> Option<usize> {
-        let sql = sql?;
-        // Most often the statement is the one before it again.
-        if let Some(i) = self.current_stmt
-            && self.stmt_counts.get(i).is_some_and(|(s, _)| *s == sql)
-        {
-            return Some(i);
-        }
-        if let Some(&i) = self.stmt_index.get(&sql) {
-            return Some(i);
-        }
-        if self.stmt_counts.len() >= MAX_STATEMENT_TEXTS {
-            return None;
-        }
-        let i = self.stmt_counts.len();
-        let sql = sql.detached();
-        self.stmt_index.insert(sql.clone(), i);
-        self.stmt_counts.push((sql, StatementCounts::default()));
-        Some(i)
     }
 
     // ---- client -> upstream ----
@@ -358,14 +306,7 @@ impl Protocol {
             _ => {}
         }
         // The coalescer decides what, if anything, goes upstream.
-        let ctx = Ctx {
-            prepared: &self.prepared,
-            txn_status: self.txn_status,
-            in_copy: self.in_copy,
-            info: &self.info,
-            shared: &self.shared,
-        };
-        let forward = self.co.on_client_message(t, msg, &ctx, &mut self.out);
+        let forward = self.coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
         self.drain_out(to_client, to_up);
         match rewritten {
             Some(m) if forward => {
@@ -411,10 +352,7 @@ impl Protocol {
     fn note_statement(&mut self, sql: Option<Sql>) {
         Counters::add(&self.info.counters.statements, 1);
         self.work_since_idle = true;
-        self.current_stmt = self.find_statement(sql);
-        if let Some(c) = self.counts_for_current() {
-            c.statements += 1;
-        }
+        self.statements.start(sql);
         self.info.set_state(SessionState::Active);
     }
 
@@ -444,7 +382,7 @@ impl Protocol {
         if self.client_rt {
             self.client_rt = false;
             Counters::add(&self.info.counters.client_round_trips, 1);
-            if let Some(c) = self.counts_for_current() {
+            if let Some(c) = self.statements.current() {
                 c.client_round_trips += 1;
             }
         }
@@ -474,7 +412,7 @@ impl Protocol {
             self.up_rt_start = None;
             Counters::add(&self.info.counters.upstream_round_trips, 1);
             self.info.counters.record_latency(start.elapsed());
-            if let Some(c) = self.counts_for_current() {
+            if let Some(c) = self.statements.current() {
                 c.upstream_round_trips += 1;
             }
         }
@@ -585,6 +523,13 @@ impl Protocol {
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}
         }
+        let relay = self.coalescer(|co, ctx, out| co.on_upstream_message(t, msg, ctx, out));
+        self.drain_out(to_client, to_up);
+        relay
+    }
+
+    /// Runs `f` on the coalescer with what the session knows.
+    fn coalescer<R>(&mut self, f: impl FnOnce(&mut Coalescer, &Ctx, &mut Out) -> R) -> R {
         let ctx = Ctx {
             prepared: &self.prepared,
             txn_status: self.txn_status,
@@ -592,9 +537,7 @@ impl Protocol {
             info: &self.info,
             shared: &self.shared,
         };
-        let relay = self.co.on_upstream_message(t, msg, &ctx, &mut self.out);
-        self.drain_out(to_client, to_up);
-        relay
+        f(&mut self.co, &ctx, &mut self.out)
     }
 
     fn drain_out(&mut self, to_client: &mut WriteQueue, to_up: &mut WriteQueue) {
@@ -611,19 +554,6 @@ impl Protocol {
         }
         self.out = out;
     }
-}
-
-fn by_fingerprint(texts: Vec<(Sql, StatementCounts)>) -> HashMap<String, StatementCounts> {
-    let mut out: HashMap<String, StatementCounts> = HashMap::new();
-    for (sql, c) in texts {
-        let e = out
-            .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
-            .or_default();
-        e.statements += c.statements;
-        e.client_round_trips += c.client_round_trips;
-        e.upstream_round_trips += c.upstream_round_trips;
-    }
-    out
 }
 
 /// Backend messages read whole even when nothing is held: small ones whose

@@ -1,0 +1,91 @@
+//! A session's round trips per statement: counted by statement text while
+//! the session runs, merged by fingerprint when it ends.
+
+use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
+
+use super::sql::Sql;
+use crate::stats::StatementCounts;
+
+/// Most distinct statement texts counted per session.
+const MAX_TEXTS: usize = 1000;
+
+/// Past this many texts, merging them runs on the blocking pool.
+const MERGE_INLINE: usize = 32;
+
+#[derive(Default)]
+pub struct Statements {
+    /// Index in `counts` of the statement the latest round trips are
+    /// attributed to (found once per statement, not once per message).
+    current: Option<usize>,
+    /// Keys are client text: a fast hash is enough, since a client can only
+    /// slow its own session, and at most `MAX_TEXTS` entries.
+    index: FxHashMap<Sql, usize>,
+    counts: Vec<(Sql, StatementCounts)>,
+}
+
+impl Statements {
+    /// A statement starts: later round trips count for it (for none when
+    /// its text is unknown or the session has counted too many texts).
+    pub fn start(&mut self, sql: Option<Sql>) {
+        self.current = self.find(sql);
+        if let Some(c) = self.current() {
+            c.statements += 1;
+        }
+    }
+
+    /// The counts of the statement that runs now.
+    pub fn current(&mut self) -> Option<&mut StatementCounts> {
+        let i = self.current?;
+        self.counts.get_mut(i).map(|(_, c)| c)
+    }
+
+    fn find(&mut self, sql: Option<Sql>) -> Option<usize> {
+        let sql = sql?;
+        // Most often the statement is the one before it again.
+        if let Some(i) = self.current
+            && self.counts.get(i).is_some_and(|(s, _)| *s == sql)
+        {
+            return Some(i);
+        }
+        if let Some(&i) = self.index.get(&sql) {
+            return Some(i);
+        }
+        if self.counts.len() >= MAX_TEXTS {
+            return None;
+        }
+        let i = self.counts.len();
+        let sql = sql.detached();
+        self.index.insert(sql.clone(), i);
+        self.counts.push((sql, StatementCounts::default()));
+        Some(i)
+    }
+
+    /// The counts merged by fingerprint. A session that ran many distinct
+    /// texts (literals in simple queries) costs milliseconds here, so that
+    /// case runs on the blocking pool, not on the thread other sessions
+    /// share.
+    pub async fn take(&mut self) -> HashMap<String, StatementCounts> {
+        let texts = std::mem::take(self).counts;
+        if texts.len() <= MERGE_INLINE {
+            return by_fingerprint(texts);
+        }
+        tokio::task::spawn_blocking(move || by_fingerprint(texts))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+fn by_fingerprint(texts: Vec<(Sql, StatementCounts)>) -> HashMap<String, StatementCounts> {
+    let mut out: HashMap<String, StatementCounts> = HashMap::new();
+    for (sql, c) in texts {
+        let e = out
+            .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
+            .or_default();
+        e.statements += c.statements;
+        e.client_round_trips += c.client_round_trips;
+        e.upstream_round_trips += c.upstream_round_trips;
+    }
+    out
+}
