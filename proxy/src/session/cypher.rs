@@ -134,20 +134,19 @@ impl CypherSession {
         }
     }
 
-    /// Routes a Query or Parse. `quiet`: nothing is outstanding upstream and
-    /// no transaction is open, so a query of our own can run unseen.
+    /// Routes a Query or Parse (`msg`) whose statement text is `sql`, with
+    /// `words`. `quiet`: nothing is outstanding upstream and no transaction
+    /// is open, so a query of our own can run unseen.
     pub fn route(
         &mut self,
-        t: u8,
         msg: &Bytes,
+        sql: &str,
         words: Words,
         quiet: bool,
         shared: &Shared,
         info: &SessionInfo,
     ) -> Route {
-        let Some(sql) = statement_text(t, msg) else {
-            return Route::Forward;
-        };
+        let t = msg.first().copied().unwrap_or_default();
         if may_change_catalog(sql, words) {
             // The change happens when the statement runs: the catalog is
             // refreshed after it. Such a statement is never compiled, so it

@@ -341,7 +341,7 @@ impl Protocol {
             self.txn_status == b'I' && self.pending_ready == 0 && !self.in_copy && self.co.idle();
         match self
             .cy
-            .route(t, msg, words, quiet, &self.shared, &self.info)
+            .route(msg, text, words, quiet, &self.shared, &self.info)
         {
             Route::Forward => Routed::Plain(Some(sql)),
             Route::Rewritten(m) => Routed::Rewritten(m),
