@@ -150,11 +150,9 @@ impl Protocol {
     ) -> Result<(), ProtocolError> {
         let max = self.shared.config.limits.max_message_bytes;
         while self.flow == Flow::Open && !self.client_paused() {
-            if let Some((t, msg)) = self.cy.take_pending() {
-                if self.on_client_message(t, &msg, to_up, to_client) {
-                    self.forward_up(to_up, &msg, 0, msg.len());
-                    Counters::add(&self.info.counters.bytes_to_upstream, msg.len() as u64);
-                }
+            // A message held for the catalog is routed again, as it came.
+            if let Some((_, msg)) = self.cy.take_pending() {
+                self.on_client_chunk(msg, to_up, to_client);
                 continue;
             }
             if !self.client_rest.is_empty() {
@@ -184,12 +182,7 @@ impl Protocol {
                         self.send_up(to_up, bytes, false);
                     }
                 }
-                Some(Piece::Whole(h, msg)) => {
-                    if self.on_client_message(h.tag, &msg, to_up, to_client) {
-                        self.forward_up(to_up, &msg, 0, msg.len());
-                        Counters::add(&self.info.counters.bytes_to_upstream, msg.len() as u64);
-                    }
-                }
+                Some(Piece::Whole(_, msg)) => self.on_client_chunk(msg, to_up, to_client),
                 None => break,
             }
         }
@@ -234,13 +227,8 @@ impl Protocol {
     /// caller counts its bytes).
     fn forward_up(&mut self, to_up: &mut WriteQueue, buf: &Bytes, start: usize, end: usize) {
         let t = buf[start];
-        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
-            self.pending_ready += 1;
-        }
         to_up.push_part(buf, start, end);
-        if wire::is_flush_request(t) && self.up_rt_start.is_none() {
-            self.up_rt_start = Some(Instant::now());
-        }
+        self.note_sent_up(t, wire::is_flush_request(t));
     }
 
     /// Handles one client message; true when it goes upstream as it came
@@ -357,14 +345,18 @@ impl Protocol {
     }
 
     fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
-        if matches!(
-            bytes.first(),
-            Some(&(tag::SYNC | tag::QUERY | tag::FUNCTION_CALL))
-        ) {
-            self.pending_ready += 1;
-        }
+        let t = bytes.first().copied().unwrap_or_default();
         Counters::add(&self.info.counters.bytes_to_upstream, bytes.len() as u64);
         to_up.push(bytes);
+        self.note_sent_up(t, flush);
+    }
+
+    /// A message of type `t` went upstream; `flush`: the server answers
+    /// what it has now, which starts an upstream round trip if none is on.
+    fn note_sent_up(&mut self, t: u8, flush: bool) {
+        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
+            self.pending_ready += 1;
+        }
         if flush && self.up_rt_start.is_none() {
             self.up_rt_start = Some(Instant::now());
         }
@@ -438,11 +430,7 @@ impl Protocol {
                 .map_err(ProtocolError::Backend)?;
             match piece {
                 Some(Piece::Pass(_, bytes)) => self.emit(to_client, bytes),
-                Some(Piece::Whole(h, msg)) => {
-                    if self.on_upstream_message(h.tag, &msg, to_client, to_up) {
-                        self.emit(to_client, msg);
-                    }
-                }
+                Some(Piece::Whole(_, msg)) => self.on_upstream_chunk(&msg, to_client, to_up),
                 None => break,
             }
         }
