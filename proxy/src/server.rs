@@ -73,6 +73,23 @@ impl Shared {
         self.closers.remove(&id);
     }
 
+    /// A Shared for unit tests of session logic: no listener, no upstream.
+    #[cfg(test)]
+    pub(crate) fn for_tests(config: Config) -> Arc<Self> {
+        let (_, force_close) = watch::channel(false);
+        Arc::new(Self {
+            config: Arc::new(config),
+            upstream_addr: "127.0.0.1:1".into(),
+            stats: Arc::new(Stats::new()),
+            tls_acceptor: None,
+            upstream_tls: None,
+            cancel_keys: DashMap::new(),
+            force_close,
+            closers: DashMap::new(),
+            cypher: Default::default(),
+        })
+    }
+
     fn close_all(&self) {
         let ids: Vec<u64> = self.closers.iter().map(|e| *e.key()).collect();
         for id in ids {

@@ -179,7 +179,11 @@ impl Protocol {
             match piece {
                 Some(Piece::Pass(_, bytes)) => {
                     if !self.co.discarding() {
-                        self.send_up(to_up, bytes, false);
+                        // Part of a CopyData: its first byte is data, not a
+                        // message type, so nothing is counted by it.
+                        let n = bytes.len() as u64;
+                        Counters::add(&self.info.counters.bytes_to_upstream, n);
+                        to_up.push(bytes);
                     }
                 }
                 Some(Piece::Whole(_, msg)) => self.on_client_chunk(msg, to_up, to_client),
@@ -558,3 +562,6 @@ fn wants_whole(t: u8) -> bool {
             | tag::PARAMETER_STATUS
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,84 @@
+use bytes::{BufMut, BytesMut};
+
+use super::*;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::{config::Config, server::Shared, wire::write};
+
+/// One session's protocol state and its two output queues, fed by hand.
+struct Harness {
+    p: Protocol,
+    to_up: WriteQueue,
+    to_client: WriteQueue,
+    /// Everything the client sent.
+    sent: Vec<u8>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let shared = Shared::for_tests(Config::default());
+        let info = shared.stats.open_session(None, "postgres", "postgres", "");
+        Self {
+            p: Protocol::new(shared, info, &[]),
+            to_up: WriteQueue::default(),
+            to_client: WriteQueue::default(),
+            sent: Vec::new(),
+        }
+    }
+
+    fn client(&mut self, bytes: &[u8]) {
+        self.sent.extend_from_slice(bytes);
+        let mut cin = BytesMut::from(bytes);
+        let (up, client) = (&mut self.to_up, &mut self.to_client);
+        self.p.on_client_bytes(&mut cin, up, client).unwrap();
+    }
+
+    fn upstream(&mut self, bytes: &[u8]) {
+        let mut uin = BytesMut::from(bytes);
+        let (up, client) = (&mut self.to_up, &mut self.to_client);
+        self.p.on_upstream_bytes(&mut uin, client, up).unwrap();
+    }
+}
+
+fn msg(tag: u8, body: &[u8]) -> BytesMut {
+    let mut m = BytesMut::new();
+    write::message(&mut m, tag, |b| b.put_slice(body));
+    m
+}
+
+/// A CopyData that arrives in pieces streams through as it comes; a piece
+/// that starts with 'S', 'Q' or 'F' is data, not a Sync, Query or
+/// FunctionCall, and must not leave the session waiting for a
+/// ReadyForQuery that never comes (which would keep it from ever being
+/// idle again).
+#[tokio::test]
+async fn copy_data_pieces_are_not_counted_as_messages() {
+    let mut h = Harness::new();
+    h.client(&msg(tag::QUERY, b"COPY t FROM STDIN\0"));
+    assert_eq!(h.p.pending_ready, 1);
+    h.upstream(&msg(b'G', &[0, 0, 1, 0, 0]));
+
+    let data = msg(
+        tag::COPY_DATA,
+        b"0123456789SSSSSSSSSSQQQQQQQQQQFFFFFFFFFF\n",
+    );
+    // Header and the first bytes, then pieces starting with S, Q and F.
+    for piece in [&data[..15], &data[15..25], &data[25..35], &data[35..]] {
+        h.client(piece);
+    }
+    h.client(&msg(b'c', b""));
+    assert_eq!(
+        h.p.pending_ready, 1,
+        "only the Query awaits its ReadyForQuery"
+    );
+
+    let mut done = msg(b'C', b"COPY 1\0");
+    done.extend_from_slice(&msg(tag::READY_FOR_QUERY, b"I"));
+    h.upstream(&done);
+    assert_eq!(h.p.pending_ready, 0, "the session is idle again");
+    let mut out = Vec::new();
+    h.to_up.write_all(&mut out).await.unwrap();
+    assert_eq!(out, h.sent, "the client's bytes go on unchanged");
+    let counted = &h.p.info.counters.bytes_to_upstream;
+    assert_eq!(counted.load(Relaxed), h.sent.len() as u64);
+}
