@@ -125,8 +125,9 @@ med = statistics.median
 nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
 print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
-print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us)")
-print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11}")
+print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us);")
+print("'vs pgb q1-q3': the middle half of the per-round TPS ratios (4 rounds or more)")
+print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11} {'vs pgb q1-q3':>13}")
 keys = sorted({(m, c) for m, c, _, _ in runs}, key=lambda k: (k[0] != "simple", k[1]))
 for mode, c in keys:
     def series(t):
@@ -143,11 +144,17 @@ for mode, c in keys:
         pgb = series("pgbouncer")
         if t == "onetrip" and pgb:
             paired = [r for r in s if r in pgb]
-            ratio = med([s[r][0] / pgb[r][0] for r in paired])
-            extra = f" {ratio:>7.3f}"
-            both = [r for r in paired if r in direct]
-            if both:
-                gap = med([(s[r][1] - pgb[r][1]) * 1000 for r in both])
-                extra += f" {gap:>11.1f}"
+            ratios = sorted(s[r][0] / pgb[r][0] for r in paired)
+            extra = f" {med(ratios):>7.3f}"
+            # The middle half of the per-round ratios: how far the machine's
+            # own noise moves them.
+            if len(ratios) >= 4:
+                q1, _, q3 = statistics.quantiles(ratios, n=4)
+                spread = f"{q1:.3f}-{q3:.3f}"
+            else:
+                spread = "-"
+            gap = med([(s[r][1] - pgb[r][1]) * 1000 for r in paired])
+            extra += f" {gap:>11.1f}"
+            extra += f" {spread:>13}"
         print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}{extra}")
 PY
