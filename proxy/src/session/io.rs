@@ -112,13 +112,18 @@ impl WriteQueue {
     ) -> Poll<io::Result<()>> {
         self.seal();
         if !self.chunks.is_empty() {
-            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-            let mut k = 0;
-            for c in self.chunks.iter().take(MAX_SLICES) {
-                slices[k] = IoSlice::new(c);
-                k += 1;
-            }
-            let n = ready!(Pin::new(&mut *w).poll_write_vectored(cx, &slices[..k]))?;
+            let n = if self.chunks.len() == 1 {
+                // The usual case: one slice, no slice array to fill.
+                ready!(Pin::new(&mut *w).poll_write(cx, &self.chunks[0]))?
+            } else {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut k = 0;
+                for c in self.chunks.iter().take(MAX_SLICES) {
+                    slices[k] = IoSlice::new(c);
+                    k += 1;
+                }
+                ready!(Pin::new(&mut *w).poll_write_vectored(cx, &slices[..k]))?
+            };
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
