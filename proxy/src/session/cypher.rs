@@ -72,6 +72,9 @@ pub struct CypherSession {
     loading: bool,
     /// A statement that may change labels ran: refetch after it completes.
     invalidate_at_ready: bool,
+    /// The session's span: the relay loop runs outside it (see relay.rs),
+    /// so a line logged from here enters it.
+    span: tracing::Span,
 }
 
 /// What the session should do with a client message.
@@ -96,6 +99,8 @@ impl CypherSession {
             verify: None,
             loading: false,
             invalidate_at_ready: false,
+            // Created while the session sets up, inside its span.
+            span: tracing::Span::current(),
         }
     }
 
@@ -259,6 +264,7 @@ impl CypherSession {
                 "cypher verify: match"
             } else {
                 Counters::add(&info.counters.fallbacks, 1);
+                let _in_session = self.span.enter();
                 tracing::warn!(
                     sql = %frontend::query_text(&v.original).unwrap_or(""),
                     age_rows = v.relayed.rows.len(),

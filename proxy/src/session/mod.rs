@@ -33,25 +33,23 @@ use crate::{
 pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
     let _ = tcp.set_nodelay(true);
     let span = info_span!("session", id = conn_id, peer = %peer);
-    async move {
-        match negotiate(tcp, &shared).await {
-            Ok(Some((stream, raw, params, handshake_rts))) => {
-                let database = StartupMessage::param(&params, "database")
-                    .or(StartupMessage::param(&params, "user"))
-                    .unwrap_or("")
-                    .to_owned();
-                if database == shared.config.admin.database {
-                    crate::admin::serve(stream, params, &shared, peer).await;
-                } else {
-                    relay::run(stream, raw, params, peer, &shared, handshake_rts).await;
-                }
+    match negotiate(tcp, &shared).instrument(span.clone()).await {
+        Ok(Some((stream, raw, params, handshake_rts))) => {
+            let database = StartupMessage::param(&params, "database")
+                .or(StartupMessage::param(&params, "user"))
+                .unwrap_or("")
+                .to_owned();
+            if database == shared.config.admin.database {
+                crate::admin::serve(stream, params, &shared, peer)
+                    .instrument(span)
+                    .await;
+            } else {
+                relay::run(stream, raw, params, peer, &shared, handshake_rts, span).await;
             }
-            Ok(None) => debug!("connection ended during startup"),
-            Err(e) => warn!("startup failed: {e}"),
         }
+        Ok(None) => span.in_scope(|| debug!("connection ended during startup")),
+        Err(e) => span.in_scope(|| warn!("startup failed: {e}")),
     }
-    .instrument(span)
-    .await
 }
 
 #[derive(Debug, thiserror::Error)]
