@@ -1,6 +1,6 @@
-//! Every log line of a session names it: the session's span is on the
-//! lines written while it relays (the relay loop itself runs outside the
-//! span, so the lines it ends with are written inside it again).
+//! Every log line of a session names it, also those written when it ends
+//! while relaying (the relay loop runs outside the session's span; its end
+//! is logged inside it).
 
 use std::{
     io::Write,
@@ -8,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use onetrip_tests::{Env, connect};
+use onetrip_tests::{Env, connect, raw};
+use tokio::io::AsyncWriteExt;
+
+const WAIT: Duration = Duration::from_secs(10);
 
 /// Log output collected in memory.
 #[derive(Clone, Default)]
@@ -56,19 +59,37 @@ async fn lines_written_while_relaying_carry_the_session() {
         .with_writer(move || writer.clone())
         .init();
     let env = Env::start().await;
-    let client = connect(&env.proxy_dsn()).await;
-    let pid: i32 = client
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    // The upstream connection dies under the relaying session.
-    let direct = connect(&env.direct_dsn()).await;
-    direct
-        .execute("select pg_terminate_backend($1)", &[&pid])
+    // A raw client: it keeps its socket open when the server's FATAL
+    // arrives, so the session ends because the upstream closed.
+    let mut client = raw::connect_ready(env.proxy_port()).await;
+    client
+        .write_all(&raw::query("select pg_backend_pid()"))
         .await
         .unwrap();
-    assert!(client.simple_query("select 1").await.is_err());
+    let mut pid = None;
+    while let Some((t, body)) = raw::read_message(&mut client, WAIT).await {
+        match t {
+            b'D' => pid = Some(String::from_utf8_lossy(&body[6..]).parse::<i32>().unwrap()),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .execute("select pg_terminate_backend($1)", &[&pid.unwrap()])
+        .await
+        .unwrap();
+    let fatal: Vec<_> = raw::read_to_end(&mut client, WAIT)
+        .await
+        .into_iter()
+        .filter(|(t, _)| *t == b'E')
+        .filter_map(|(_, body)| raw::field(&body, b'C'))
+        .collect();
+    assert_eq!(
+        fatal,
+        ["57P01", "08006"],
+        "the server's FATAL, then the proxy's"
+    );
 
     for what in ["upstream closed the connection", "session closed"] {
         let line = logs.line(what).await;
