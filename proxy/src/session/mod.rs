@@ -10,6 +10,7 @@ mod relay;
 mod sql;
 mod state;
 mod statements;
+mod wake;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 

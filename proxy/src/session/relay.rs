@@ -25,6 +25,7 @@ use super::{
     handshake::{self, Pair},
     io::WriteQueue,
     state::{Flow, Protocol},
+    wake::{self, Wakers},
 };
 use crate::{
     net::Stream,
@@ -163,8 +164,8 @@ struct Events {
     shutdown: bool,
 }
 
-/// Sources whose last poll, with this task's waker, found nothing: the
-/// waker stays registered until they wake the task.
+/// Sources whose last poll, with their own waker, found nothing: the waker
+/// stays registered until the source is ready, and marks it then.
 #[derive(Default)]
 struct Armed {
     client: bool,
@@ -195,6 +196,7 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut armed = Armed::default();
+    let wakers = Wakers::new();
     let end = loop {
         // Work through whatever is buffered before waiting again; client
         // input goes twice, since an upstream answer may release input held
@@ -244,50 +246,57 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         let mut catalog = proto.cy.wait_handle();
         let waits_catalog = catalog.is_some();
         let mut catalog = std::pin::pin!(catalog_changed(&mut catalog));
-        // Every direction is polled on each wake-up and all that are ready
-        // are handled together: none can starve another, and a busy
-        // session costs one wake-up per batch of events, not per event.
-        // Right after handling events, a read that last found nothing (and
-        // left its waker registered) is not polled again: if it became
-        // ready since, its wake-up polls this task again at once, and that
-        // poll looks at everything.
-        let mut first = true;
+        // All that is ready is handled together: no direction can starve
+        // another, and a busy session costs one wake-up per batch of
+        // events, not per event. Each socket and the shutdown signal is
+        // polled with its own waker, and only when it has not been polled
+        // since it last found nothing (its waker is registered) or it has
+        // woken the task since: a wake-up from the upstream does not poll
+        // the client's empty socket again.
         let ev = std::future::poll_fn(|cx| {
+            let woke = wakers.take(cx.waker());
+            armed.client &= woke & wake::CLIENT == 0;
+            armed.upstream &= woke & wake::UPSTREAM == 0;
+            armed.shutdown &= woke & wake::SHUTDOWN == 0;
             let mut ev = Events::default();
-            let all = !std::mem::take(&mut first);
-            if read_client
-                && (all || !armed.client)
-                && let Poll::Ready(r) = poll_read_buf(Pin::new(&mut io.client), cx, &mut cin)
-            {
-                ev.client_read = Some(r);
+            let mut ccx = Context::from_waker(&wakers.client);
+            let mut ucx = Context::from_waker(&wakers.upstream);
+            if read_client && !armed.client {
+                match poll_read_buf(Pin::new(&mut io.client), &mut ccx, &mut cin) {
+                    Poll::Ready(r) => ev.client_read = Some(r),
+                    Poll::Pending => armed.client = true,
+                }
             }
-            if read_up
-                && (all || !armed.upstream)
-                && let Poll::Ready(r) = poll_read_buf(Pin::new(&mut io.upstream), cx, &mut uin)
-            {
-                ev.upstream_read = Some(r);
+            if read_up && !armed.upstream {
+                match poll_read_buf(Pin::new(&mut io.upstream), &mut ucx, &mut uin) {
+                    Poll::Ready(r) => ev.upstream_read = Some(r),
+                    Poll::Pending => armed.upstream = true,
+                }
             }
-            armed.client = read_client && ev.client_read.is_none();
-            armed.upstream = read_up && ev.upstream_read.is_none();
             if to_client.wants_write()
-                && let Poll::Ready(r) = to_client.poll_write(&mut io.client, cx)
+                && let Poll::Ready(r) = to_client.poll_write(&mut io.client, &mut ccx)
             {
                 ev.client_write = Some(r);
             }
             if to_up.wants_write()
-                && let Poll::Ready(r) = to_up.poll_write(&mut io.upstream, cx)
+                && let Poll::Ready(r) = to_up.poll_write(&mut io.upstream, &mut ucx)
             {
                 ev.upstream_write = Some(r);
             }
+            // Rare and short-lived (a simulated delay, a catalog being
+            // fetched by another session): polled each time they exist.
             if let Some((_, f)) = timer.as_mut() {
                 ev.timer = f.as_mut().poll(cx).is_ready();
             }
             if waits_catalog {
                 ev.catalog = catalog.as_mut().poll(cx).is_ready();
             }
-            if all || !armed.shutdown {
-                armed.shutdown = true;
-                ev.shutdown = Pin::new(&mut forced).poll(cx).is_ready();
+            if !armed.shutdown {
+                let mut scx = Context::from_waker(&wakers.shutdown);
+                match Pin::new(&mut forced).poll(&mut scx) {
+                    Poll::Ready(_) => ev.shutdown = true,
+                    Poll::Pending => armed.shutdown = true,
+                }
             }
             if ev.any() {
                 Poll::Ready(ev)
