@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # pgbench -S (simple and extended protocol) direct, through onetrip and
-# through PgBouncer (session mode), at -c 1, 8 and 32, in alternating rounds.
+# through PgBouncer (session mode), at -c 1, 8 and 32, in rounds of alternating order.
 # Prints the median TPS and average latency per target, with ratios to direct.
 #
-#   bash bench/pgbench.sh            # BENCH_SECONDS=10 BENCH_ROUNDS=3 BENCH_CLIENTS="1 8 32"
+#   bash bench/pgbench.sh            # BENCH_SECONDS=8 BENCH_ROUNDS=4 BENCH_CLIENTS="1 8 32"
 #
 # Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
 # and PgBouncer (apt-get install pgbouncer; installed here when missing and
@@ -11,8 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SECONDS_PER_RUN=${BENCH_SECONDS:-10}
-ROUNDS=${BENCH_ROUNDS:-3}
+SECONDS_PER_RUN=${BENCH_SECONDS:-8}
+ROUNDS=${BENCH_ROUNDS:-4}
 CLIENTS=${BENCH_CLIENTS:-"1 8 32"}
 MODES=${BENCH_MODES:-"simple extended"}
 read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip pgbouncer}"
@@ -96,9 +96,16 @@ declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT)
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
-    # Rotate the order each round so no target always runs first.
-    k=$(( (round - 1) % ${#targets[@]} ))
-    order=("${targets[@]:$k}" "${targets[@]:0:$k}")
+    # Odd rounds run the targets in order, even rounds in reverse (ABC,
+    # CBA): on these machines a run's place in the round moves its TPS by
+    # a few percent, and this way each pair of targets runs in both orders
+    # equally often (given an even number of rounds).
+    if (( round % 2 )); then
+        order=("${targets[@]}")
+    else
+        order=()
+        for ((i = ${#targets[@]} - 1; i >= 0; i--)); do order+=("${targets[$i]}"); done
+    fi
     for mode in $MODES; do
         for c in $CLIENTS; do
             j=$(( c < 2 ? c : 2 ))
