@@ -213,7 +213,7 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         }
         // Write at once what the sockets take now: the usual case, and one
         // poll here is cheaper than another wait below. Whatever is not
-        // ready is polled again, with the task's waker, in that wait.
+        // ready is polled again, with its socket's waker, in that wait.
         let wrote = {
             let mut noop = Context::from_waker(std::task::Waker::noop());
             let up = match to_up.wants_write() {
