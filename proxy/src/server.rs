@@ -73,21 +73,32 @@ impl Shared {
         self.closers.remove(&id);
     }
 
-    /// A Shared for unit tests of session logic: no listener, no upstream.
-    #[cfg(test)]
-    pub(crate) fn for_tests(config: Config) -> Arc<Self> {
-        let (_, force_close) = watch::channel(false);
-        Arc::new(Self {
+    fn new(
+        config: Config,
+        upstream_addr: String,
+        tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+        upstream_tls: Option<tokio_rustls::TlsConnector>,
+        force_close: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
             config: Arc::new(config),
-            upstream_addr: "127.0.0.1:1".into(),
+            upstream_addr,
             stats: Arc::new(Stats::new()),
-            tls_acceptor: None,
-            upstream_tls: None,
+            tls_acceptor,
+            upstream_tls,
             cancel_keys: DashMap::new(),
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),
-        })
+        }
+    }
+
+    /// A Shared for unit tests of session logic: no listener, no upstream.
+    #[cfg(test)]
+    pub(crate) fn for_tests(config: Config) -> Arc<Self> {
+        let (_, force_close) = watch::channel(false);
+        let addr = "127.0.0.1:1".into();
+        Arc::new(Self::new(config, addr, None, None, force_close))
     }
 
     fn close_all(&self) {
@@ -215,17 +226,13 @@ impl Proxy {
             .map_err(|source| StartError::Listen { addr, source })?;
         let (stop_accepting, stop_rx) = watch::channel(false);
         let (force_close, force_rx) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            config: Arc::new(config),
+        let shared = Arc::new(Shared::new(
+            config,
             upstream_addr,
-            stats: Arc::new(Stats::new()),
             tls_acceptor,
             upstream_tls,
-            cancel_keys: DashMap::new(),
-            force_close: force_rx,
-            closers: DashMap::new(),
-            cypher: Default::default(),
-        });
+            force_rx,
+        ));
         let metrics_addr = match shared.config.metrics.listen {
             Some(a) => Some(
                 crate::metrics::serve(a, shared.clone())
