@@ -181,9 +181,7 @@ impl Protocol {
                     if !self.co.discarding() {
                         // Part of a CopyData: its first byte is data, not a
                         // message type, so nothing is counted by it.
-                        let n = bytes.len() as u64;
-                        Counters::add(&self.info.counters.bytes_to_upstream, n);
-                        to_up.push(bytes);
+                        self.queue_up(to_up, bytes);
                     }
                 }
                 Some(Piece::Whole(_, msg)) => self.on_client_chunk(msg, to_up, to_client),
@@ -350,9 +348,14 @@ impl Protocol {
 
     fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
         let t = bytes.first().copied().unwrap_or_default();
+        self.queue_up(to_up, bytes);
+        self.note_sent_up(t, flush);
+    }
+
+    /// Queues bytes for the upstream and counts them.
+    fn queue_up(&self, to_up: &mut WriteQueue, bytes: Bytes) {
         Counters::add(&self.info.counters.bytes_to_upstream, bytes.len() as u64);
         to_up.push(bytes);
-        self.note_sent_up(t, flush);
     }
 
     /// A message of type `t` went upstream; `flush`: the server answers
