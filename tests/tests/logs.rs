@@ -32,7 +32,7 @@ impl Captured {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
-    /// The first line containing `what`, waiting up to 10 s for it.
+    /// The first line containing `what`, waiting up to `WAIT` for it.
     async fn line(&self, what: &str) -> String {
         let start = Instant::now();
         loop {
@@ -40,7 +40,7 @@ impl Captured {
                 return l.to_owned();
             }
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < WAIT,
                 "no log line with {what:?} in:\n{}",
                 self.text()
             );
