@@ -447,36 +447,30 @@ impl Parser {
     }
 
     fn or_expr(&mut self) -> Result<Expr, ParseError> {
-        let mut levels = 0usize;
-        let mut l = self.xor_expr()?;
-        while self.eat_kw("OR") {
-            self.chain_step(&mut levels)?;
-            let r = self.xor_expr()?;
-            l = Expr::Binary(BinaryOp::Or, Box::new(l), Box::new(r));
-        }
-        self.depth -= levels;
-        Ok(l)
+        self.left_assoc(Self::xor_expr, |p| p.eat_kw("OR").then_some(BinaryOp::Or))
     }
 
     fn xor_expr(&mut self) -> Result<Expr, ParseError> {
-        let mut levels = 0usize;
-        let mut l = self.and_expr()?;
-        while self.eat_kw("XOR") {
-            self.chain_step(&mut levels)?;
-            let r = self.and_expr()?;
-            l = Expr::Binary(BinaryOp::Xor, Box::new(l), Box::new(r));
-        }
-        self.depth -= levels;
-        Ok(l)
+        self.left_assoc(Self::and_expr, |p| p.eat_kw("XOR").then_some(BinaryOp::Xor))
     }
 
     fn and_expr(&mut self) -> Result<Expr, ParseError> {
+        self.left_assoc(Self::not_expr, |p| p.eat_kw("AND").then_some(BinaryOp::And))
+    }
+
+    /// One left-associative level: `next (op next)*`, where `op` takes the
+    /// operator's tokens when it finds one.
+    fn left_assoc(
+        &mut self,
+        next: fn(&mut Self) -> Result<Expr, ParseError>,
+        op: fn(&mut Self) -> Option<BinaryOp>,
+    ) -> Result<Expr, ParseError> {
         let mut levels = 0usize;
-        let mut l = self.not_expr()?;
-        while self.eat_kw("AND") {
+        let mut l = next(self)?;
+        while let Some(op) = op(self) {
             self.chain_step(&mut levels)?;
-            let r = self.not_expr()?;
-            l = Expr::Binary(BinaryOp::And, Box::new(l), Box::new(r));
+            let r = next(self)?;
+            l = Expr::Binary(op, Box::new(l), Box::new(r));
         }
         self.depth -= levels;
         Ok(l)
@@ -558,52 +552,32 @@ impl Parser {
     }
 
     fn additive(&mut self) -> Result<Expr, ParseError> {
-        let mut levels = 0usize;
-        let mut l = self.multiplicative()?;
-        loop {
-            let op = match self.peek() {
+        self.left_assoc(Self::multiplicative, |p| {
+            let op = match p.peek() {
                 Tok::Plus => BinaryOp::Add,
                 Tok::Minus => BinaryOp::Sub,
-                _ => break,
+                _ => return None,
             };
-            self.bump();
-            self.chain_step(&mut levels)?;
-            let r = self.multiplicative()?;
-            l = Expr::Binary(op, Box::new(l), Box::new(r));
-        }
-        self.depth -= levels;
-        Ok(l)
+            p.bump();
+            Some(op)
+        })
     }
 
     fn multiplicative(&mut self) -> Result<Expr, ParseError> {
-        let mut levels = 0usize;
-        let mut l = self.power()?;
-        loop {
-            let op = match self.peek() {
+        self.left_assoc(Self::power, |p| {
+            let op = match p.peek() {
                 Tok::Star => BinaryOp::Mul,
                 Tok::Slash => BinaryOp::Div,
                 Tok::Percent => BinaryOp::Mod,
-                _ => break,
+                _ => return None,
             };
-            self.bump();
-            self.chain_step(&mut levels)?;
-            let r = self.power()?;
-            l = Expr::Binary(op, Box::new(l), Box::new(r));
-        }
-        self.depth -= levels;
-        Ok(l)
+            p.bump();
+            Some(op)
+        })
     }
 
     fn power(&mut self) -> Result<Expr, ParseError> {
-        let mut levels = 0usize;
-        let mut l = self.unary()?;
-        while self.eat(&Tok::Caret) {
-            self.chain_step(&mut levels)?;
-            let r = self.unary()?;
-            l = Expr::Binary(BinaryOp::Pow, Box::new(l), Box::new(r));
-        }
-        self.depth -= levels;
-        Ok(l)
+        self.left_assoc(Self::unary, |p| p.eat(&Tok::Caret).then_some(BinaryOp::Pow))
     }
 
     fn unary(&mut self) -> Result<Expr, ParseError> {
@@ -932,6 +906,29 @@ mod tests {
     }
 
     #[test]
+    fn binary_operators_group_to_the_left() {
+        for (q, op) in [
+            ("RETURN 1 - 2 - 3", BinaryOp::Sub),
+            ("RETURN 8 / 4 / 2", BinaryOp::Div),
+            ("RETURN 2 ^ 3 ^ 2", BinaryOp::Pow),
+            ("RETURN true XOR false XOR true", BinaryOp::Xor),
+        ] {
+            let st = parse(q).unwrap();
+            let Clause::Return(p) = &st.parts[0].clauses[0] else {
+                panic!()
+            };
+            let Expr::Binary(outer, l, _) = &p.items[0].expr else {
+                panic!("{q}")
+            };
+            assert_eq!(*outer, op, "{q}");
+            assert!(
+                matches!(**l, Expr::Binary(ref inner, _, _) if *inner == op),
+                "{q}"
+            );
+        }
+    }
+
+    #[test]
     fn depth_limited_without_panic() {
         let deep = format!("RETURN {}1{}", "(".repeat(5000), ")".repeat(5000));
         assert!(parse(&deep).is_err());
@@ -941,6 +938,10 @@ mod tests {
         assert!(parse(&not).is_err());
         let lists = format!("RETURN {}1{}", "[".repeat(5000), "]".repeat(5000));
         assert!(parse(&lists).is_err());
+        for op in ["+", "*", "^", "OR", "AND", "XOR"] {
+            let chain = format!("RETURN 1{}", format!(" {op} 1").repeat(5000));
+            assert!(parse(&chain).is_err(), "{op}");
+        }
     }
 
     #[test]
