@@ -25,13 +25,13 @@ impl Words {
         // two, so a pair of bytes picks the one word that may start there.
         // The pair's bit in a table rules out nearly every place with no
         // branch a CPU would mispredict; the rare rest are checked exactly.
-        for i in 0..h.len().saturating_sub(2) {
-            let pair = pair_index(h[i], h[i + 1]);
-            if STARTS[pair / 64] >> (pair % 64) & 1 == 0 {
+        let next = h.get(1..).unwrap_or_default();
+        for (i, (&a, &b)) in h.iter().zip(next).enumerate() {
+            if STARTS[usize::from(a & 0x1f)] >> (b & 0x1f) & 1 == 0 {
                 continue;
             }
             // `| 0x20` lower-cases ASCII letters and maps no other byte onto one.
-            let start = [h[i] | 0x20, h[i + 1] | 0x20];
+            let start = [a | 0x20, b | 0x20];
             if let Some((w, word)) = WORDS.iter().find(|(_, word)| word[..2] == start)
                 && h.get(i + 2..i + word.len())
                     .is_some_and(|s| s.eq_ignore_ascii_case(&word[2..]))
@@ -64,20 +64,15 @@ const WORDS: [(Words, &[u8]); 9] = [
     (Words::RESET, b"reset"),
 ];
 
-/// Two bytes' low five bits: the same for both cases of a letter (and for
-/// some other bytes, which the exact check then turns away).
-const fn pair_index(a: u8, b: u8) -> usize {
-    ((a & 0x1f) as usize) << 5 | (b & 0x1f) as usize
-}
-
-/// One bit per `pair_index`, set for the first two letters of each word.
-const STARTS: [u64; 16] = {
-    let mut t = [0u64; 16];
+/// For each first byte's low five bits, the low five bits of the second
+/// letters of the words it starts. Both cases of a letter share their low
+/// five bits; the few other bytes that share them fail the exact check.
+const STARTS: [u32; 32] = {
+    let mut t = [0u32; 32];
     let mut i = 0;
     while i < WORDS.len() {
         let w = WORDS[i].1;
-        let pair = pair_index(w[0], w[1]);
-        t[pair / 64] |= 1 << (pair % 64);
+        t[(w[0] & 0x1f) as usize] |= 1 << (w[1] & 0x1f);
         i += 1;
     }
     t
