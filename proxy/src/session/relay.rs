@@ -214,6 +214,11 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         // Write at once what the sockets take now: the usual case, and one
         // poll here is cheaper than another wait below. Whatever is not
         // ready is polled again, with its socket's waker, in that wait.
+        // The send comes before the loop's bookkeeping, not after it: the
+        // server is woken on another CPU, so work done after the send
+        // overlaps with its wake-up, while work before it delays the query.
+        // (Sending last, to keep the client's CPU free for it sooner, was
+        // measured no better at -c 1.)
         let wrote = {
             let mut noop = Context::from_waker(std::task::Waker::noop());
             let up = match to_up.wants_write() {
