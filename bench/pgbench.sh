@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pgbench -S (simple and extended protocol) direct, through onetrip and
 # through PgBouncer (session mode), at -c 1, 8 and 32, in rounds of alternating order.
-# Prints the median TPS and average latency per target, with ratios to direct.
+# Prints the median TPS and average latency per target, with ratios to direct,
+# and each proxy's own CPU time per transaction.
 #
 #   bash bench/pgbench.sh            # BENCH_SECONDS=8 BENCH_ROUNDS=4 BENCH_CLIENTS="1 8 32"
 #
@@ -63,6 +64,7 @@ CONF
 say "onetrip on 127.0.0.1:$OT_PORT"
 ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT_PORT" --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
 pids+=($!)
+OT_PID=$!
 
 say "PgBouncer (session mode) on 127.0.0.1:$PB_PORT"
 cat >"$WORK/pgbouncer.ini" <<INI
@@ -89,6 +91,15 @@ for p in $OT_PORT $PB_PORT; do
     for _ in $(seq 100); do "$BIN/pg_isready" -q -h 127.0.0.1 -p "$p" -d postgres -U postgres && break; sleep 0.1; done
 done
 
+# The proxies' own time on a CPU (all threads, from the scheduler's
+# counters): what each costs per transaction, beside what the client sees.
+PB_PID=$(cat "$WORK/pgbouncer.pid" 2>/dev/null || true)
+declare -A PID=([direct]="" [onetrip]=$OT_PID [pgbouncer]=$PB_PID)
+cpu_ns() {
+    [ -n "$1" ] && [ -d "/proc/$1" ] || { echo 0; return; }
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'
+}
+
 say "pgbench -i -s 10"
 "$BIN/pgbench" -i -q -s 10 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
 
@@ -110,12 +121,16 @@ for round in $(seq "$ROUNDS"); do
         for c in $CLIENTS; do
             j=$(( c < 2 ? c : 2 ))
             for t in "${order[@]}"; do
+                before=$(cpu_ns "${PID[$t]}")
                 out=$("$BIN/pgbench" -n -S -M "$mode" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
                     -h 127.0.0.1 -p "${PORT[$t]}" -U postgres postgres 2>&1)
                 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
                 lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
+                txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+                cpu=$(( $(cpu_ns "${PID[$t]}") - before ))
                 [ -n "$tps" ] || { echo "pgbench failed for $t:" >&2; echo "$out" >&2; exit 1; }
-                printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$c" "$t" "$tps" "$lat" >>"$RESULTS"
+                printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$c" "$t" "$tps" "$lat" \
+                    "$(( ${txns:-0} > 0 ? cpu / txns : 0 ))" >>"$RESULTS"
                 say "round $round $mode -c $c $t: $tps tps, $lat ms"
             done
         done
@@ -125,16 +140,18 @@ done
 python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" <<'PY'
 import collections, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
-runs = {}  # (mode, c, target, round) -> (tps, lat)
-for rnd, mode, c, t, tps, lat in rows:
-    runs[(mode, int(c), t, int(rnd))] = (float(tps), float(lat))
+runs = {}  # (mode, c, target, round) -> (tps, lat, proxy CPU ns per transaction)
+for rnd, mode, c, t, tps, lat, cpu in rows:
+    runs[(mode, int(c), t, int(rnd))] = (float(tps), float(lat), float(cpu))
 med = statistics.median
 nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
 print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
 print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us);")
 print("'vs pgb q1-q3': the middle half of the per-round TPS ratios (4 rounds or more)")
-print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11} {'vs pgb q1-q3':>13}")
+print("'cpu us': the proxy's own CPU time per transaction, all threads (median over rounds);")
+print("'cpu vs pgb': median over rounds of onetrip's CPU per transaction / PgBouncer's")
+print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11} {'vs pgb q1-q3':>13} {'cpu us':>7} {'cpu vs pgb':>10}")
 keys = sorted({(m, c) for m, c, _, _ in runs}, key=lambda k: (k[0] != "simple", k[1]))
 for mode, c in keys:
     def series(t):
@@ -163,5 +180,11 @@ for mode, c in keys:
             gap = med([(s[r][1] - pgb[r][1]) * 1000 for r in paired])
             extra += f" {gap:>11.1f}"
             extra += f" {spread:>13}"
+        if t != "direct":
+            extra = extra or f" {'':>7} {'':>11} {'':>13}"
+            extra += f" {med([v[2] for v in s.values()]) / 1000:>7.1f}"
+        if t == "onetrip" and pgb:
+            cpu = [s[r][2] / pgb[r][2] for r in paired if pgb[r][2] > 0]
+            extra += f" {med(cpu):>10.3f}" if cpu else f" {'-':>10}"
         print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}{extra}")
 PY
