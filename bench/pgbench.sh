@@ -6,6 +6,10 @@
 #
 #   bash bench/pgbench.sh            # BENCH_SECONDS=8 BENCH_ROUNDS=4 BENCH_CLIENTS="1 8 32"
 #
+# Then one client's latency through each target, the targets taking turns
+# query by query (bench-latency, BENCH_LATENCY_RUNS=30 runs of 2 s, 0 to
+# skip): at -c 1 separate pgbench runs differ by more than the proxies do.
+#
 # Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
 # and PgBouncer (apt-get install pgbouncer; installed here when missing and
 # running as root). Everything runs on loopback ports in a temporary directory.
@@ -29,9 +33,14 @@ if ! command -v pgbouncer >/dev/null; then
     apt-get install -y --no-install-recommends pgbouncer >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
 fi
 
+LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
+
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
 ONETRIP="$TARGET_DIR/release/onetrip"
+if (( LATENCY_RUNS > 0 )); then
+    cargo build --release -p onetrip-tests --bin bench-latency >&2
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port)
@@ -188,3 +197,14 @@ for mode, c in keys:
             extra += f" {med(cpu):>10.3f}" if cpu else f" {'-':>10}"
         print(f"{mode:9} {c:>3} {t:10} {tps:>9.0f} {lat:>8.3f} {tps/d_tps:>8.3f} {lat/d_lat:>8.3f} {(lat-d_lat)*1000:>8.1f}{extra}")
 PY
+
+if (( LATENCY_RUNS > 0 )); then
+    for mode in $MODES; do
+        flag=(); [ "$mode" = extended ] && flag=(--extended)
+        specs=()
+        for t in "${targets[@]}"; do specs+=("$t=127.0.0.1:${PORT[$t]}"); done
+        say "bench-latency $mode: $LATENCY_RUNS runs of 2s"
+        echo
+        "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 "${flag[@]}" "${specs[@]}"
+    done
+fi
