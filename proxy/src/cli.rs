@@ -252,11 +252,11 @@ impl Workers {
             threads: Vec::new(),
         };
         for i in 0..n {
-            // Sessions need sockets and timers only; without the signal and
-            // process drivers each turn of the loop skips their checks.
+            // Sockets only: a session's few timers run on the main runtime
+            // (see `timers`), so parking here reads no clock and takes no
+            // timer lock.
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_io()
-                .enable_time()
                 .build()?;
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             w.handles.push(rt.handle().clone());

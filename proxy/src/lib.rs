@@ -24,6 +24,7 @@ pub mod net;
 mod server;
 pub mod session;
 pub mod stats;
+pub mod timers;
 pub mod tools;
 pub mod wire;
 pub mod words;

@@ -37,6 +37,9 @@ pub struct Shared {
     closers: DashMap<u64, oneshot::Sender<()>>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: crate::cypher::CypherShared,
+    /// Sleeps for sessions, on the runtime that started the proxy (the
+    /// workers have no time driver).
+    pub timers: crate::timers::Timers,
 }
 
 impl Shared {
@@ -90,6 +93,7 @@ impl Shared {
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),
+            timers: crate::timers::Timers::current(),
         }
     }
 
@@ -119,12 +123,14 @@ impl Shared {
         let packet = startup::encode_cancel(pid, &secret);
         let addr = self.upstream_addr();
         let result = async {
-            let mut s = tokio::time::timeout(
-                self.config.upstream.connect_timeout,
-                tokio::net::TcpStream::connect(&addr),
-            )
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            let mut s = self
+                .timers
+                .timeout(
+                    self.config.upstream.connect_timeout,
+                    tokio::net::TcpStream::connect(&addr),
+                )
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
             tokio::io::AsyncWriteExt::write_all(&mut s, &packet).await?;
             // The server closes the connection once it has read the request.
             let mut sink = [0u8; 1];

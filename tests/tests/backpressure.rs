@@ -2,15 +2,10 @@
 //! it: the `onetrip` binary runs as its own process so that its resident
 //! memory can be sampled from /proc.
 
-use std::{
-    net::TcpStream as StdTcpStream,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use bytes::BytesMut;
-use onetrip_tests::{raw, start_pg};
+use onetrip_tests::{process::ProxyProcess, raw, start_pg};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Most resident memory the proxy may use while streaming the result.
@@ -18,41 +13,6 @@ const RSS_LIMIT_KB: u64 = 64 * 1024;
 const ROWS: u64 = 1_000_000;
 /// Reads between 1 ms pauses.
 const PAUSE_EVERY: u64 = 4;
-
-/// The `onetrip` binary: the test crate's copy of the CLI when cargo built
-/// one, else the proxy's own next to this test executable, else built now.
-fn onetrip_binary() -> PathBuf {
-    if let Some(p) = option_env!("CARGO_BIN_EXE_onetrip-cli") {
-        return p.into();
-    }
-    // <target>/<profile>/deps/<this test>
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-    let bin = profile_dir.join("onetrip");
-    if !bin.exists() {
-        let target_dir = profile_dir.parent().unwrap();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "onetrip", "--bin", "onetrip"])
-            .env("CARGO_TARGET_DIR", target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(
-            cmd.status().unwrap().success(),
-            "cargo build of the onetrip binary failed"
-        );
-    }
-    bin
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn rss_kb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -63,40 +23,8 @@ fn rss_kb(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     let pg = start_pg(Default::default()).await;
-    let port = onetrip::embedded::free_port().unwrap();
-    let mut cmd = Command::new(onetrip_binary());
-    // Only flags configure it: the harness's own ONETRIP_* variables (such
-    // as ONETRIP_PYTHON) are not config keys.
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("ONETRIP_") {
-            cmd.env_remove(k);
-        }
-    }
-    let child = cmd
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--upstream",
-            &pg.addr().to_string(),
-        ])
-        .env("ONETRIP_LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start onetrip");
-    let mut proxy = Killed(child);
-    let pid = proxy.0.id();
-    let start = Instant::now();
-    while StdTcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            proxy.0.try_wait().unwrap().is_none(),
-            "onetrip exited at start (its stderr is above)"
-        );
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "onetrip did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let proxy = ProxyProcess::start(env!("CARGO_BIN_EXE_onetrip-cli"), pg.addr(), &[]);
+    let (port, pid) = (proxy.port(), proxy.pid());
     let mut s = raw::connect_ready(port).await;
     let sql = format!("select repeat('x', 1000) from generate_series(1, {ROWS})");
     s.write_all(&raw::query(&sql)).await.unwrap();

@@ -64,12 +64,14 @@ pub async fn serve(
     // Authentication shares the startup deadline: a client that stops
     // answering must not hold a task forever.
     let limit = shared.config.limits.startup_timeout;
-    let authenticated = tokio::time::timeout(
-        limit,
-        auth::authenticate(&mut stream, &shared.config.admin, &user),
-    )
-    .await
-    .unwrap_or(Err(AuthError::Timeout(limit)));
+    let authenticated = shared
+        .timers
+        .timeout(
+            limit,
+            auth::authenticate(&mut stream, &shared.config.admin, &user),
+        )
+        .await
+        .unwrap_or(Err(AuthError::Timeout(limit)));
     if let Err(e) = authenticated {
         info!(%peer, user = %user, "admin console login refused: {e}");
         if !matches!(e, AuthError::Io(_)) {

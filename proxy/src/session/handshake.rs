@@ -42,7 +42,8 @@ pub enum ConnectError {
 pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
     let addr = shared.upstream_addr();
     let timeout = shared.config.upstream.connect_timeout;
-    let tcp = match tokio::time::timeout(timeout, TcpStream::connect(addr.as_str())).await {
+    let connect = TcpStream::connect(addr.as_str());
+    let tcp = match shared.timers.timeout(timeout, connect).await {
         Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
         Ok(Err(source)) => return Err(ConnectError::Connect { addr, source }),
         Ok(Ok(t)) => t,
@@ -94,6 +95,8 @@ pub enum HandshakeEnd {
     Unexpected(u8),
     #[error("I/O error during authentication: {0}")]
     Io(#[from] std::io::Error),
+    #[error("startup and authentication took longer than {0:?} (limits.startup_timeout)")]
+    Timeout(std::time::Duration),
 }
 
 /// A session's two connections. Owned by one task, which polls both
@@ -113,7 +116,6 @@ pub async fn relay_auth(
     client_tls: bool,
 ) -> Result<(BytesMut, BytesMut, Vec<(String, String)>), HandshakeEnd> {
     let max = shared.config.limits.max_message_bytes;
-    let timeout = shared.config.limits.startup_timeout;
     let addr = shared.upstream_addr();
     let c = &info.counters;
     let mut cin = BytesMut::with_capacity(8192);
@@ -123,7 +125,7 @@ pub async fn relay_auth(
     io.upstream.write_all(&startup_raw).await?;
     let mut out = WriteQueue::default();
     loop {
-        let msg = read_message(&mut io.upstream, &mut uin, max, timeout)
+        let msg = read_message(&mut io.upstream, &mut uin, max)
             .await
             .map_err(|source| HandshakeEnd::Upstream {
                 addr: addr.clone(),
@@ -174,7 +176,7 @@ pub async fn relay_auth(
         }
         if needs_answer {
             out.write_all(&mut io.client).await?;
-            let answer = read_message(&mut io.client, &mut cin, max, timeout)
+            let answer = read_message(&mut io.client, &mut cin, max)
                 .await
                 .map_err(HandshakeEnd::Client)?;
             if answer[0] != tag::PASSWORD {

@@ -8,7 +8,6 @@ use std::{
     io::IoSlice,
     pin::Pin,
     task::{Context, Poll, ready},
-    time::Duration,
 };
 
 use bytes::{Bytes, BytesMut};
@@ -153,8 +152,6 @@ impl WriteQueue {
 pub enum ReadError {
     #[error("connection closed")]
     Closed,
-    #[error("timed out")]
-    Timeout,
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error(transparent)]
@@ -166,24 +163,18 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,
     max_len: usize,
-    timeout: Duration,
 ) -> Result<Bytes, ReadError> {
-    let fut = async {
-        loop {
-            if let Some(h) = peek_header(buf, max_len)?
-                && buf.len() >= h.wire_len
-            {
-                return Ok(buf.split_to(h.wire_len).freeze());
-            }
-            buf.reserve(8192);
-            if r.read_buf(buf).await? == 0 {
-                return Err(ReadError::Closed);
-            }
+    loop {
+        if let Some(h) = peek_header(buf, max_len)?
+            && buf.len() >= h.wire_len
+        {
+            return Ok(buf.split_to(h.wire_len).freeze());
         }
-    };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| ReadError::Timeout)?
+        buf.reserve(8192);
+        if r.read_buf(buf).await? == 0 {
+            return Err(ReadError::Closed);
+        }
+    }
 }
 
 #[cfg(test)]

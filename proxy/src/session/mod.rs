@@ -34,7 +34,18 @@ use crate::{
 pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
     let _ = tcp.set_nodelay(true);
     let span = info_span!("session", id = conn_id, peer = %peer);
-    match negotiate(tcp, &shared).instrument(span.clone()).await {
+    // Startup and authentication share one deadline. When it passes during
+    // startup the connection just closes, as PostgreSQL's does: there is no
+    // protocol state in which an error message would be understood.
+    let limit = shared.config.limits.startup_timeout;
+    let deadline = crate::timers::after(limit);
+    let negotiated = shared
+        .timers
+        .deadline(deadline, negotiate(tcp, &shared))
+        .instrument(span.clone())
+        .await
+        .unwrap_or(Err(StartupFailure::Timeout(limit)));
+    match negotiated {
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
                 .or(StartupMessage::param(&params, "user"))
@@ -45,7 +56,14 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                     .instrument(span)
                     .await;
             } else {
-                relay::run(stream, raw, params, peer, &shared, handshake_rts, span).await;
+                let start = relay::Start {
+                    startup_raw: raw,
+                    params,
+                    peer,
+                    handshake_rts,
+                    deadline,
+                };
+                relay::run(stream, start, &shared, span).await;
             }
         }
         Ok(None) => span.in_scope(|| debug!("connection ended during startup")),
@@ -73,25 +91,19 @@ async fn negotiate(
     tcp: TcpStream,
     shared: &Shared,
 ) -> Result<Option<(Stream, Bytes, Vec<(String, String)>, u64)>, StartupFailure> {
-    let timeout = shared.config.limits.startup_timeout;
     let mut stream = Stream::Plain(tcp);
     let mut round_trips = 0u64;
     loop {
-        let raw = match tokio::time::timeout(timeout, read_startup(&mut stream)).await {
-            Err(_) => {
-                // PostgreSQL closes silently here too; there is no protocol
-                // state in which an error message would be understood.
-                return Err(StartupFailure::Timeout(timeout));
-            }
-            Ok(Ok(Some(raw))) => raw,
-            Ok(Ok(None)) => return Ok(None),
-            Ok(Err(StartupFailure::Protocol(e))) => {
+        let raw = match read_startup(&mut stream).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Ok(None),
+            Err(StartupFailure::Protocol(e)) => {
                 let _ = stream
                     .write_all(&write::error(Severity::Fatal, "08P01", &e.to_string()))
                     .await;
                 return Err(e.into());
             }
-            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(e),
         };
         round_trips += 1;
         match startup::decode(raw) {

@@ -38,19 +38,20 @@ use crate::{
     },
 };
 
-pub async fn run(
-    client: Stream,
-    startup_raw: Bytes,
-    params: Vec<(String, String)>,
-    peer: SocketAddr,
-    shared: &Arc<Shared>,
-    handshake_rts: u64,
-    span: Span,
-) {
+/// What the startup phase hands on to the relay.
+pub struct Start {
+    pub startup_raw: Bytes,
+    pub params: Vec<(String, String)>,
+    pub peer: SocketAddr,
+    pub handshake_rts: u64,
+    /// When authentication must be over (`limits.startup_timeout` after the
+    /// connection was accepted).
+    pub deadline: Instant,
+}
+
+pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
-    let opened = open(client, startup_raw, &params, peer, shared, handshake_rts)
-        .instrument(span.clone())
-        .await;
+    let opened = open(client, start, shared).instrument(span.clone()).await;
     let Some((mut proto, ready)) = opened else {
         return;
     };
@@ -89,13 +90,17 @@ type Ready = (Pair, BytesMut, BytesMut);
 /// client may now send queries.
 async fn open(
     client: Stream,
-    startup_raw: Bytes,
-    params: &[(String, String)],
-    peer: SocketAddr,
+    start: Start,
     shared: &Arc<Shared>,
-    handshake_rts: u64,
 ) -> Option<(Protocol, Option<Ready>)> {
-    let p = |k| StartupMessage::param(params, k).unwrap_or("");
+    let Start {
+        startup_raw,
+        params,
+        peer,
+        handshake_rts,
+        deadline,
+    } = start;
+    let p = |k| StartupMessage::param(&params, k).unwrap_or("");
     let user = p("user").to_owned();
     let database = if p("database").is_empty() {
         user.clone()
@@ -121,8 +126,11 @@ async fn open(
         }
     };
     let mut io = Pair { client, upstream };
-    let mut proto = Protocol::new(shared.clone(), info.clone(), params);
-    match handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls).await {
+    let mut proto = Protocol::new(shared.clone(), info.clone(), &params);
+    let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls);
+    let limit = shared.config.limits.startup_timeout;
+    let authed = shared.timers.deadline(deadline, auth).await;
+    match authed.unwrap_or(Err(handshake::HandshakeEnd::Timeout(limit))) {
         Ok((cin, uin, server_params)) => {
             proto.on_server_params(&server_params);
             info.set_state(SessionState::Idle);
@@ -245,7 +253,7 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         let read_up = to_client.len() < limit && proto.delay_until().is_none();
         match (proto.delay_until(), &timer) {
             (Some(t), Some((at, _))) if *at == t => {}
-            (Some(t), _) => timer = Some((t, precise_sleep(t))),
+            (Some(t), _) => timer = Some((t, precise_sleep(&proto.shared.timers, t))),
             (None, _) => timer = None,
         }
         let mut catalog = proto.cy.wait_handle();
@@ -414,10 +422,10 @@ type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Sleeps until `t`. tokio's timer wheel rounds up to whole milliseconds,
 /// which would turn a simulated 0.5 ms into 1-2 ms; short waits sleep on a
 /// blocking thread instead, to within tens of microseconds.
-fn precise_sleep(t: Instant) -> Sleep {
+fn precise_sleep(timers: &crate::timers::Timers, t: Instant) -> Sleep {
     let left = t.saturating_duration_since(Instant::now());
     if left >= std::time::Duration::from_millis(5) {
-        Box::pin(tokio::time::sleep_until(t.into()))
+        Box::pin(timers.sleep_until(t))
     } else {
         Box::pin(async move {
             let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;

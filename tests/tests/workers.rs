@@ -1,0 +1,98 @@
+//! The binary runs sessions on worker runtimes without a time driver; their
+//! timers (the startup and authentication deadline, the simulated upstream
+//! distance) sleep on the main runtime. These run the binary itself, since
+//! the in-process proxy of the other tests has no workers.
+
+use std::time::Duration;
+
+use onetrip_tests::{PgOptions, assert_serving, connect, process::ProxyProcess, raw, start_pg};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+const HBA: &str = "local all all trust\n\
+                   host all clear_user 127.0.0.1/32 password\n\
+                   host all postgres 127.0.0.1/32 trust\n";
+
+const CLI: &str = env!("CARGO_BIN_EXE_onetrip-cli");
+
+/// Longer than the startup deadline below, so a close within it is the
+/// deadline's doing.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The peer has closed `s` (reads end), rather than gone quiet.
+async fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_and_authentication_share_one_deadline_on_the_workers() {
+    let pg = start_pg(PgOptions {
+        hba: Some(HBA.into()),
+        ..Default::default()
+    })
+    .await;
+    let direct = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        pg.port()
+    );
+    connect(&direct)
+        .await
+        .batch_execute("create user clear_user password 'clear pass'")
+        .await
+        .unwrap();
+    let proxy = ProxyProcess::start(CLI, pg.addr(), &[("ONETRIP_LIMITS_STARTUP_TIMEOUT", "1s")]);
+    let port = proxy.port();
+    let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+
+    // Half a startup packet, then silence.
+    let mut stalled = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stalled
+        .write_all(&raw::startup("postgres", "postgres")[..10])
+        .await
+        .unwrap();
+    // A whole startup packet, then no answer to the password request.
+    let mut mute = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    mute.write_all(&raw::startup("clear_user", "postgres"))
+        .await
+        .unwrap();
+    assert_serving(&dsn).await;
+
+    // Nothing at all for the stalled startup, as from PostgreSQL.
+    assert!(raw::read_to_end(&mut stalled, WAIT).await.is_empty());
+    assert!(closed(&mut stalled).await, "the stalled startup was closed");
+    // The password request, then the end of the connection.
+    let got: Vec<u8> = raw::read_to_end(&mut mute, WAIT)
+        .await
+        .iter()
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(got, [b'R'], "the password request, then the end");
+    assert!(closed(&mut mute).await, "the mute client was closed");
+    assert_serving(&dsn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulated_upstream_distance_delays_on_the_workers() {
+    let pg = start_pg(Default::default()).await;
+    // 20 ms: long enough for the main runtime's timer wheel (shorter delays
+    // sleep on a blocking thread).
+    let proxy = ProxyProcess::start(CLI, pg.addr(), &[("ONETRIP_UPSTREAM_RTT", "20ms")]);
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.port()
+    );
+    let client = connect(&dsn).await;
+    for i in 0..3i32 {
+        let row = client
+            .query_one("select $1::int4 + 1", &[&i])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i32>(0), i + 1);
+    }
+}
