@@ -9,6 +9,8 @@
 # Then one client's latency through each target, the targets taking turns
 # query by query (bench-latency, BENCH_LATENCY_RUNS=30 runs of 2 s, 0 to
 # skip): at -c 1 separate pgbench runs differ by more than the proxies do.
+# There a second PgBouncer joins, pgb-1use, whose server connections serve
+# one client each, as onetrip's do.
 #
 # Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
 # and PgBouncer (apt-get install pgbouncer; installed here when missing and
@@ -43,7 +45,7 @@ if (( LATENCY_RUNS > 0 )); then
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port)
+PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port); PB1_PORT=$(free_port)
 
 WORK=$(mktemp -d /tmp/onetrip-bench.XXXXXX)
 chmod 755 "$WORK"
@@ -95,15 +97,25 @@ echo '"postgres" ""' >"$WORK/userlist.txt"
 [ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
 "${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
 pids+=($!)
+# The same, but each server connection serves one client and closes
+# (server_lifetime = 0), as onetrip's do: for the one-client latency
+# comparison below, where a pooled backend that earlier clients warmed up
+# answers several microseconds sooner than a new one.
+sed -e "s/^listen_port = .*/listen_port = $PB1_PORT/" -e "s/pgbouncer\.\(log\|pid\)/pgbouncer-1use.\1/" \
+    "$WORK/pgbouncer.ini" >"$WORK/pgbouncer-1use.ini"
+echo "server_lifetime = 0" >>"$WORK/pgbouncer-1use.ini"
+[ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer-1use.ini
+"${AS[@]}" pgbouncer -q "$WORK/pgbouncer-1use.ini" 2>/dev/null &
+pids+=($!)
 
-for p in $OT_PORT $PB_PORT; do
+for p in $OT_PORT $PB_PORT $PB1_PORT; do
     for _ in $(seq 100); do "$BIN/pg_isready" -q -h 127.0.0.1 -p "$p" -d postgres -U postgres && break; sleep 0.1; done
 done
 
 # The proxies' own time on a CPU (all threads, from the scheduler's
 # counters): what each costs per transaction, beside what the client sees.
 PB_PID=$(cat "$WORK/pgbouncer.pid" 2>/dev/null || true)
-declare -A PID=([direct]="" [onetrip]=$OT_PID [pgbouncer]=$PB_PID)
+declare -A PID=([direct]="" [onetrip]=$OT_PID [pgbouncer]=$PB_PID [pgb-1use]="")
 cpu_ns() {
     [ -n "$1" ] && [ -d "/proc/$1" ] || { echo 0; return; }
     cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'
@@ -112,7 +124,7 @@ cpu_ns() {
 say "pgbench -i -s 10"
 "$BIN/pgbench" -i -q -s 10 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
 
-declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT)
+declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT [pgb-1use]=$PB1_PORT)
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
@@ -203,6 +215,7 @@ if (( LATENCY_RUNS > 0 )); then
         flag=(); [ "$mode" = extended ] && flag=(--extended)
         specs=()
         for t in "${targets[@]}"; do specs+=("$t=127.0.0.1:${PORT[$t]}"); done
+        [[ " ${targets[*]} " == *" pgbouncer "* ]] && specs+=("pgb-1use=127.0.0.1:$PB1_PORT")
         say "bench-latency $mode: $LATENCY_RUNS runs of 2s"
         echo
         "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 "${flag[@]}" "${specs[@]}"
