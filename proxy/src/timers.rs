@@ -1,12 +1,12 @@
 //! Timers for sessions, kept off the runtimes that forward.
 //!
-//! A runtime with a time driver reads the clock twice and takes the timer
-//! wheel's lock on every park, and a forwarding session parks twice per
-//! query: six of the eight clock reads per forwarded query, for timers that
-//! only a connection's first moments use. So the worker runtimes have no time
-//! driver; a session's timeouts sleep on the runtime that started the proxy
-//! and wake the session's task from there, a few times per connection and
-//! never per query.
+//! A runtime with a time driver reads the clock and takes the timer wheel's
+//! lock twice on every park, and a forwarding session parks twice per query
+//! (two of the eight clock reads per pgbench transaction), for timers that
+//! only a connection's first moments use. So the worker runtimes have no
+//! time driver; a session's timeouts sleep on the runtime that started the
+//! proxy and wake the session's task from there, a few times per connection
+//! and never per query.
 
 use std::{
     future::Future,

@@ -57,6 +57,7 @@ pub async fn serve(
     params: Vec<(String, String)>,
     shared: &Arc<Shared>,
     peer: SocketAddr,
+    deadline: std::time::Instant,
 ) {
     let user = StartupMessage::param(&params, "user")
         .unwrap_or("")
@@ -66,8 +67,8 @@ pub async fn serve(
     let limit = shared.config.limits.startup_timeout;
     let authenticated = shared
         .timers
-        .timeout(
-            limit,
+        .deadline(
+            deadline,
             auth::authenticate(&mut stream, &shared.config.admin, &user),
         )
         .await

@@ -52,7 +52,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                 .unwrap_or("")
                 .to_owned();
             if database == shared.config.admin.database {
-                crate::admin::serve(stream, params, &shared, peer)
+                crate::admin::serve(stream, params, &shared, peer, deadline)
                     .instrument(span)
                     .await;
             } else {
