@@ -64,11 +64,6 @@ impl ProxyProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-
-    /// Still running (it has not crashed).
-    pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
 }
 
 impl Drop for ProxyProcess {
