@@ -105,6 +105,14 @@ pub struct Upstream {
     pub tls_ca_file: Option<PathBuf>,
     /// Data directory for the embedded server; a temporary one when unset.
     pub embedded_data_dir: Option<PathBuf>,
+    /// Keep a trust-authenticated upstream connection after its client
+    /// leaves, reset, for the next client with the same startup packet.
+    pub reuse: bool,
+    /// How long a kept connection waits for a client before it is closed.
+    #[serde(with = "duration")]
+    pub reuse_idle_timeout: Duration,
+    /// Most kept connections, over all users and databases.
+    pub reuse_max_idle: usize,
 }
 
 impl Default for Upstream {
@@ -116,6 +124,9 @@ impl Default for Upstream {
             tls: UpstreamTls::Disable,
             tls_ca_file: None,
             embedded_data_dir: None,
+            reuse: false,
+            reuse_idle_timeout: Duration::from_secs(60),
+            reuse_max_idle: 64,
         }
     }
 }

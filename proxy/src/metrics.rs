@@ -160,6 +160,7 @@ fn help(name: &str) -> &'static str {
         "probes_failed" => "Write probes that found a write (batch replayed).",
         "rewritten_queries" => "Queries rewritten by the planner.",
         "fallbacks" => "Times a feature stepped aside.",
+        "reused_upstreams" => "Sessions served by a kept upstream connection (upstream.reuse).",
         _ => "onetrip counter.",
     }
 }

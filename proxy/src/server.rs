@@ -40,6 +40,8 @@ pub struct Shared {
     /// Sleeps for sessions, on the runtime that started the proxy (the
     /// workers have no time driver).
     pub timers: crate::timers::Timers,
+    /// Upstream connections kept for the next client (`upstream.reuse`).
+    pub reuse: crate::session::reuse::Pool,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             timers: crate::timers::Timers::current(),
+            reuse: Default::default(),
         }
     }
 
@@ -248,6 +251,9 @@ impl Proxy {
             None => None,
         };
         let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx, workers));
+        if shared.config.upstream.reuse {
+            tokio::spawn(expire_kept(Arc::downgrade(&shared)));
+        }
         info!(listen = %local_addr, upstream = %shared.upstream_addr, "onetrip ready");
         Ok(Self {
             local_addr,
@@ -271,6 +277,11 @@ impl Proxy {
     /// `host:port` of the upstream sessions are forwarded to.
     pub fn upstream_addr(&self) -> String {
         self.shared.upstream_addr()
+    }
+
+    /// Upstream connections kept waiting for a client (`upstream.reuse`).
+    pub fn kept_upstreams(&self) -> usize {
+        self.shared.reuse.len()
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -324,10 +335,27 @@ impl Proxy {
                 sessions.abort_all();
             }
         }
+        // Kept connections say goodbye before any embedded server stops.
+        self.shared.reuse.clear();
         if let Some(mut pg) = self.embedded {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }
         info!("onetrip stopped");
+    }
+}
+
+/// Closes kept upstream connections that waited `upstream.reuse_idle_timeout`
+/// for a client, until the proxy is gone.
+async fn expire_kept(shared: std::sync::Weak<Shared>) {
+    let every = match shared.upgrade() {
+        Some(s) => (s.config.upstream.reuse_idle_timeout / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(5)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(s) = shared.upgrade() else { return };
+        s.reuse.expire(s.config.upstream.reuse_idle_timeout);
     }
 }
 

@@ -109,6 +109,8 @@ counters! {
     probes_failed,
     rewritten_queries,
     fallbacks,
+    /// Sessions served by a kept upstream connection (`upstream.reuse`).
+    reused_upstreams,
 }
 
 impl Snapshot {

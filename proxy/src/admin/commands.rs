@@ -109,6 +109,7 @@ fn is_count(column: &str) -> bool {
         "probes_failed",
         "rewritten_queries",
         "fallbacks",
+        "reused_upstreams",
         "upstream_pid",
         "count",
     ];
@@ -178,6 +179,7 @@ const STATS_COLUMNS: &[&str] = &[
     "probes_failed",
     "rewritten_queries",
     "fallbacks",
+    "reused_upstreams",
     "avg_upstream_round_trip_us",
 ];
 
@@ -202,6 +204,7 @@ fn stats_row(database: Option<String>, user: Option<String>, c: &Snapshot) -> Ro
         s(c.probes_failed),
         s(c.rewritten_queries),
         s(c.fallbacks),
+        s(c.reused_upstreams),
         s(c.avg_latency_us()),
     ]
 }

@@ -106,21 +106,38 @@ pub struct Pair {
     pub upstream: Stream,
 }
 
+/// A session whose authentication is over.
+pub struct Authed {
+    /// Leftover client and upstream read buffers.
+    pub cin: BytesMut,
+    pub uin: BytesMut,
+    /// ParameterStatus values, in the order the upstream sent them.
+    pub params: Vec<(String, String)>,
+    /// The upstream's BackendKeyData message.
+    pub key: Option<Bytes>,
+    /// The upstream let the client in without asking for anything and sent
+    /// nothing but AuthenticationOk, ParameterStatus, BackendKeyData and
+    /// ReadyForQuery: the exchange a kept connection can replay.
+    pub plain_trust: bool,
+}
+
 /// Relays startup and authentication until the upstream's first
-/// ReadyForQuery has gone to the client. Returns the leftover read buffers.
+/// ReadyForQuery has gone to the client.
 pub async fn relay_auth(
     io: &mut Pair,
     startup_raw: Bytes,
     shared: &Shared,
     info: &SessionInfo,
     client_tls: bool,
-) -> Result<(BytesMut, BytesMut, Vec<(String, String)>), HandshakeEnd> {
+) -> Result<Authed, HandshakeEnd> {
     let max = shared.config.limits.max_message_bytes;
     let addr = shared.upstream_addr();
     let c = &info.counters;
     let mut cin = BytesMut::with_capacity(8192);
     let mut uin = BytesMut::with_capacity(8192);
     let mut params = Vec::new();
+    let mut key = None;
+    let mut plain_trust = true;
     Counters::add(&c.bytes_to_upstream, startup_raw.len() as u64);
     io.upstream.write_all(&startup_raw).await?;
     let mut out = WriteQueue::default();
@@ -137,6 +154,7 @@ pub async fn relay_auth(
         let msg = match t {
             tag::AUTHENTICATION => {
                 let code = backend::auth_code(&msg).unwrap_or(-1);
+                plain_trust &= code == auth::OK;
                 needs_answer = backend::auth_needs_answer(code);
                 if code == auth::SASL && (client_tls || shared.upstream_tls.is_some()) {
                     backend::strip_channel_binding(msg)
@@ -145,11 +163,11 @@ pub async fn relay_auth(
                 }
             }
             tag::BACKEND_KEY_DATA => {
+                // Registered before the client can know the key.
                 if let Some((pid, secret)) = backend::backend_key(&msg) {
-                    info.upstream_pid
-                        .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
                     shared.register_cancel_key(pid, secret);
                 }
+                key = Some(msg.clone());
                 msg
             }
             tag::PARAMETER_STATUS => {
@@ -158,14 +176,24 @@ pub async fn relay_auth(
                 }
                 msg
             }
-            _ => msg,
+            tag::READY_FOR_QUERY => msg,
+            _ => {
+                plain_trust = false;
+                msg
+            }
         };
         Counters::add(&c.bytes_to_client, msg.len() as u64);
         out.push(msg);
         match t {
             tag::READY_FOR_QUERY => {
                 out.write_all(&mut io.client).await?;
-                return Ok((cin, uin, params));
+                return Ok(Authed {
+                    cin,
+                    uin,
+                    params,
+                    key,
+                    plain_trust,
+                });
             }
             tag::ERROR_RESPONSE => {
                 Counters::add(&c.errors, 1);

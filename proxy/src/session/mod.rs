@@ -7,6 +7,7 @@ mod handshake;
 pub mod io;
 mod judge;
 mod relay;
+pub mod reuse;
 mod sql;
 mod state;
 mod statements;

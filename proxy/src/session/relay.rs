@@ -24,6 +24,7 @@ use tracing::{Instrument, Span, debug, info, warn};
 use super::{
     handshake::{self, Pair},
     io::WriteQueue,
+    reuse,
     state::{Flow, Protocol},
     wake::{self, Wakers},
 };
@@ -32,6 +33,7 @@ use crate::{
     server::Shared,
     stats::{Counters, SessionState},
     wire::{
+        backend,
         startup::StartupMessage,
         tag,
         write::{self, Severity},
@@ -51,6 +53,7 @@ pub struct Start {
 
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
+    let startup_raw = start.startup_raw.clone();
     let opened = open(client, start, shared).instrument(span.clone()).await;
     let Some((mut proto, ready)) = opened else {
         return;
@@ -68,11 +71,34 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         } else {
             relayed.await
         };
-        finish(&mut io, &proto, end).instrument(span.clone()).await;
+        let keep = finish(&mut io, &proto, end).instrument(span.clone()).await;
+        // Forgotten before the connection is kept, not after: by then the
+        // next client may have registered it again.
+        let key = forget_key(&mut proto, shared);
+        if keep {
+            let Pair { client, upstream } = io;
+            // The client is gone already; let it see its socket close now,
+            // not after the reset.
+            drop(client);
+            let params = std::mem::take(&mut proto.server_params);
+            let key = key.map(|(pid, secret)| {
+                let mut m = BytesMut::with_capacity(13);
+                write::message(&mut m, tag::BACKEND_KEY_DATA, |b| {
+                    b.extend_from_slice(&pid.to_be_bytes());
+                    b.extend_from_slice(&secret);
+                });
+                m.freeze()
+            });
+            match reuse::park(upstream, startup_raw, params, key, shared).await {
+                Ok(()) => debug!("upstream connection kept for the next client"),
+                Err(e) => debug!("upstream connection not kept: {e}"),
+            }
+        }
     }
     async {
         let info = proto.info.clone();
         info.set_state(SessionState::Closing);
+        forget_key(&mut proto, shared);
         proto.cy.close(shared);
         let statements = proto.statements.take().await;
         super::log_summary(&info, started);
@@ -80,6 +106,15 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     }
     .instrument(span)
     .await
+}
+
+/// Stops forwarding cancels to the session's backend; returns its key.
+fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<(i32, Bytes)> {
+    let key = proto.upstream_key.take();
+    if let Some((pid, secret)) = &key {
+        shared.forget_cancel_key(*pid, secret);
+    }
+    key
 }
 
 /// The ready session's streams and leftover read buffers.
@@ -113,29 +148,59 @@ async fn open(
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let client_tls = client.is_tls();
-    let upstream = match handshake::connect_upstream(shared).await {
-        Ok(u) => u,
-        Err(e) => {
-            warn!("{e}");
-            let mut c = client;
-            let msg = write::error(Severity::Fatal, "08006", &e.to_string());
-            let _ = tokio::io::AsyncWriteExt::write_all(&mut c, &msg).await;
-            Counters::add(&info.counters.errors, 1);
-            shared.stats.close_session(&info, Default::default());
-            return None;
-        }
+    let reuse = shared.config.upstream.reuse && shared.upstream_tls.is_none();
+    let kept = match reuse {
+        true => shared
+            .reuse
+            .take(&startup_raw, shared.config.upstream.reuse_idle_timeout),
+        false => None,
     };
-    let mut io = Pair { client, upstream };
     let mut proto = Protocol::new(shared.clone(), info.clone(), &params);
-    let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls);
     let limit = shared.config.limits.startup_timeout;
-    let authed = shared.timers.deadline(deadline, auth).await;
-    match authed.unwrap_or(Err(handshake::HandshakeEnd::Timeout(limit))) {
-        Ok((cin, uin, server_params)) => {
-            proto.on_server_params(&server_params);
+    let timed_out = || handshake::HandshakeEnd::Timeout(limit);
+    let authed = if let Some(kept) = kept {
+        let greet = reuse::adopt(kept, client, shared, &info);
+        let greeted = shared.timers.deadline(deadline, greet).await;
+        Counters::add(&info.counters.reused_upstreams, 1);
+        greeted.unwrap_or_else(|_| Err(timed_out()))
+    } else {
+        let upstream = match handshake::connect_upstream(shared).await {
+            Ok(u) => u,
+            Err(e) => {
+                warn!("{e}");
+                let mut c = client;
+                let msg = write::error(Severity::Fatal, "08006", &e.to_string());
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut c, &msg).await;
+                Counters::add(&info.counters.errors, 1);
+                shared.stats.close_session(&info, Default::default());
+                return None;
+            }
+        };
+        let mut io = Pair { client, upstream };
+        let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls);
+        let authed = shared.timers.deadline(deadline, auth).await;
+        authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
+    };
+    match authed {
+        Ok((io, a)) => {
+            proto.on_server_params(&a.params);
+            proto.upstream_key = a.key.as_deref().and_then(backend::backend_key);
+            if let Some((pid, _)) = &proto.upstream_key {
+                info.upstream_pid
+                    .store(*pid as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            // A replication connection may hold what DISCARD ALL leaves
+            // alone (a temporary replication slot).
+            proto.keep_upstream = reuse
+                && a.plain_trust
+                && !io.upstream.is_tls()
+                && StartupMessage::param(&params, "replication").is_none();
+            if proto.keep_upstream {
+                proto.server_params = a.params;
+            }
             info.set_state(SessionState::Idle);
             debug!(database = %database, user = %user, "session ready");
-            Some((proto, Some((io, cin, uin))))
+            Some((proto, Some((io, a.cin, a.uin))))
         }
         Err(e) => {
             info!("{e}");
@@ -158,6 +223,8 @@ struct Outcome {
     end: End,
     to_client: WriteQueue,
     to_up: WriteQueue,
+    /// Nothing read from the upstream was left unhandled.
+    upstream_idle: bool,
 }
 
 /// What became ready in one wait of the relay loop.
@@ -354,20 +421,26 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         end,
         to_client,
         to_up,
+        upstream_idle: uin.is_empty(),
     }
 }
 
-/// Logs how the session ended and sends each side its last words.
-async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) {
+/// Logs how the session ended and sends each side its last words. True
+/// when the upstream connection is to be kept for the next client instead.
+async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
     let Outcome {
         end,
         mut to_client,
         mut to_up,
+        upstream_idle,
     } = outcome;
     let c = &proto.info;
     match end {
         End::ClientClosed => {
-            if proto.flow != Flow::Terminated {
+            if proto.keep_upstream && upstream_idle && !to_up.wants_write() && proto.quiet() {
+                return true;
+            }
+            if proto.flow != Flow::Terminated || proto.terminate_withheld {
                 // Tell the server we are done, as the client would have.
                 to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
             }
@@ -400,6 +473,7 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) {
             let _ = to_up.write_all(&mut io.upstream).await;
         }
     }
+    false
 }
 
 /// Keeps room for the next read without growing past what one read needs.

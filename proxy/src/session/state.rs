@@ -81,6 +81,19 @@ pub struct Protocol {
     /// The last Query or Parse that went on unchanged and whose routing
     /// depends on nothing but its text, with its statement.
     last_plain: Option<(Bytes, Sql)>,
+    /// The upstream connection may be kept for the next client when this
+    /// session ends quietly (`[upstream] reuse`, and the session qualifies).
+    pub keep_upstream: bool,
+    /// The client's Terminate was not sent on, so the connection can be
+    /// kept; it is sent when the connection is not kept after all.
+    pub terminate_withheld: bool,
+    /// Messages went upstream since the last Sync, Query or FunctionCall.
+    unsynced: bool,
+    /// The upstream's latest ParameterStatus values (tracked while
+    /// `keep_upstream`, for the next client's greeting).
+    pub server_params: Vec<(String, String)>,
+    /// (pid, secret) of the upstream backend.
+    pub upstream_key: Option<(i32, Bytes)>,
 }
 
 /// A Query or Parse after routing.
@@ -120,11 +133,31 @@ impl Protocol {
             out: Out::default(),
             client_rest: Bytes::new(),
             last_plain: None,
+            keep_upstream: false,
+            terminate_withheld: false,
+            unsynced: false,
+            server_params: Vec::new(),
+            upstream_key: None,
         }
     }
 
     pub fn on_server_params(&mut self, params: &[(String, String)]) {
         self.co.on_server_params(params);
+    }
+
+    /// Nothing in flight either way, no transaction open, nothing held: the
+    /// upstream connection is where a new one would be after DISCARD ALL.
+    pub fn quiet(&self) -> bool {
+        self.txn_status == b'I'
+            && self.pending_ready == 0
+            && !self.unsynced
+            && !self.in_copy
+            && self.co.idle()
+            && !self.cy.blocks_client()
+            && !self.usplit.in_pass()
+            && !self.csplit.in_pass()
+            && self.client_rest.is_empty()
+            && self.delay_until.is_none()
     }
 
     pub fn delay_until(&self) -> Option<Instant> {
@@ -292,7 +325,13 @@ impl Protocol {
                 let sql = self.co.batch_statement();
                 self.note_statement(sql);
             }
-            tag::TERMINATE => self.flow = Flow::Terminated,
+            tag::TERMINATE => {
+                self.flow = Flow::Terminated;
+                if self.keep_upstream && self.quiet() {
+                    self.terminate_withheld = true;
+                    return false;
+                }
+            }
             _ => {}
         }
         // The coalescer decides what, if anything, goes upstream.
@@ -361,8 +400,13 @@ impl Protocol {
     /// A message of type `t` went upstream; `flush`: the server answers
     /// what it has now, which starts an upstream round trip if none is on.
     fn note_sent_up(&mut self, t: u8, flush: bool) {
-        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
-            self.pending_ready += 1;
+        match t {
+            tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => {
+                self.pending_ready += 1;
+                self.unsynced = false;
+            }
+            tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL | tag::FLUSH => {}
+            _ => self.unsynced = true,
         }
         if flush && self.up_rt_start.is_none() {
             self.up_rt_start = Some(Instant::now());
@@ -512,6 +556,11 @@ impl Protocol {
                 });
             }
             tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
+            tag::PARAMETER_STATUS if self.keep_upstream => {
+                if let Some((k, v)) = backend::parameter_status(msg) {
+                    super::reuse::set_param(&mut self.server_params, k, v);
+                }
+            }
             tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {
                 self.in_copy = true
             }

@@ -1,0 +1,286 @@
+//! Upstream connections kept for the next client (`[upstream] reuse`).
+//!
+//! A session whose client leaves at a clean point resets its upstream
+//! connection with DISCARD ALL and leaves it here; a client that sends the
+//! same startup packet, byte for byte, takes it instead of connecting, and
+//! gets the greeting the upstream gave the first one. Only connections the
+//! upstream let in without a password are kept: a kept connection admits
+//! the next client without asking the upstream, which is only what the
+//! upstream itself would do for a trusted user.
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+
+use super::{
+    handshake::{Authed, HandshakeEnd, Pair},
+    io::read_message,
+};
+use crate::{
+    net::Stream,
+    server::Shared,
+    stats::{Counters, SessionInfo},
+    wire::{backend, tag, write},
+};
+
+const TERMINATE: [u8; 5] = [tag::TERMINATE, 0, 0, 0, 4];
+
+/// One reset upstream connection, waiting for a client.
+pub struct Kept {
+    /// Taken out by `into_parts`; a `Kept` dropped with it says goodbye.
+    tcp: Option<std::net::TcpStream>,
+    params: Vec<(String, String)>,
+    key: Option<Bytes>,
+    since: Instant,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(tcp) = &self.tcp {
+            // The server would otherwise log the closed socket. Five bytes
+            // into an idle socket's empty send buffer: this never blocks.
+            let _ = (&*tcp).write(&TERMINATE);
+        }
+    }
+}
+
+impl Kept {
+    /// An idle, reset connection: nothing unread waits in it and the
+    /// server has not closed it (as far as the socket can tell now).
+    fn alive(&self) -> bool {
+        let mut b = [0u8; 1];
+        self.tcp.as_ref().is_some_and(
+            |t| matches!(t.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        )
+    }
+
+    /// What the upstream said to the first client, as it stands now:
+    /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery.
+    pub fn greeting(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(512);
+        write::auth_request(&mut out, backend::auth::OK, &[]);
+        for (k, v) in &self.params {
+            write::parameter_status(&mut out, k, v);
+        }
+        if let Some(key) = &self.key {
+            out.extend_from_slice(key);
+        }
+        write::ready_for_query(&mut out, b'I');
+        out.freeze()
+    }
+
+    /// The socket, ParameterStatus values and BackendKeyData message.
+    pub fn into_parts(mut self) -> (std::net::TcpStream, Vec<(String, String)>, Option<Bytes>) {
+        let tcp = self.tcp.take().expect("a kept connection has its socket");
+        (tcp, std::mem::take(&mut self.params), self.key.take())
+    }
+}
+
+/// Kept connections by startup packet. The lock is taken only when a
+/// session starts or ends, never while one forwards.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<Bytes, Vec<Kept>>>,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Bytes, Vec<Kept>>> {
+        // A panic elsewhere while holding it can leave nothing half-done
+        // here: each operation is one insert or remove.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently kept live connection for `startup`, if any. Dead
+    /// and expired ones met on the way are closed.
+    pub fn take(&self, startup: &[u8], max_age: Duration) -> Option<Kept> {
+        loop {
+            let kept = {
+                let mut idle = self.lock();
+                let list = idle.get_mut(startup)?;
+                let kept = list.pop();
+                if list.is_empty() {
+                    idle.remove(startup);
+                }
+                kept?
+            };
+            if kept.since.elapsed() < max_age && kept.alive() {
+                return Some(kept);
+            }
+        }
+    }
+
+    /// Keeps `kept` for clients that send `startup`, unless `max` are kept
+    /// already (then it is closed).
+    fn put(&self, startup: Bytes, kept: Kept, max: usize) -> bool {
+        let mut idle = self.lock();
+        if idle.values().map(Vec::len).sum::<usize>() >= max {
+            return false;
+        }
+        idle.entry(startup).or_default().push(kept);
+        true
+    }
+
+    /// Closes connections kept longer than `max_age`.
+    pub fn expire(&self, max_age: Duration) {
+        let mut old = Vec::new();
+        {
+            let mut idle = self.lock();
+            for list in idle.values_mut() {
+                let (keep, gone): (Vec<_>, Vec<_>) =
+                    list.drain(..).partition(|k| k.since.elapsed() < max_age);
+                *list = keep;
+                old.extend(gone);
+            }
+            idle.retain(|_, l| !l.is_empty());
+        }
+        drop(old);
+    }
+
+    /// Closes every kept connection.
+    pub fn clear(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        drop(all);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why a connection was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ParkError {
+    #[error("upstream connection is TLS")]
+    Tls,
+    #[error("reset did not finish: {0}")]
+    Read(#[from] super::io::ReadError),
+    #[error("reset failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("reset answered with message type '{}'", char::from(*.0))]
+    Unexpected(u8),
+    #[error("reset took longer than {0:?}")]
+    Timeout(Duration),
+    #[error("{0} connections are kept already (upstream.reuse_max_idle)")]
+    Full(usize),
+}
+
+/// Resets the upstream connection of a session whose client has left
+/// cleanly and keeps it for the next client sending `startup`; closes it
+/// when that fails. `params` are the session's latest ParameterStatus values.
+pub async fn park(
+    upstream: Stream,
+    startup: Bytes,
+    mut params: Vec<(String, String)>,
+    key: Option<Bytes>,
+    shared: &Shared,
+) -> Result<(), ParkError> {
+    let Stream::Plain(mut tcp) = upstream else {
+        return Err(ParkError::Tls);
+    };
+    let limit = shared.config.upstream.connect_timeout;
+    let reset = reset(
+        &mut tcp,
+        &mut params,
+        shared.config.limits.max_message_bytes,
+    );
+    let result = match shared.timers.timeout(limit, reset).await {
+        Ok(r) => r,
+        Err(_) => Err(ParkError::Timeout(limit)),
+    };
+    if let Err(e) = result {
+        let _ = tcp.write_all(&TERMINATE).await;
+        return Err(e);
+    }
+    let tcp = tcp.into_std()?;
+    // A blocking socket would hang the liveness check.
+    tcp.set_nonblocking(true)?;
+    let kept = Kept {
+        tcp: Some(tcp),
+        params,
+        key,
+        since: Instant::now(),
+    };
+    let max = shared.config.upstream.reuse_max_idle;
+    if shared.reuse.put(startup, kept, max) {
+        Ok(())
+    } else {
+        Err(ParkError::Full(max))
+    }
+}
+
+/// DISCARD ALL, read to its ReadyForQuery. ParameterStatus messages (RESET
+/// ALL reports the values it restores) update `params`; notices and
+/// notifications still on their way to the old client are dropped.
+async fn reset(
+    tcp: &mut tokio::net::TcpStream,
+    params: &mut Vec<(String, String)>,
+    max: usize,
+) -> Result<(), ParkError> {
+    tcp.write_all(b"Q\0\0\0\x10DISCARD ALL\0").await?;
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        let msg = read_message(tcp, &mut buf, max).await?;
+        match msg[0] {
+            tag::COMMAND_COMPLETE | tag::NOTICE_RESPONSE | tag::NOTIFICATION => {}
+            tag::PARAMETER_STATUS => {
+                if let Some((k, v)) = backend::parameter_status(&msg) {
+                    set_param(params, k, v);
+                }
+            }
+            tag::READY_FOR_QUERY if backend::ready_status(&msg) == b'I' && buf.is_empty() => {
+                return Ok(());
+            }
+            t => return Err(ParkError::Unexpected(t)),
+        }
+    }
+}
+
+/// Records a ParameterStatus value, keeping the order names first came in.
+pub fn set_param(params: &mut Vec<(String, String)>, name: &str, value: &str) {
+    match params.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) => {
+            if v != value {
+                *v = value.to_owned();
+            }
+        }
+        None => params.push((name.to_owned(), value.to_owned())),
+    }
+}
+
+/// Hands a kept connection to a new client: the connection moves to this
+/// thread's reactor and the client gets the first client's greeting.
+pub async fn adopt(
+    kept: Kept,
+    client: Stream,
+    shared: &Shared,
+    info: &SessionInfo,
+) -> Result<(Pair, Authed), HandshakeEnd> {
+    let greeting = kept.greeting();
+    let (tcp, params, key) = kept.into_parts();
+    // Registered before the client can know the key.
+    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
+        shared.register_cancel_key(pid, secret);
+    }
+    let upstream = Stream::Plain(tokio::net::TcpStream::from_std(tcp)?);
+    let mut io = Pair { client, upstream };
+    Counters::add(&info.counters.bytes_to_client, greeting.len() as u64);
+    io.client.write_all(&greeting).await?;
+    let authed = Authed {
+        cin: BytesMut::with_capacity(8192),
+        uin: BytesMut::with_capacity(8192),
+        params,
+        key,
+        plain_trust: true,
+    };
+    Ok((io, authed))
+}
