@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# pgbench -S (simple and extended protocol) direct, through onetrip and
-# through PgBouncer (session mode), at -c 1, 8 and 32, in rounds of alternating order.
+# pgbench -S (simple and extended protocol, and simple with a new connection
+# per transaction) direct, through onetrip and through PgBouncer (session
+# mode), at -c 1, 8 and 32, in rounds of alternating order. onetrip keeps
+# upstream connections for the next client ([upstream] reuse = true), as
+# PgBouncer's session mode does.
 # Prints the median TPS and average latency per target, with ratios to direct,
 # and each proxy's own CPU time per transaction.
 #
@@ -9,8 +12,8 @@
 # Then one client's latency through each target, the targets taking turns
 # query by query (bench-latency, BENCH_LATENCY_RUNS=30 runs of 2 s, 0 to
 # skip): at -c 1 separate pgbench runs differ by more than the proxies do.
-# There a second PgBouncer joins, pgb-1use, whose server connections serve
-# one client each, as onetrip's do.
+# There a second onetrip and a second PgBouncer join, ot-1use and pgb-1use,
+# whose server connections serve one client each.
 #
 # Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
 # and PgBouncer (apt-get install pgbouncer; installed here when missing and
@@ -21,7 +24,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${BENCH_SECONDS:-8}
 ROUNDS=${BENCH_ROUNDS:-4}
 CLIENTS=${BENCH_CLIENTS:-"1 8 32"}
-MODES=${BENCH_MODES:-"simple extended"}
+MODES=${BENCH_MODES:-"simple extended connect"}
 read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip pgbouncer}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
@@ -46,6 +49,7 @@ fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port); PB1_PORT=$(free_port)
+OT1_PORT=$(free_port)
 
 WORK=$(mktemp -d /tmp/onetrip-bench.XXXXXX)
 chmod 755 "$WORK"
@@ -73,9 +77,15 @@ CONF
 "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
 
 say "onetrip on 127.0.0.1:$OT_PORT"
-ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT_PORT" --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
+ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
+    --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
 pids+=($!)
 OT_PID=$!
+# Without reuse: each client gets a new server connection (for the latency
+# comparison below, beside pgb-1use).
+ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT1_PORT" --upstream "127.0.0.1:$PG_PORT" \
+    2>"$WORK/onetrip-1use.log" &
+pids+=($!)
 
 say "PgBouncer (session mode) on 127.0.0.1:$PB_PORT"
 cat >"$WORK/pgbouncer.ini" <<INI
@@ -98,9 +108,9 @@ echo '"postgres" ""' >"$WORK/userlist.txt"
 "${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
 pids+=($!)
 # The same, but each server connection serves one client and closes
-# (server_lifetime = 0), as onetrip's do: for the one-client latency
-# comparison below, where a pooled backend that earlier clients warmed up
-# answers several microseconds sooner than a new one.
+# (server_lifetime = 0): for the one-client latency comparison below, where
+# a pooled backend that earlier clients warmed up answers several
+# microseconds sooner than a new one.
 sed -e "s/^listen_port = .*/listen_port = $PB1_PORT/" -e "s/pgbouncer\.\(log\|pid\)/pgbouncer-1use.\1/" \
     "$WORK/pgbouncer.ini" >"$WORK/pgbouncer-1use.ini"
 echo "server_lifetime = 0" >>"$WORK/pgbouncer-1use.ini"
@@ -108,7 +118,7 @@ echo "server_lifetime = 0" >>"$WORK/pgbouncer-1use.ini"
 "${AS[@]}" pgbouncer -q "$WORK/pgbouncer-1use.ini" 2>/dev/null &
 pids+=($!)
 
-for p in $OT_PORT $PB_PORT $PB1_PORT; do
+for p in $OT_PORT $OT1_PORT $PB_PORT $PB1_PORT; do
     for _ in $(seq 100); do "$BIN/pg_isready" -q -h 127.0.0.1 -p "$p" -d postgres -U postgres && break; sleep 0.1; done
 done
 
@@ -124,7 +134,7 @@ cpu_ns() {
 say "pgbench -i -s 10"
 "$BIN/pgbench" -i -q -s 10 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
 
-declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT [pgb-1use]=$PB1_PORT)
+declare -A PORT=([direct]=$PG_PORT [onetrip]=$OT_PORT [pgbouncer]=$PB_PORT [pgb-1use]=$PB1_PORT [ot-1use]=$OT1_PORT)
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
@@ -141,9 +151,12 @@ for round in $(seq "$ROUNDS"); do
     for mode in $MODES; do
         for c in $CLIENTS; do
             j=$(( c < 2 ? c : 2 ))
+            # connect: simple protocol, a new connection per transaction.
+            flags=(-M "$mode")
+            [ "$mode" = connect ] && flags=(-M simple -C)
             for t in "${order[@]}"; do
                 before=$(cpu_ns "${PID[$t]}")
-                out=$("$BIN/pgbench" -n -S -M "$mode" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
+                out=$("$BIN/pgbench" -n -S "${flags[@]}" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
                     -h 127.0.0.1 -p "${PORT[$t]}" -U postgres postgres 2>&1)
                 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
                 lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
@@ -167,13 +180,15 @@ for rnd, mode, c, t, tps, lat, cpu in rows:
 med = statistics.median
 nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
+print("mode 'connect': simple protocol with a new connection per transaction (pgbench -C)")
 print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
 print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us);")
 print("'vs pgb q1-q3': the middle half of the per-round TPS ratios (4 rounds or more)")
 print("'cpu us': the proxy's own CPU time per transaction, all threads (median over rounds);")
 print("'cpu vs pgb': median over rounds of onetrip's CPU per transaction / PgBouncer's")
 print(f"{'mode':9} {'-c':>3} {'target':10} {'tps':>9} {'lat ms':>8} {'tps/dir':>8} {'lat/dir':>8} {'+lat us':>8} {'vs pgb':>7} {'+lat vs pgb':>11} {'vs pgb q1-q3':>13} {'cpu us':>7} {'cpu vs pgb':>10}")
-keys = sorted({(m, c) for m, c, _, _ in runs}, key=lambda k: (k[0] != "simple", k[1]))
+order = {"simple": 0, "extended": 1, "connect": 2}
+keys = sorted({(m, c) for m, c, _, _ in runs}, key=lambda k: (order.get(k[0], 3), k[1]))
 for mode, c in keys:
     def series(t):
         return {r: v for (m, cc, tt, r), v in runs.items() if (m, cc, tt) == (mode, c, t)}
@@ -212,9 +227,11 @@ PY
 
 if (( LATENCY_RUNS > 0 )); then
     for mode in $MODES; do
+        [ "$mode" = connect ] && continue
         flag=(); [ "$mode" = extended ] && flag=(--extended)
         specs=()
         for t in "${targets[@]}"; do specs+=("$t=127.0.0.1:${PORT[$t]}"); done
+        [[ " ${targets[*]} " == *" onetrip "* ]] && specs+=("ot-1use=127.0.0.1:$OT1_PORT")
         [[ " ${targets[*]} " == *" pgbouncer "* ]] && specs+=("pgb-1use=127.0.0.1:$PB1_PORT")
         say "bench-latency $mode: $LATENCY_RUNS runs of 2s"
         echo
