@@ -11,7 +11,8 @@
 #
 # Then one client's latency through each target, the targets taking turns
 # query by query (bench-latency, BENCH_LATENCY_RUNS=30 runs of 2 s, 0 to
-# skip): at -c 1 separate pgbench runs differ by more than the proxies do.
+# skip; BENCH_LATENCY_BLOCK=B: B queries per turn, warm as under pgbench):
+# at -c 1 separate pgbench runs differ by more than the proxies do.
 # There a second onetrip and a second PgBouncer join, ot-1use and pgb-1use,
 # whose server connections serve one client each.
 #
@@ -39,6 +40,7 @@ if ! command -v pgbouncer >/dev/null; then
 fi
 
 LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
+LATENCY_BLOCK=${BENCH_LATENCY_BLOCK:-1}
 
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
@@ -235,6 +237,7 @@ if (( LATENCY_RUNS > 0 )); then
         [[ " ${targets[*]} " == *" pgbouncer "* ]] && specs+=("pgb-1use=127.0.0.1:$PB1_PORT")
         say "bench-latency $mode: $LATENCY_RUNS runs of 2s"
         echo
-        "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 "${flag[@]}" "${specs[@]}"
+        "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 --block "$LATENCY_BLOCK" \
+            "${flag[@]}" "${specs[@]}"
     done
 fi

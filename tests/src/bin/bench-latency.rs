@@ -1,7 +1,7 @@
 //! Benchmark (not a test): one client's latency through each target,
 //! interleaved query by query.
 //!
-//! usage: bench-latency [--runs R] [--seconds S] [--extended] NAME=HOST:PORT ...
+//! usage: bench-latency [--runs R] [--seconds S] [--block B] [--extended] NAME=HOST:PORT ...
 //!
 //! What `pgbench -S -c 1` measures (one client, one query in flight), but the
 //! targets take turns on every query instead of every run: each round sends
@@ -17,6 +17,13 @@
 //! 30 of 2 s), each on new connections; the result is the median over runs
 //! of each run's median per-round difference, with a 95% confidence interval
 //! over runs (distribution-free, from order statistics).
+//!
+//! With `--block B`, each target gets B queries in a row on its turn, and
+//! the round's latency for it is their median. Taking turns on every query
+//! leaves each proxy's code and data to be fetched afresh from memory on
+//! every query, since the others ran in between; that costs a proxy with a
+//! larger footprint more than it does under `pgbench -c 1`, where the same
+//! proxy serves every query. A block's median is the warm latency.
 //!
 //! Needs trust authentication and a database initialised by `pgbench -i`.
 
@@ -49,6 +56,7 @@ fn run() -> Result<(), String> {
     let mut runs = 30usize;
     let mut seconds = 2u64;
     let mut extended = false;
+    let mut block = 1usize;
     let mut specs = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -61,6 +69,7 @@ fn run() -> Result<(), String> {
         match a.as_str() {
             "--runs" => runs = number("--runs")? as usize,
             "--seconds" => seconds = number("--seconds")?,
+            "--block" => block = number("--block")? as usize,
             "--extended" => extended = true,
             _ => specs.push(
                 a.split_once('=')
@@ -71,7 +80,8 @@ fn run() -> Result<(), String> {
     }
     if specs.is_empty() {
         return Err(
-            "usage: bench-latency [--runs R] [--seconds S] [--extended] NAME=HOST:PORT ...".into(),
+            "usage: bench-latency [--runs R] [--seconds S] [--block B] [--extended] NAME=HOST:PORT ..."
+                .into(),
         );
     }
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
@@ -79,7 +89,7 @@ fn run() -> Result<(), String> {
     for run in 0..runs {
         let mut targets = connect(&specs)?;
         let rows = scale(&mut targets[0])? * 100_000;
-        interleave(&mut targets, rows, &mut rng, seconds, extended)?;
+        interleave(&mut targets, rows, &mut rng, seconds, block, extended)?;
         for t in &mut targets {
             // Terminate, so the server's backend is gone before the next run.
             let _ = t.stream.write_all(&[b'X', 0, 0, 0, 4]);
@@ -88,7 +98,7 @@ fn run() -> Result<(), String> {
         results.push(targets.into_iter().map(|t| t.lat).collect::<Vec<_>>());
     }
     let names: Vec<&str> = specs.iter().map(|(n, _)| n.as_str()).collect();
-    report(&names, &results, seconds, extended);
+    report(&names, &results, seconds, block, extended);
     Ok(())
 }
 
@@ -109,29 +119,39 @@ fn connect(specs: &[(String, String)]) -> Result<Vec<Target>, String> {
     Ok(targets)
 }
 
-/// Rounds of one query to each target, for `seconds`.
+/// Rounds of `block` queries to each target, for `seconds`; each target's
+/// latency for the round is the median of its block.
 fn interleave(
     targets: &mut [Target],
     rows: u64,
     rng: &mut u64,
     seconds: u64,
+    block: usize,
     extended: bool,
 ) -> Result<(), String> {
-    let mut msg = Vec::with_capacity(256);
+    let mut msgs: Vec<Vec<u8>> = vec![Vec::with_capacity(256); block];
+    let mut lat = Vec::with_capacity(block);
     let end = Instant::now() + Duration::from_secs(seconds);
     let n = targets.len();
     let mut round = 0usize;
     while Instant::now() < end {
-        // xorshift64: a cheap, fixed sequence of account ids.
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
-        query(&mut msg, *rng % rows + 1, extended);
+        for msg in &mut msgs {
+            // xorshift64: a cheap, fixed sequence of account ids.
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            query(msg, *rng % rows + 1, extended);
+        }
         for i in 0..n {
             let t = &mut targets[(round + i) % n];
-            let start = Instant::now();
-            exchange(t, &msg)?;
-            t.lat.push(start.elapsed().as_nanos() as u64);
+            lat.clear();
+            for msg in &msgs {
+                let start = Instant::now();
+                exchange(t, msg)?;
+                lat.push(start.elapsed().as_nanos() as u64);
+            }
+            lat.sort_unstable();
+            t.lat.push(lat[lat.len() / 2]);
         }
         round += 1;
     }
@@ -139,12 +159,16 @@ fn interleave(
 }
 
 /// `results[run][target]`: that run's latencies, one per round.
-fn report(names: &[&str], results: &[Vec<Vec<u64>>], seconds: u64, extended: bool) {
+fn report(names: &[&str], results: &[Vec<Vec<u64>>], seconds: u64, block: usize, extended: bool) {
     let mode = if extended { "extended" } else { "simple" };
     let rounds: usize = results.iter().map(|r| r[0].len()).sum();
     let us = |ns: i64| ns as f64 / 1e3;
+    let turns = match block {
+        1 => "query by query".to_owned(),
+        b => format!("{b} queries at a time (a round's latency: their median)"),
+    };
     println!(
-        "one client, {mode} protocol: {} runs of {seconds}s, {rounds} rounds, targets interleaved query by query",
+        "one client, {mode} protocol: {} runs of {seconds}s, {rounds} rounds, targets interleaved {turns}",
         results.len()
     );
     println!("median latency (median over runs of each run's median, us):");
