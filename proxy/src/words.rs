@@ -21,23 +21,18 @@ impl Words {
     pub fn scan(text: &str) -> Words {
         let h = text.as_bytes();
         let mut found = Words::default();
-        // Every word has three letters or more and no two share their first
-        // two, so a pair of bytes picks the one word that may start there.
-        // The pair's bit in a table rules out nearly every place with no
-        // branch a CPU would mispredict; the rare rest are checked exactly.
-        let next = h.get(1..).unwrap_or_default();
-        for (i, (&a, &b)) in h.iter().zip(next).enumerate() {
-            if STARTS[usize::from(a & 0x1f)] >> (b & 0x1f) & 1 == 0 {
-                continue;
+        // A word may start only where a letter that starts one is followed
+        // by a letter that comes second in one: a table lookup per byte
+        // finds those few places, and they are checked exactly.
+        let mut prev = 0u8;
+        let mut i = 0;
+        while i < h.len() {
+            let class = CLASS[usize::from(h[i])];
+            if (prev << 1) & class & SECOND != 0 {
+                found = found | word_at(h, i - 1);
             }
-            // `| 0x20` lower-cases ASCII letters and maps no other byte onto one.
-            let start = [a | 0x20, b | 0x20];
-            if let Some((w, word)) = WORDS.iter().find(|(_, word)| word[..2] == start)
-                && h.get(i + 2..i + word.len())
-                    .is_some_and(|s| s.eq_ignore_ascii_case(&word[2..]))
-            {
-                found = found | *w;
-            }
+            prev = class;
+            i += 1;
         }
         found
     }
@@ -64,19 +59,51 @@ const WORDS: [(Words, &[u8]); 9] = [
     (Words::RESET, b"reset"),
 ];
 
-/// For each first byte's low five bits, the low five bits of the second
-/// letters of the words it starts. Both cases of a letter share their low
-/// five bits; the few other bytes that share them fail the exact check.
-const STARTS: [u32; 32] = {
-    let mut t = [0u32; 32];
+const FIRST: u8 = 1;
+const SECOND: u8 = 2;
+
+/// For each byte: FIRST if it is the first letter of a word (either case),
+/// SECOND if it is the second letter of one.
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
     let mut i = 0;
     while i < WORDS.len() {
         let w = WORDS[i].1;
-        t[(w[0] & 0x1f) as usize] |= 1 << (w[1] & 0x1f);
+        t[w[0] as usize] |= FIRST;
+        t[w[0].to_ascii_uppercase() as usize] |= FIRST;
+        t[w[1] as usize] |= SECOND;
+        t[w[1].to_ascii_uppercase() as usize] |= SECOND;
         i += 1;
     }
     t
 };
+
+/// For two letters (their low five bits, the same in either case): one
+/// more than the index in WORDS of the word they start, or 0.
+const PAIRS: [[u8; 32]; 32] = {
+    let mut t = [[0u8; 32]; 32];
+    let mut i = 0;
+    while i < WORDS.len() {
+        let w = WORDS[i].1;
+        t[(w[0] & 0x1f) as usize][(w[1] & 0x1f) as usize] = i as u8 + 1;
+        i += 1;
+    }
+    t
+};
+
+/// The word that starts at `h[at]`, if one does; `h[at]` and `h[at + 1]`
+/// are letters. Every word has three letters or more and no two share
+/// their first two, so those two pick the one word that may start there.
+fn word_at(h: &[u8], at: usize) -> Words {
+    let pick = PAIRS[usize::from(h[at] & 0x1f)][usize::from(h[at + 1] & 0x1f)];
+    let Some((w, word)) = WORDS.get(usize::from(pick).wrapping_sub(1)) else {
+        return Words::default();
+    };
+    match h.get(at + 2..at + word.len()) {
+        Some(rest) if rest.eq_ignore_ascii_case(&word[2..]) => *w,
+        _ => Words::default(),
+    }
+}
 
 impl std::ops::BitOr for Words {
     type Output = Words;
