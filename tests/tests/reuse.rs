@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use onetrip_tests::{Env, PgOptions, connect, process::ProxyProcess, raw};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
-use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, error::SqlState};
 
 const CLI: &str = env!("CARGO_BIN_EXE_onetrip-cli");
 const WAIT: Duration = Duration::from_secs(10);
@@ -88,6 +88,26 @@ fn data_row(body: &[u8]) -> Vec<Option<String>> {
             })
         })
         .collect()
+}
+
+/// Runs the count query `sql` until it answers `n` (up to 5 s); its last answer.
+async fn count_until(c: &Client, sql: &str, n: i64) -> i64 {
+    let mut got = -1;
+    for _ in 0..250 {
+        got = c.query_one(sql, &[]).await.unwrap().get(0);
+        if got == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    got
+}
+
+async fn backend_pid(c: &Client) -> i32 {
+    c.query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 async fn terminate(mut s: TcpStream) {
@@ -224,20 +244,12 @@ async fn a_kept_connection_that_died_is_not_handed_out() {
         .await
         .unwrap();
     // Until the backend has gone, and its last words reached the socket.
-    for _ in 0..250 {
-        let n: i64 = direct
-            .query_one(
-                &format!("select count(*) from pg_stat_activity where pid = {pid_a}"),
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if n == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let gone = format!("select count(*) from pg_stat_activity where pid = {pid_a}");
+    assert_eq!(
+        count_until(&direct, &gone, 0).await,
+        0,
+        "the backend exited"
+    );
     let (mut b, _) = greet(env.proxy_port()).await;
     let pid_b = query(&mut b, STATE).await.0[0][0].clone().unwrap();
     assert_ne!(pid_b, pid_a, "a new backend, not the dead one");
@@ -254,54 +266,41 @@ async fn kept_connections_expire_and_close_at_shutdown() {
     let direct = connect(&env.dsn(false)).await;
     let others = "select count(*) from pg_stat_activity \
                   where backend_type = 'client backend' and pid <> pg_backend_pid()";
-    let count = |sql: &'static str| {
-        let direct = &direct;
-        async move { direct.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
-    };
     let (s, _) = greet(env.proxy_port()).await;
     terminate(s).await;
     wait_kept(&env, 1).await;
-    assert_eq!(count(others).await, 1, "the kept backend is alive");
+    assert_eq!(
+        count_until(&direct, others, 1).await,
+        1,
+        "the kept backend is alive"
+    );
     wait_kept(&env, 0).await;
-    for _ in 0..250 {
-        if count(others).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(count(others).await, 0, "the expired backend has exited");
+    assert_eq!(
+        count_until(&direct, others, 0).await,
+        0,
+        "the expired backend has exited"
+    );
 
     let (s, _) = greet(env.proxy_port()).await;
     terminate(s).await;
     wait_kept(&env, 1).await;
     env.stop_proxy(Duration::from_secs(5)).await;
-    for _ in 0..250 {
-        if count(others).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(count(others).await, 0, "shutdown closed the kept backend");
+    assert_eq!(
+        count_until(&direct, others, 0).await,
+        0,
+        "shutdown closed the kept backend"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_reaches_a_reused_backend() {
     let env = Env::start_with(PgOptions::default(), reuse_on).await;
     let a = connect(&env.proxy_dsn()).await;
-    let pid_a: i32 = a
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let pid_a = backend_pid(&a).await;
     drop(a);
     wait_kept(&env, 1).await;
     let b = connect(&env.proxy_dsn()).await;
-    let pid_b: i32 = b
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(pid_b, pid_a, "reused");
+    assert_eq!(backend_pid(&b).await, pid_a, "reused");
     let token = b.cancel_token();
     let sleeper = tokio::spawn(async move { b.simple_query("select pg_sleep(30)").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
