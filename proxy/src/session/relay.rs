@@ -81,14 +81,6 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
             // not after the reset.
             drop(client);
             let params = std::mem::take(&mut proto.server_params);
-            let key = key.map(|(pid, secret)| {
-                let mut m = BytesMut::with_capacity(13);
-                write::message(&mut m, tag::BACKEND_KEY_DATA, |b| {
-                    b.extend_from_slice(&pid.to_be_bytes());
-                    b.extend_from_slice(&secret);
-                });
-                m.freeze()
-            });
             match reuse::park(upstream, startup_raw, params, key, shared).await {
                 Ok(()) => debug!("upstream connection kept for the next client"),
                 Err(e) => debug!("upstream connection not kept: {e}"),
@@ -108,11 +100,12 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     .await
 }
 
-/// Stops forwarding cancels to the session's backend; returns its key.
-fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<(i32, Bytes)> {
+/// Stops forwarding cancels to the session's backend; returns its
+/// BackendKeyData message.
+fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<Bytes> {
     let key = proto.upstream_key.take();
-    if let Some((pid, secret)) = &key {
-        shared.forget_cancel_key(*pid, secret);
+    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
+        shared.forget_cancel_key(pid, &secret);
     }
     key
 }
@@ -184,11 +177,11 @@ async fn open(
     match authed {
         Ok((io, a)) => {
             proto.on_server_params(&a.params);
-            proto.upstream_key = a.key.as_deref().and_then(backend::backend_key);
-            if let Some((pid, _)) = &proto.upstream_key {
+            if let Some((pid, _)) = a.key.as_deref().and_then(backend::backend_key) {
                 info.upstream_pid
-                    .store(*pid as u64, std::sync::atomic::Ordering::Relaxed);
+                    .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
             }
+            proto.upstream_key = a.key;
             // A replication connection may hold what DISCARD ALL leaves
             // alone (a temporary replication slot).
             proto.keep_upstream = reuse

@@ -33,21 +33,10 @@ const TERMINATE: [u8; 5] = [tag::TERMINATE, 0, 0, 0, 4];
 
 /// One reset upstream connection, waiting for a client.
 pub struct Kept {
-    /// Taken out by `into_parts`; a `Kept` dropped with it says goodbye.
-    tcp: Option<std::net::TcpStream>,
+    tcp: std::net::TcpStream,
     params: Vec<(String, String)>,
     key: Option<Bytes>,
     since: Instant,
-}
-
-impl Drop for Kept {
-    fn drop(&mut self) {
-        if let Some(tcp) = &self.tcp {
-            // The server would otherwise log the closed socket. Five bytes
-            // into an idle socket's empty send buffer: this never blocks.
-            let _ = (&*tcp).write(&TERMINATE);
-        }
-    }
 }
 
 impl Kept {
@@ -55,9 +44,13 @@ impl Kept {
     /// server has not closed it (as far as the socket can tell now).
     fn alive(&self) -> bool {
         let mut b = [0u8; 1];
-        self.tcp.as_ref().is_some_and(
-            |t| matches!(t.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        )
+        matches!(self.tcp.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Says goodbye, as a client would, and closes the connection. Five
+    /// bytes into an idle socket's empty send buffer: this never blocks.
+    fn close(self) {
+        let _ = (&self.tcp).write(&TERMINATE);
     }
 
     /// What the upstream said to the first client, as it stands now:
@@ -76,9 +69,8 @@ impl Kept {
     }
 
     /// The socket, ParameterStatus values and BackendKeyData message.
-    pub fn into_parts(mut self) -> (std::net::TcpStream, Vec<(String, String)>, Option<Bytes>) {
-        let tcp = self.tcp.take().expect("a kept connection has its socket");
-        (tcp, std::mem::take(&mut self.params), self.key.take())
+    pub fn into_parts(self) -> (std::net::TcpStream, Vec<(String, String)>, Option<Bytes>) {
+        (self.tcp, self.params, self.key)
     }
 }
 
@@ -112,6 +104,7 @@ impl Pool {
             if kept.since.elapsed() < max_age && kept.alive() {
                 return Some(kept);
             }
+            kept.close();
         }
     }
 
@@ -120,6 +113,8 @@ impl Pool {
     fn put(&self, startup: Bytes, kept: Kept, max: usize) -> bool {
         let mut idle = self.lock();
         if idle.values().map(Vec::len).sum::<usize>() >= max {
+            drop(idle);
+            kept.close();
             return false;
         }
         idle.entry(startup).or_default().push(kept);
@@ -139,13 +134,13 @@ impl Pool {
             }
             idle.retain(|_, l| !l.is_empty());
         }
-        drop(old);
+        old.into_iter().for_each(Kept::close);
     }
 
     /// Closes every kept connection.
     pub fn clear(&self) {
         let all = std::mem::take(&mut *self.lock());
-        drop(all);
+        all.into_values().flatten().for_each(Kept::close);
     }
 
     pub fn len(&self) -> usize {
@@ -154,6 +149,12 @@ impl Pool {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
@@ -205,7 +206,7 @@ pub async fn park(
     // A blocking socket would hang the liveness check.
     tcp.set_nonblocking(true)?;
     let kept = Kept {
-        tcp: Some(tcp),
+        tcp,
         params,
         key,
         since: Instant::now(),

@@ -92,8 +92,8 @@ pub struct Protocol {
     /// The upstream's latest ParameterStatus values (tracked while
     /// `keep_upstream`, for the next client's greeting).
     pub server_params: Vec<(String, String)>,
-    /// (pid, secret) of the upstream backend.
-    pub upstream_key: Option<(i32, Bytes)>,
+    /// The upstream backend's BackendKeyData message.
+    pub upstream_key: Option<Bytes>,
 }
 
 /// A Query or Parse after routing.
