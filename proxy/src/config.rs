@@ -113,6 +113,10 @@ pub struct Upstream {
     pub reuse_idle_timeout: Duration,
     /// Most kept connections, over all users and databases.
     pub reuse_max_idle: usize,
+    /// A connection older than this is closed when its client leaves,
+    /// instead of being kept.
+    #[serde(with = "duration")]
+    pub reuse_lifetime: Duration,
 }
 
 impl Default for Upstream {
@@ -127,6 +131,7 @@ impl Default for Upstream {
             reuse: false,
             reuse_idle_timeout: Duration::from_secs(60),
             reuse_max_idle: 64,
+            reuse_lifetime: Duration::from_secs(3600),
         }
     }
 }

@@ -229,6 +229,16 @@ async fn connections_in_doubtful_states_are_not_kept() {
     let (s, _) = greet(env.proxy_port()).await;
     terminate(s).await;
     assert_eq!(kept_after_close(&env).await, 0, "reuse is off by default");
+
+    // Past its lifetime, however idle its client left it.
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.upstream.reuse = true;
+        c.upstream.reuse_lifetime = Duration::ZERO;
+    })
+    .await;
+    let (s, _) = greet(env.proxy_port()).await;
+    terminate(s).await;
+    assert_eq!(kept_after_close(&env).await, 0, "older than reuse_lifetime");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Upstream connection and the authentication exchange, relayed message by
 //! message: the proxy never sees a password it could keep.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
@@ -119,6 +119,8 @@ pub struct Authed {
     /// nothing but AuthenticationOk, ParameterStatus, BackendKeyData and
     /// ReadyForQuery: the exchange a kept connection can replay.
     pub plain_trust: bool,
+    /// When the upstream connection was opened.
+    pub opened: Instant,
 }
 
 /// Relays startup and authentication until the upstream's first
@@ -138,6 +140,7 @@ pub async fn relay_auth(
     let mut params = Vec::new();
     let mut key = None;
     let mut plain_trust = true;
+    let opened = Instant::now();
     Counters::add(&c.bytes_to_upstream, startup_raw.len() as u64);
     io.upstream.write_all(&startup_raw).await?;
     let mut out = WriteQueue::default();
@@ -193,6 +196,7 @@ pub async fn relay_auth(
                     params,
                     key,
                     plain_trust,
+                    opened,
                 });
             }
             tag::ERROR_RESPONSE => {

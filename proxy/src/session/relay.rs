@@ -81,7 +81,8 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
             // not after the reset.
             drop(client);
             let params = std::mem::take(&mut proto.server_params);
-            match reuse::park(upstream, startup_raw, params, key, shared).await {
+            let opened = proto.upstream_opened;
+            match reuse::park(upstream, startup_raw, params, key, opened, shared).await {
                 Ok(()) => debug!("upstream connection kept for the next client"),
                 Err(e) => debug!("upstream connection not kept: {e}"),
             }
@@ -182,6 +183,7 @@ async fn open(
                     .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
             }
             proto.upstream_key = a.key;
+            proto.upstream_opened = a.opened;
             // A replication connection may hold what DISCARD ALL leaves
             // alone (a temporary replication slot).
             proto.keep_upstream = reuse

@@ -36,6 +36,8 @@ pub struct Kept {
     tcp: std::net::TcpStream,
     params: Vec<(String, String)>,
     key: Option<Bytes>,
+    /// When it was opened, and when it was kept.
+    opened: Instant,
     since: Instant,
 }
 
@@ -66,11 +68,6 @@ impl Kept {
         }
         write::ready_for_query(&mut out, b'I');
         out.freeze()
-    }
-
-    /// The socket, ParameterStatus values and BackendKeyData message.
-    pub fn into_parts(self) -> (std::net::TcpStream, Vec<(String, String)>, Option<Bytes>) {
-        (self.tcp, self.params, self.key)
     }
 }
 
@@ -173,6 +170,8 @@ pub enum ParkError {
     Timeout(Duration),
     #[error("{0} connections are kept already (upstream.reuse_max_idle)")]
     Full(usize),
+    #[error("connection is older than upstream.reuse_lifetime ({0:?})")]
+    Old(Duration),
 }
 
 /// Resets the upstream connection of a session whose client has left
@@ -183,11 +182,17 @@ pub async fn park(
     startup: Bytes,
     mut params: Vec<(String, String)>,
     key: Option<Bytes>,
+    opened: Instant,
     shared: &Shared,
 ) -> Result<(), ParkError> {
     let Stream::Plain(mut tcp) = upstream else {
         return Err(ParkError::Tls);
     };
+    let lifetime = shared.config.upstream.reuse_lifetime;
+    if opened.elapsed() >= lifetime {
+        let _ = tcp.write_all(&TERMINATE).await;
+        return Err(ParkError::Old(lifetime));
+    }
     let limit = shared.config.upstream.connect_timeout;
     let reset = reset(
         &mut tcp,
@@ -209,6 +214,7 @@ pub async fn park(
         tcp,
         params,
         key,
+        opened,
         since: Instant::now(),
     };
     let max = shared.config.upstream.reuse_max_idle;
@@ -267,7 +273,13 @@ pub async fn adopt(
     info: &SessionInfo,
 ) -> Result<(Pair, Authed), HandshakeEnd> {
     let greeting = kept.greeting();
-    let (tcp, params, key) = kept.into_parts();
+    let Kept {
+        tcp,
+        params,
+        key,
+        opened,
+        ..
+    } = kept;
     // Registered before the client can know the key.
     if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
         shared.register_cancel_key(pid, secret);
@@ -282,6 +294,7 @@ pub async fn adopt(
         params,
         key,
         plain_trust: true,
+        opened,
     };
     Ok((io, authed))
 }

@@ -94,6 +94,8 @@ pub struct Protocol {
     pub server_params: Vec<(String, String)>,
     /// The upstream backend's BackendKeyData message.
     pub upstream_key: Option<Bytes>,
+    /// When the upstream connection was opened (`upstream.reuse_lifetime`).
+    pub upstream_opened: Instant,
 }
 
 /// A Query or Parse after routing.
@@ -138,6 +140,7 @@ impl Protocol {
             unsynced: false,
             server_params: Vec::new(),
             upstream_key: None,
+            upstream_opened: Instant::now(),
         }
     }
 
