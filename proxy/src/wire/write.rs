@@ -21,7 +21,12 @@ pub fn message(out: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {
 
 fn cstr(out: &mut BytesMut, s: &str) {
     // A NUL inside would end the field early; PostgreSQL's strings never hold one.
-    out.put_slice(s.replace('\0', " ").as_bytes());
+    let b = s.as_bytes();
+    if b.contains(&0) {
+        out.extend(b.iter().map(|&c| if c == 0 { b' ' } else { c }));
+    } else {
+        out.put_slice(b);
+    }
     out.put_u8(0);
 }
 
@@ -112,4 +117,18 @@ pub fn ready_frame(status: u8) -> Bytes {
     let mut out = BytesMut::with_capacity(6);
     ready_for_query(&mut out, status);
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_inside_a_string_becomes_a_space() {
+        let mut out = BytesMut::new();
+        parameter_status(&mut out, "a\0b", "plain");
+        assert_eq!(&out[5..], b"a b\0plain\0");
+        let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
+        assert_eq!(len, out.len() - 1);
+    }
 }
