@@ -53,12 +53,7 @@ impl Timers {
 
     /// `fut`'s output, unless `t` comes first.
     pub async fn deadline<F: Future>(&self, t: Instant, fut: F) -> Result<F::Output, Elapsed> {
-        let sleep = self.sleep_until(t);
-        tokio::select! {
-            biased;
-            out = fut => Ok(out),
-            () = sleep => Err(Elapsed),
-        }
+        self.sleep_until(t).bound(fut).await
     }
 
     /// `fut`'s output, unless it takes longer than `d`.
@@ -78,6 +73,21 @@ enum Inner {
     Local(Pin<Box<tokio::time::Sleep>>),
     /// The timer runtime is shutting down: this sleep never ends.
     Never,
+    /// Over: ready each time it is polled (a task must not be polled after
+    /// it finished).
+    Done,
+}
+
+impl Sleep {
+    /// `fut`'s output, unless this sleep ends first. One sleep can bound
+    /// several steps in turn: each sleep costs the timer runtime a task.
+    pub async fn bound<F: Future>(&mut self, fut: F) -> Result<F::Output, Elapsed> {
+        tokio::select! {
+            biased;
+            out = fut => Ok(out),
+            () = self => Err(Elapsed),
+        }
+    }
 }
 
 impl Future for Sleep {
@@ -86,7 +96,10 @@ impl Future for Sleep {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         match &mut self.0 {
             Inner::Remote(h) => match Pin::new(h).poll(cx) {
-                Poll::Ready(Ok(())) => Poll::Ready(()),
+                Poll::Ready(Ok(())) => {
+                    self.0 = Inner::Done;
+                    Poll::Ready(())
+                }
                 Poll::Ready(Err(_)) => {
                     // Cancelled by the runtime's shutdown, not expired: a
                     // timeout must not fire for that.
@@ -97,6 +110,7 @@ impl Future for Sleep {
             },
             Inner::Local(s) => s.as_mut().poll(cx),
             Inner::Never => Poll::Pending,
+            Inner::Done => Poll::Ready(()),
         }
     }
 }
@@ -136,6 +150,26 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(out, (Err(Elapsed), Ok(7)));
+    }
+
+    #[tokio::test]
+    async fn one_sleep_bounds_steps_in_turn_and_stays_over() {
+        let timers = Timers::current();
+        let mut sleep = timers.sleep_until(after(Duration::from_millis(50)));
+        assert_eq!(sleep.bound(async { 1 }).await, Ok(1));
+        assert_eq!(
+            sleep.bound(std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+        assert_eq!(
+            sleep.bound(std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+        assert_eq!(
+            sleep.bound(async { 2 }).await,
+            Ok(2),
+            "a ready step still wins"
+        );
     }
 
     #[test]

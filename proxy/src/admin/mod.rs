@@ -57,7 +57,7 @@ pub async fn serve(
     params: Vec<(String, String)>,
     shared: &Arc<Shared>,
     peer: SocketAddr,
-    deadline: std::time::Instant,
+    mut deadline: crate::timers::Sleep,
 ) {
     let user = StartupMessage::param(&params, "user")
         .unwrap_or("")
@@ -65,14 +65,11 @@ pub async fn serve(
     // Authentication shares the startup deadline: a client that stops
     // answering must not hold a task forever.
     let limit = shared.config.limits.startup_timeout;
-    let authenticated = shared
-        .timers
-        .deadline(
-            deadline,
-            auth::authenticate(&mut stream, &shared.config.admin, &user),
-        )
+    let authenticated = deadline
+        .bound(auth::authenticate(&mut stream, &shared.config.admin, &user))
         .await
         .unwrap_or(Err(AuthError::Timeout(limit)));
+    drop(deadline);
     if let Err(e) = authenticated {
         info!(%peer, user = %user, "admin console login refused: {e}");
         if !matches!(e, AuthError::Io(_)) {

@@ -46,9 +46,9 @@ pub struct Start {
     pub params: Vec<(String, String)>,
     pub peer: SocketAddr,
     pub handshake_rts: u64,
-    /// When authentication must be over (`limits.startup_timeout` after the
-    /// connection was accepted).
-    pub deadline: Instant,
+    /// Ends when authentication must be over (`limits.startup_timeout`
+    /// after the connection was accepted).
+    pub deadline: crate::timers::Sleep,
 }
 
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
@@ -127,7 +127,7 @@ async fn open(
         params,
         peer,
         handshake_rts,
-        deadline,
+        mut deadline,
     } = start;
     let p = |k| StartupMessage::param(&params, k).unwrap_or("");
     let user = p("user").to_owned();
@@ -154,7 +154,7 @@ async fn open(
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
         let greet = reuse::adopt(kept, client, shared, &info);
-        let greeted = shared.timers.deadline(deadline, greet).await;
+        let greeted = deadline.bound(greet).await;
         Counters::add(&info.counters.reused_upstreams, 1);
         greeted.unwrap_or_else(|_| Err(timed_out()))
     } else {
@@ -172,7 +172,7 @@ async fn open(
         };
         let mut io = Pair { client, upstream };
         let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls);
-        let authed = shared.timers.deadline(deadline, auth).await;
+        let authed = deadline.bound(auth).await;
         authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
     };
     match authed {
