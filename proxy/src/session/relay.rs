@@ -35,7 +35,6 @@ use crate::{
     wire::{
         backend,
         startup::StartupMessage,
-        tag,
         write::{self, Severity},
     },
 };
@@ -437,7 +436,7 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
             }
             if proto.flow != Flow::Terminated || proto.terminate_withheld {
                 // Tell the server we are done, as the client would have.
-                to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
+                to_up.push(Bytes::from_static(&write::TERMINATE));
             }
             let _ = to_up.write_all(&mut io.upstream).await;
         }
@@ -464,7 +463,7 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
                 "terminating connection due to administrator command (onetrip is shutting down)",
             ));
             let _ = to_client.write_all(&mut io.client).await;
-            to_up.push(Bytes::from_static(&[tag::TERMINATE, 0, 0, 0, 4]));
+            to_up.push(Bytes::from_static(&write::TERMINATE));
             let _ = to_up.write_all(&mut io.upstream).await;
         }
     }

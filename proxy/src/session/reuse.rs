@@ -29,8 +29,6 @@ use crate::{
     wire::{backend, tag, write},
 };
 
-const TERMINATE: [u8; 5] = [tag::TERMINATE, 0, 0, 0, 4];
-
 /// One reset upstream connection, waiting for a client.
 pub struct Kept {
     tcp: std::net::TcpStream,
@@ -52,12 +50,12 @@ impl Kept {
     /// Says goodbye, as a client would, and closes the connection. Five
     /// bytes into an idle socket's empty send buffer: this never blocks.
     fn close(self) {
-        let _ = (&self.tcp).write(&TERMINATE);
+        let _ = (&self.tcp).write(&write::TERMINATE);
     }
 
     /// What the upstream said to the first client, as it stands now:
     /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery.
-    pub fn greeting(&self) -> Bytes {
+    fn greeting(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(512);
         write::auth_request(&mut out, backend::auth::OK, &[]);
         for (k, v) in &self.params {
@@ -190,7 +188,7 @@ pub async fn park(
     };
     let lifetime = shared.config.upstream.reuse_lifetime;
     if opened.elapsed() >= lifetime {
-        let _ = tcp.write_all(&TERMINATE).await;
+        let _ = tcp.write_all(&write::TERMINATE).await;
         return Err(ParkError::Old(lifetime));
     }
     let limit = shared.config.upstream.connect_timeout;
@@ -204,7 +202,7 @@ pub async fn park(
         Err(_) => Err(ParkError::Timeout(limit)),
     };
     if let Err(e) = result {
-        let _ = tcp.write_all(&TERMINATE).await;
+        let _ = tcp.write_all(&write::TERMINATE).await;
         return Err(e);
     }
     let tcp = tcp.into_std()?;
@@ -233,7 +231,11 @@ async fn reset(
     params: &mut Vec<(String, String)>,
     max: usize,
 ) -> Result<(), ParkError> {
-    tcp.write_all(b"Q\0\0\0\x10DISCARD ALL\0").await?;
+    let mut query = BytesMut::with_capacity(17);
+    write::message(&mut query, tag::QUERY, |b| {
+        b.extend_from_slice(b"DISCARD ALL\0")
+    });
+    tcp.write_all(&query).await?;
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         let msg = read_message(tcp, &mut buf, max).await?;

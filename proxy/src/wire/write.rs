@@ -9,6 +9,9 @@ pub enum Severity {
     Fatal,
 }
 
+/// A Terminate message: what the proxy sends for a client that left.
+pub const TERMINATE: [u8; 5] = [super::tag::TERMINATE, 0, 0, 0, 4];
+
 /// Appends one message with `tag`, letting `body` write the body.
 pub fn message(out: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {
     out.put_u8(tag);
