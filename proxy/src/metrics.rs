@@ -43,8 +43,9 @@ async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
             r = listener.accept() => match r {
                 Ok((tcp, peer)) => {
                     let Some(stats) = shared.upgrade().map(|s| s.stats.clone()) else { return };
+                    let shared = shared.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = answer(tcp, &stats).await {
+                        if let Err(e) = answer(tcp, &stats, &shared).await {
                             debug!(%peer, "metrics request failed: {e}");
                         }
                     });
@@ -59,7 +60,7 @@ async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
     }
 }
 
-async fn answer(mut tcp: TcpStream, stats: &Stats) -> std::io::Result<()> {
+async fn answer(mut tcp: TcpStream, stats: &Stats, shared: &Weak<Shared>) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = tokio::time::timeout(READ_TIMEOUT, async {
         loop {
@@ -83,7 +84,7 @@ async fn answer(mut tcp: TcpStream, stats: &Stats) -> std::io::Result<()> {
         Some(Route::Metrics) => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            render(stats),
+            render(stats, shared.upgrade().map_or(0, |s| s.reuse.len())),
         ),
         Some(Route::NotFound) => (
             "404 Not Found",
@@ -171,8 +172,9 @@ fn label_value(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The whole exposition. Counters are per (database, user).
-pub fn render(stats: &Stats) -> String {
+/// The whole exposition. Counters are per (database, user); `kept` is the
+/// number of upstream connections kept for the next client.
+pub fn render(stats: &Stats, kept: usize) -> String {
     let groups: Vec<(String, Snapshot)> = stats
         .by_database_user()
         .into_iter()
@@ -204,6 +206,10 @@ pub fn render(stats: &Stats) -> String {
         out,
         "# HELP onetrip_sessions_active Client sessions open now.\n# TYPE onetrip_sessions_active gauge\nonetrip_sessions_active {}",
         stats.sessions().len()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_upstreams_kept Upstream connections kept for the next client (upstream.reuse).\n# TYPE onetrip_upstreams_kept gauge\nonetrip_upstreams_kept {kept}"
     );
     let h = "onetrip_upstream_round_trip_seconds";
     let _ = writeln!(
@@ -247,7 +253,7 @@ mod tests {
         crate::stats::Counters::add(&s.counters.client_round_trips, 2);
         s.counters.record_latency(Duration::from_micros(300));
         s.counters.record_latency(Duration::from_secs(20));
-        let text = render(&stats);
+        let text = render(&stats, 3);
         assert!(
             text.contains("onetrip_client_round_trips_total{database=\"d\\\"b\",user=\"u\"} 2"),
             "{text}"
@@ -256,5 +262,6 @@ mod tests {
         assert!(text.contains("le=\"10\"} 1\n"), "{text}");
         assert!(text.contains("le=\"+Inf\"} 2\n"), "{text}");
         assert!(text.contains("onetrip_sessions_active 1\n"), "{text}");
+        assert!(text.contains("onetrip_upstreams_kept 3\n"), "{text}");
     }
 }

@@ -356,3 +356,55 @@ async fn psql_sessions_share_a_backend_across_worker_threads() {
     assert_eq!(pids[0], pids[1], "{pids:?}");
     assert_eq!(pids[1], pids[2], "{pids:?}");
 }
+
+/// Operators see kept connections: `SHOW SERVERS` lists each with its
+/// backend, and `/metrics` counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_connections_are_shown_to_operators() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.upstream.reuse = true;
+        c.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let a = connect(&env.proxy_dsn()).await;
+    let pid_a = backend_pid(&a).await;
+    drop(a);
+    wait_kept(&env, 1).await;
+
+    let admin = connect(&format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    ))
+    .await;
+    let rows: Vec<_> = admin
+        .simple_query("SHOW SERVERS")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let kept: Vec<_> = rows
+        .iter()
+        .filter(|r| r.get("state") == Some("kept"))
+        .collect();
+    assert_eq!(kept.len(), 1, "one kept row beside the admin session");
+    let pid = pid_a.to_string();
+    assert_eq!(kept[0].get("upstream_pid"), Some(pid.as_str()));
+    assert_eq!(kept[0].get("database"), Some("postgres"));
+    assert_eq!(kept[0].get("user"), Some("postgres"));
+    assert_eq!(kept[0].get("id"), None, "no client session holds it");
+
+    let addr = env.proxy().metrics_addr().expect("metrics listening");
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut s, &mut body)
+        .await
+        .unwrap();
+    assert!(body.contains("\nonetrip_upstreams_kept 1\n"), "{body}");
+}

@@ -287,6 +287,21 @@ fn servers(shared: &Arc<Shared>, out: &mut BytesMut) {
                 s(timestamp(si.started)),
             ]
         })
+        .chain(shared.reuse.rows().into_iter().map(|k| {
+            let opened = SystemTime::now()
+                .checked_sub(k.opened.elapsed())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            vec![
+                None,
+                Some(k.database),
+                Some(k.user),
+                s(&upstream),
+                k.pid.map(|p| p.to_string()),
+                s("kept"),
+                None,
+                s(timestamp(opened)),
+            ]
+        }))
         .collect();
     let columns = [
         "id",

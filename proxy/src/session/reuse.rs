@@ -26,7 +26,11 @@ use crate::{
     net::Stream,
     server::Shared,
     stats::{Counters, SessionInfo},
-    wire::{backend, tag, write},
+    wire::{
+        backend,
+        startup::{self, StartupMessage},
+        tag, write,
+    },
 };
 
 /// One reset upstream connection, waiting for a client.
@@ -67,6 +71,14 @@ impl Kept {
         write::ready_for_query(&mut out, b'I');
         out.freeze()
     }
+}
+
+/// A kept connection, as `SHOW SERVERS` lists it.
+pub struct KeptRow {
+    pub database: String,
+    pub user: String,
+    pub pid: Option<i32>,
+    pub opened: Instant,
 }
 
 /// Kept connections by startup packet. The lock is taken only when a
@@ -140,6 +152,37 @@ impl Pool {
 
     pub fn len(&self) -> usize {
         self.lock().values().map(Vec::len).sum()
+    }
+
+    /// The kept connections, for the admin console.
+    pub fn rows(&self) -> Vec<KeptRow> {
+        let kept: Vec<(Bytes, Option<i32>, Instant)> = self
+            .lock()
+            .iter()
+            .flat_map(|(startup, list)| {
+                list.iter().map(|k| {
+                    let pid = k.key.as_deref().and_then(backend::backend_key);
+                    (startup.clone(), pid.map(|(pid, _)| pid), k.opened)
+                })
+            })
+            .collect();
+        kept.into_iter()
+            .map(|(startup, pid, opened)| {
+                let params = match startup::decode(startup) {
+                    Ok(StartupMessage::Startup { params, .. }) => params,
+                    _ => Vec::new(),
+                };
+                let p = |k| StartupMessage::param(&params, k).unwrap_or("").to_owned();
+                let user = p("user");
+                let database = Some(p("database")).filter(|d| !d.is_empty());
+                KeptRow {
+                    database: database.unwrap_or_else(|| user.clone()),
+                    user,
+                    pid,
+                    opened,
+                }
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {
