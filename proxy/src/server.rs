@@ -57,6 +57,12 @@ impl Shared {
         self.cancel_keys.remove(&(pid, secret.clone()));
     }
 
+    #[cfg(test)]
+    pub(crate) fn knows_cancel_key(&self, pid: i32, secret: &[u8]) -> bool {
+        self.cancel_keys
+            .contains_key(&(pid, Bytes::copy_from_slice(secret)))
+    }
+
     pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
         self.force_close.clone()
     }

@@ -123,6 +123,38 @@ pub struct Authed {
     pub opened: Instant,
 }
 
+/// A cancel key registered for a session still being set up. Forgotten
+/// again on drop unless kept, so a handshake that fails or times out after
+/// BackendKeyData leaves no key behind.
+pub struct KeyGuard<'a> {
+    shared: &'a Shared,
+    key: Option<(i32, Bytes)>,
+}
+
+impl<'a> KeyGuard<'a> {
+    /// Registers the key in `key_data` (a BackendKeyData message), if any.
+    pub fn register(shared: &'a Shared, key_data: Option<&[u8]>) -> Self {
+        let key = key_data.and_then(backend::backend_key);
+        if let Some((pid, secret)) = &key {
+            shared.register_cancel_key(*pid, secret.clone());
+        }
+        Self { shared, key }
+    }
+
+    /// The session is set up: its end forgets the key.
+    pub fn keep(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((pid, secret)) = self.key.take() {
+            self.shared.forget_cancel_key(pid, &secret);
+        }
+    }
+}
+
 /// Relays startup and authentication until the upstream's first
 /// ReadyForQuery has gone to the client.
 pub async fn relay_auth(
@@ -139,6 +171,7 @@ pub async fn relay_auth(
     let mut uin = BytesMut::with_capacity(8192);
     let mut params = Vec::new();
     let mut key = None;
+    let mut registered = None;
     let mut plain_trust = true;
     let opened = Instant::now();
     Counters::add(&c.bytes_to_upstream, startup_raw.len() as u64);
@@ -167,9 +200,7 @@ pub async fn relay_auth(
             }
             tag::BACKEND_KEY_DATA => {
                 // Registered before the client can know the key.
-                if let Some((pid, secret)) = backend::backend_key(&msg) {
-                    shared.register_cancel_key(pid, secret);
-                }
+                registered = Some(KeyGuard::register(shared, Some(&msg[..])));
                 key = Some(msg.clone());
                 msg
             }
@@ -190,6 +221,9 @@ pub async fn relay_auth(
         match t {
             tag::READY_FOR_QUERY => {
                 out.write_all(&mut io.client).await?;
+                if let Some(g) = registered.take() {
+                    g.keep();
+                }
                 return Ok(Authed {
                     cin,
                     uin,
@@ -218,5 +252,27 @@ pub async fn relay_auth(
             Counters::add(&c.bytes_from_client, answer.len() as u64);
             io.upstream.write_all(&answer).await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cancel_key_outlives_its_guard_only_when_kept() {
+        let shared = crate::server::Shared::for_tests(Default::default());
+        // BackendKeyData: pid 42, secret "abcd".
+        let k = |pid: u8| [b'K', 0, 0, 0, 12, 0, 0, 0, pid, b'a', b'b', b'c', b'd'];
+        drop(KeyGuard::register(&shared, Some(&k(42)[..])));
+        assert!(
+            !shared.knows_cancel_key(42, b"abcd"),
+            "a handshake that ends early forgets the key"
+        );
+        let guard = KeyGuard::register(&shared, Some(&k(43)[..]));
+        assert!(shared.knows_cancel_key(43, b"abcd"), "registered at once");
+        guard.keep();
+        assert!(shared.knows_cancel_key(43, b"abcd"), "kept for the session");
+        drop(KeyGuard::register(&shared, None));
     }
 }

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 
 use super::{
-    handshake::{Authed, HandshakeEnd, Pair},
+    handshake::{Authed, HandshakeEnd, KeyGuard, Pair},
     io::read_message,
 };
 use crate::{
@@ -326,13 +326,12 @@ pub async fn adopt(
         ..
     } = kept;
     // Registered before the client can know the key.
-    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
-        shared.register_cancel_key(pid, secret);
-    }
+    let registered = KeyGuard::register(shared, key.as_deref());
     let upstream = Stream::Plain(tokio::net::TcpStream::from_std(tcp)?);
     let mut io = Pair { client, upstream };
     Counters::add(&info.counters.bytes_to_client, greeting.len() as u64);
     io.client.write_all(&greeting).await?;
+    registered.keep();
     let authed = Authed {
         cin: BytesMut::with_capacity(8192),
         uin: BytesMut::with_capacity(8192),
