@@ -117,6 +117,10 @@ pub struct Upstream {
     /// instead of being kept.
     #[serde(with = "duration")]
     pub reuse_lifetime: Duration,
+    /// How long a worker keeps polling, instead of sleeping, for the answer
+    /// to a session's upstream round trip; zero: never.
+    #[serde(with = "duration")]
+    pub busy_poll: Duration,
 }
 
 impl Default for Upstream {
@@ -132,6 +136,7 @@ impl Default for Upstream {
             reuse_idle_timeout: Duration::from_secs(60),
             reuse_max_idle: 64,
             reuse_lifetime: Duration::from_secs(3600),
+            busy_poll: Duration::ZERO,
         }
     }
 }

@@ -42,6 +42,9 @@ pub struct Shared {
     pub timers: crate::timers::Timers,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: crate::session::reuse::Pool,
+    /// Sessions that would busy-poll for their answer now
+    /// (`upstream.busy_poll`).
+    pub spinning: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -103,6 +106,7 @@ impl Shared {
             cypher: Default::default(),
             timers: crate::timers::Timers::current(),
             reuse: Default::default(),
+            spinning: Default::default(),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod io;
 mod judge;
 mod relay;
 pub mod reuse;
+mod spin;
 mod sql;
 mod state;
 mod statements;

@@ -25,6 +25,7 @@ use super::{
     handshake::{self, Pair},
     io::WriteQueue,
     reuse,
+    spin::Spin,
     state::{Flow, Protocol},
     wake::{self, Wakers},
 };
@@ -265,6 +266,8 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut armed = Armed::default();
+    let shared = proto.shared.clone();
+    let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
     let wakers = Wakers::new();
     let end = loop {
         // Work through whatever is buffered before waiting again; client
@@ -317,6 +320,10 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
             (Some(t), _) => timer = Some((t, precise_sleep(&proto.shared.timers, t))),
             (None, _) => timer = None,
         }
+        let awaiting = match proto.delay_until() {
+            None => proto.awaiting_since(),
+            Some(_) => None,
+        };
         let mut catalog = proto.cy.wait_handle();
         let waits_catalog = catalog.is_some();
         let mut catalog = std::pin::pin!(catalog_changed(&mut catalog));
@@ -373,10 +380,14 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
                 }
             }
             if ev.any() {
-                Poll::Ready(ev)
-            } else {
-                Poll::Pending
+                return Poll::Ready(ev);
             }
+            if spin.keep_polling(awaiting) {
+                // Polled again right after the runtime's next look at the
+                // sockets, which then does not sleep.
+                let _ = std::pin::pin!(tokio::task::yield_now()).poll(cx);
+            }
+            Poll::Pending
         })
         .await;
         if ev.shutdown {

@@ -163,6 +163,11 @@ impl Protocol {
             && self.delay_until.is_none()
     }
 
+    /// When the upstream round trip whose answer is awaited started.
+    pub fn awaiting_since(&self) -> Option<Instant> {
+        self.up_rt_start
+    }
+
     pub fn delay_until(&self) -> Option<Instant> {
         self.delay_until
     }
