@@ -3,7 +3,9 @@
 # per transaction) direct, through onetrip and through PgBouncer (session
 # mode), at -c 1, 8 and 32, in rounds of alternating order. onetrip keeps
 # upstream connections for the next client ([upstream] reuse = true), as
-# PgBouncer's session mode does.
+# PgBouncer's session mode does, and polls for answers for up to
+# BENCH_BUSY_POLL (default 300us; 0us: sleeps at once, as PgBouncer does)
+# before sleeping ([upstream] busy_poll): 'cpu us' shows what that costs.
 # Prints the median TPS and average latency per target, with ratios to direct,
 # and each proxy's own CPU time per transaction.
 #
@@ -39,6 +41,7 @@ if ! command -v pgbouncer >/dev/null; then
     apt-get install -y --no-install-recommends pgbouncer >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
 fi
 
+BUSY_POLL=${BENCH_BUSY_POLL:-300us}
 LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
 LATENCY_BLOCK=${BENCH_LATENCY_BLOCK:-1}
 
@@ -78,13 +81,13 @@ synchronous_commit = off
 CONF
 "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
 
-say "onetrip on 127.0.0.1:$OT_PORT"
-ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
+say "onetrip on 127.0.0.1:$OT_PORT (busy_poll $BUSY_POLL)"
+ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true ONETRIP_UPSTREAM_BUSY_POLL="$BUSY_POLL" "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
     --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
 pids+=($!)
 OT_PID=$!
-# Without reuse: each client gets a new server connection (for the latency
-# comparison below, beside pgb-1use).
+# Without reuse and without busy polling: each client gets a new server
+# connection (for the latency comparison below, beside pgb-1use).
 ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT1_PORT" --upstream "127.0.0.1:$PG_PORT" \
     2>"$WORK/onetrip-1use.log" &
 pids+=($!)
@@ -173,7 +176,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" <<'PY'
+python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" "$BUSY_POLL" <<'PY'
 import collections, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 runs = {}  # (mode, c, target, round) -> (tps, lat, proxy CPU ns per transaction)
@@ -182,6 +185,7 @@ for rnd, mode, c, t, tps, lat, cpu in rows:
 med = statistics.median
 nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
+print(f"onetrip: upstream.reuse = true, upstream.busy_poll = {sys.argv[4]}")
 print("mode 'connect': simple protocol with a new connection per transaction (pgbench -C)")
 print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
 print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us);")
