@@ -3,9 +3,9 @@
 # per transaction) direct, through onetrip and through PgBouncer (session
 # mode), at -c 1, 8 and 32, in rounds of alternating order. onetrip keeps
 # upstream connections for the next client ([upstream] reuse = true), as
-# PgBouncer's session mode does, and polls for answers for up to
-# BENCH_BUSY_POLL (default 300us; 0us: sleeps at once, as PgBouncer does)
-# before sleeping ([upstream] busy_poll): 'cpu us' shows what that costs.
+# PgBouncer's session mode does. BENCH_BUSY_POLL=300us makes it poll for
+# answers that long before sleeping ([upstream] busy_poll; default 0us,
+# off): 'cpu us' shows what that costs.
 # Prints the median TPS and average latency per target, with ratios to direct,
 # and each proxy's own CPU time per transaction.
 #
@@ -13,7 +13,8 @@
 #
 # Then one client's latency through each target, the targets taking turns
 # query by query (bench-latency, BENCH_LATENCY_RUNS=30 runs of 2 s, 0 to
-# skip; BENCH_LATENCY_BLOCK=B: B queries per turn, warm as under pgbench):
+# skip; BENCH_LATENCY_BLOCK=B: B queries per turn, warm as under pgbench;
+# BENCH_LATENCY_PAUSE_US=P: the client waits P us before each query):
 # at -c 1 separate pgbench runs differ by more than the proxies do.
 # There a second onetrip and a second PgBouncer join, ot-1use and pgb-1use,
 # whose server connections serve one client each.
@@ -41,9 +42,10 @@ if ! command -v pgbouncer >/dev/null; then
     apt-get install -y --no-install-recommends pgbouncer >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
 fi
 
-BUSY_POLL=${BENCH_BUSY_POLL:-300us}
+BUSY_POLL=${BENCH_BUSY_POLL:-0us}
 LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
 LATENCY_BLOCK=${BENCH_LATENCY_BLOCK:-1}
+LATENCY_PAUSE=${BENCH_LATENCY_PAUSE_US:-0}
 
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
@@ -235,6 +237,7 @@ if (( LATENCY_RUNS > 0 )); then
     for mode in $MODES; do
         [ "$mode" = connect ] && continue
         flag=(); [ "$mode" = extended ] && flag=(--extended)
+        (( LATENCY_PAUSE > 0 )) && flag+=(--pause-us "$LATENCY_PAUSE")
         specs=()
         for t in "${targets[@]}"; do specs+=("$t=127.0.0.1:${PORT[$t]}"); done
         [[ " ${targets[*]} " == *" onetrip "* ]] && specs+=("ot-1use=127.0.0.1:$OT1_PORT")

@@ -1,7 +1,7 @@
 //! Benchmark (not a test): one client's latency through each target,
 //! interleaved query by query.
 //!
-//! usage: bench-latency [--runs R] [--seconds S] [--block B] [--extended] NAME=HOST:PORT ...
+//! usage: bench-latency [--runs R] [--seconds S] [--block B] [--pause-us P] [--extended] NAME=HOST:PORT ...
 //!
 //! What `pgbench -S -c 1` measures (one client, one query in flight), but the
 //! targets take turns on every query instead of every run: each round sends
@@ -24,6 +24,10 @@
 //! every query, since the others ran in between; that costs a proxy with a
 //! larger footprint more than it does under `pgbench -c 1`, where the same
 //! proxy serves every query. A block's median is the warm latency.
+//!
+//! With `--pause-us P`, the client waits P microseconds before each query,
+//! as an application does between queries: CPUs that go idle meanwhile
+//! must be woken for the query, which a tight loop never asks of them.
 //!
 //! Needs trust authentication and a database initialised by `pgbench -i`.
 
@@ -57,6 +61,7 @@ fn run() -> Result<(), String> {
     let mut seconds = 2u64;
     let mut extended = false;
     let mut block = 1usize;
+    let mut pause = Duration::ZERO;
     let mut specs = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -70,6 +75,7 @@ fn run() -> Result<(), String> {
             "--runs" => runs = number("--runs")? as usize,
             "--seconds" => seconds = number("--seconds")?,
             "--block" => block = number("--block")? as usize,
+            "--pause-us" => pause = Duration::from_micros(number("--pause-us")?),
             "--extended" => extended = true,
             _ => specs.push(
                 a.split_once('=')
@@ -80,7 +86,7 @@ fn run() -> Result<(), String> {
     }
     if specs.is_empty() {
         return Err(
-            "usage: bench-latency [--runs R] [--seconds S] [--block B] [--extended] NAME=HOST:PORT ..."
+            "usage: bench-latency [--runs R] [--seconds S] [--block B] [--pause-us P] [--extended] NAME=HOST:PORT ..."
                 .into(),
         );
     }
@@ -89,7 +95,15 @@ fn run() -> Result<(), String> {
     for run in 0..runs {
         let mut targets = connect(&specs)?;
         let rows = scale(&mut targets[0])? * 100_000;
-        interleave(&mut targets, rows, &mut rng, seconds, block, extended)?;
+        interleave(
+            &mut targets,
+            rows,
+            &mut rng,
+            seconds,
+            block,
+            pause,
+            extended,
+        )?;
         for t in &mut targets {
             // Terminate, so the server's backend is gone before the next run.
             let _ = t.stream.write_all(&[b'X', 0, 0, 0, 4]);
@@ -98,7 +112,7 @@ fn run() -> Result<(), String> {
         results.push(targets.into_iter().map(|t| t.lat).collect::<Vec<_>>());
     }
     let names: Vec<&str> = specs.iter().map(|(n, _)| n.as_str()).collect();
-    report(&names, &results, seconds, block, extended);
+    report(&names, &results, seconds, block, pause, extended);
     Ok(())
 }
 
@@ -127,6 +141,7 @@ fn interleave(
     rng: &mut u64,
     seconds: u64,
     block: usize,
+    pause: Duration,
     extended: bool,
 ) -> Result<(), String> {
     let mut msgs: Vec<Vec<u8>> = vec![Vec::with_capacity(256); block];
@@ -146,6 +161,9 @@ fn interleave(
             let t = &mut targets[(round + i) % n];
             lat.clear();
             for msg in &msgs {
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
                 let start = Instant::now();
                 exchange(t, msg)?;
                 lat.push(start.elapsed().as_nanos() as u64);
@@ -159,7 +177,14 @@ fn interleave(
 }
 
 /// `results[run][target]`: that run's latencies, one per round.
-fn report(names: &[&str], results: &[Vec<Vec<u64>>], seconds: u64, block: usize, extended: bool) {
+fn report(
+    names: &[&str],
+    results: &[Vec<Vec<u64>>],
+    seconds: u64,
+    block: usize,
+    pause: Duration,
+    extended: bool,
+) {
     let mode = if extended { "extended" } else { "simple" };
     let rounds: usize = results.iter().map(|r| r[0].len()).sum();
     let us = |ns: i64| ns as f64 / 1e3;
@@ -171,6 +196,9 @@ fn report(names: &[&str], results: &[Vec<Vec<u64>>], seconds: u64, block: usize,
         "one client, {mode} protocol: {} runs of {seconds}s, {rounds} rounds, targets interleaved {turns}",
         results.len()
     );
+    if !pause.is_zero() {
+        println!("the client waits {pause:?} before each query");
+    }
     println!("median latency (median over runs of each run's median, us):");
     for (j, name) in names.iter().enumerate() {
         let mut per_run: Vec<i64> = results
