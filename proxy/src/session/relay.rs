@@ -130,12 +130,7 @@ async fn open(
         mut deadline,
     } = start;
     let p = |k| StartupMessage::param(&params, k).unwrap_or("");
-    let user = p("user").to_owned();
-    let database = if p("database").is_empty() {
-        user.clone()
-    } else {
-        p("database").to_owned()
-    };
+    let (user, database) = StartupMessage::user_and_database(&params);
     let info = shared
         .stats
         .open_session(Some(peer), &database, &user, p("application_name"));

@@ -172,11 +172,9 @@ impl Pool {
                     Ok(StartupMessage::Startup { params, .. }) => params,
                     _ => Vec::new(),
                 };
-                let p = |k| StartupMessage::param(&params, k).unwrap_or("").to_owned();
-                let user = p("user");
-                let database = Some(p("database")).filter(|d| !d.is_empty());
+                let (user, database) = StartupMessage::user_and_database(&params);
                 KeptRow {
-                    database: database.unwrap_or_else(|| user.clone()),
+                    database,
                     user,
                     pid,
                     opened,

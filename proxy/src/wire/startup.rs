@@ -34,6 +34,18 @@ impl StartupMessage {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    /// The user, and the database, which is the user's name when not given
+    /// (as PostgreSQL takes it).
+    pub fn user_and_database(params: &[(String, String)]) -> (String, String) {
+        let p = |k| Self::param(params, k).unwrap_or("");
+        let user = p("user").to_owned();
+        let database = match p("database") {
+            "" => user.clone(),
+            d => d.to_owned(),
+        };
+        (user, database)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
