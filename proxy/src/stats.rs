@@ -9,7 +9,7 @@ use std::{
     collections::HashMap,
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU8, AtomicU64, Ordering::Relaxed},
     },
     time::{Duration, Instant, SystemTime},
@@ -224,6 +224,12 @@ pub struct Stats {
     live: DashMap<u64, Arc<SessionInfo>>,
     /// Totals of closed sessions per (database, user).
     closed: DashMap<(String, String), Snapshot>,
+    /// Held for writing while a closing session's counters move from
+    /// `live` to `closed`, and for reading while totals are summed, so a
+    /// total never misses a session in between or counts it twice: the
+    /// metrics' counters only ever grow. Taken once per session end and
+    /// per report, never while forwarding.
+    moving: RwLock<()>,
     /// Statement fingerprints, merged in when sessions close.
     statements: Mutex<HashMap<String, StatementCounts>>,
     /// Why a feature stepped aside, with counts (rare; not on the hot path).
@@ -270,12 +276,15 @@ impl Stats {
     /// Moves a session's counters into the closed totals and merges its
     /// per-statement counts (already keyed by fingerprint).
     pub fn close_session(&self, info: &SessionInfo, statements: HashMap<String, StatementCounts>) {
-        self.live.remove(&info.id);
-        let snap = info.counters.snapshot();
-        self.closed
-            .entry((info.database.clone(), info.user.clone()))
-            .or_default()
-            .add(&snap);
+        {
+            let _moving = self.moving.write().unwrap_or_else(|e| e.into_inner());
+            self.live.remove(&info.id);
+            let snap = info.counters.snapshot();
+            self.closed
+                .entry((info.database.clone(), info.user.clone()))
+                .or_default()
+                .add(&snap);
+        }
         if statements.is_empty() {
             return;
         }
@@ -315,6 +324,7 @@ impl Stats {
 
     /// Totals per (database, user), live sessions included.
     pub fn by_database_user(&self) -> Vec<((String, String), Snapshot)> {
+        let _moving = self.moving.read().unwrap_or_else(|e| e.into_inner());
         let mut groups: HashMap<(String, String), Snapshot> = self
             .closed
             .iter()
@@ -353,6 +363,7 @@ impl Stats {
     }
 
     pub fn reset(&self) {
+        let _moving = self.moving.write().unwrap_or_else(|e| e.into_inner());
         self.closed.clear();
         for s in self.live.iter() {
             s.counters.reset();
@@ -368,6 +379,32 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closing_session_is_never_missing_from_the_totals() {
+        let stats = Arc::new(Stats::new());
+        let n = 2000;
+        let sessions: Vec<_> = (0..n)
+            .map(|_| {
+                let s = stats.open_session(None, "db", "u", "");
+                Counters::add(&s.counters.client_round_trips, 1);
+                s
+            })
+            .collect();
+        let closer = {
+            let stats = stats.clone();
+            std::thread::spawn(move || {
+                for s in sessions {
+                    stats.close_session(&s, HashMap::new());
+                }
+            })
+        };
+        while !closer.is_finished() {
+            assert_eq!(stats.total().client_round_trips, n);
+        }
+        closer.join().unwrap();
+        assert_eq!(stats.total().client_round_trips, n);
+    }
 
     #[test]
     fn totals_include_live_and_closed() {
