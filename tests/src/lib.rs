@@ -144,6 +144,18 @@ impl Env {
 }
 
 /// Connects with tokio-postgres and drives the connection in the background.
+/// The rows of a simple query's answer, as text (NULL as `None`).
+pub fn simple_rows(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 pub async fn connect(dsn: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
         .await

@@ -1,6 +1,6 @@
 //! Transparency: the same answers through the proxy as direct.
 
-use onetrip_tests::{Env, connect};
+use onetrip_tests::{Env, connect, simple_rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simple_and_extended_queries_match_direct() {
@@ -12,15 +12,7 @@ async fn simple_and_extended_queries_match_direct() {
             .simple_query("select 1 as a, 'x' as b; select 2")
             .await
             .unwrap();
-        let rows: Vec<Vec<Option<String>>> = msgs
-            .iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => {
-                    Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
-                }
-                _ => None,
-            })
-            .collect();
+        let rows = simple_rows(&msgs);
         let r = c.query_one("select $1::int + 1", &[&41i32]).await.unwrap();
         seen.push((rows, r.get::<_, i32>(0)));
     }

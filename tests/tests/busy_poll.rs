@@ -3,8 +3,8 @@
 //! answer is on its way. Run on the binary, whose sessions live on worker
 //! runtimes.
 
-use onetrip_tests::{PgOptions, connect, process::ProxyProcess, start_pg};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use onetrip_tests::{PgOptions, connect, process::ProxyProcess, simple_rows, start_pg};
+use tokio_postgres::Client;
 
 const CLI: &str = env!("CARGO_BIN_EXE_onetrip-cli");
 
@@ -24,17 +24,7 @@ fn sleeps(pid: u32) -> u64 {
 }
 
 async fn rows(c: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    c.simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
-            }
-            _ => None,
-        })
-        .collect()
+    simple_rows(&c.simple_query(sql).await.unwrap())
 }
 
 /// Answers to quick queries, a large result, and slow queries whose answers

@@ -3,19 +3,8 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
-use onetrip_tests::{Env, connect, connect_raw};
-use tokio_postgres::{AsyncMessage, SimpleQueryMessage, error::SqlState};
-
-fn simple_rows(msgs: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
-    msgs.iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
-            }
-            _ => None,
-        })
-        .collect()
-}
+use onetrip_tests::{Env, connect, connect_raw, simple_rows};
+use tokio_postgres::{AsyncMessage, error::SqlState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_prepared_statements_and_transactions_match_direct() {
