@@ -252,11 +252,10 @@ impl Workers {
             threads: Vec::new(),
         };
         for i in 0..n {
-            // Sockets only: a session's few timers run on the main runtime
-            // (see `timers`), so parking here reads no clock and takes no
-            // timer lock.
+            // Time too: a session's deadlines arm and cancel on its own
+            // thread's timer wheel (see `timers`).
             let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
+                .enable_all()
                 .build()?;
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             w.handles.push(rt.handle().clone());

@@ -37,9 +37,6 @@ pub struct Shared {
     closers: DashMap<u64, oneshot::Sender<()>>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: crate::cypher::CypherShared,
-    /// Sleeps for sessions, on the runtime that started the proxy (the
-    /// workers have no time driver).
-    pub timers: crate::timers::Timers,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: crate::session::reuse::Pool,
     /// Sessions that would busy-poll for their answer now
@@ -104,7 +101,6 @@ impl Shared {
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),
-            timers: crate::timers::Timers::current(),
             reuse: Default::default(),
             spinning: Default::default(),
         }
@@ -136,14 +132,12 @@ impl Shared {
         let packet = startup::encode_cancel(pid, &secret);
         let addr = self.upstream_addr();
         let result = async {
-            let mut s = self
-                .timers
-                .timeout(
-                    self.config.upstream.connect_timeout,
-                    tokio::net::TcpStream::connect(&addr),
-                )
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            let mut s = crate::timers::timeout(
+                self.config.upstream.connect_timeout,
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
             tokio::io::AsyncWriteExt::write_all(&mut s, &packet).await?;
             // The server closes the connection once it has read the request.
             let mut sink = [0u8; 1];
@@ -191,9 +185,10 @@ impl Proxy {
     }
 
     /// Like `start`, but sessions are spread round-robin over `workers`
-    /// (runtimes of one thread each, so a session never changes thread and
-    /// no message costs a thread wake-up); the caller's runtime keeps the
-    /// accept loop.
+    /// (runtimes of one thread each, with IO and time enabled, so a session
+    /// never changes thread and no message costs a thread wake-up). The
+    /// first worker accepts too; the caller's runtime keeps signals,
+    /// metrics and housekeeping.
     pub async fn start_on(
         config: Config,
         workers: Vec<tokio::runtime::Handle>,
@@ -260,7 +255,27 @@ impl Proxy {
             ),
             None => None,
         };
-        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx, workers));
+        let accept_task = match workers.first().cloned() {
+            None => tokio::spawn(accept_loop(listener, shared.clone(), stop_rx, workers)),
+            Some(first) => {
+                // Moved to the first worker's reactor: a connection then
+                // wakes one thread, and the sessions that stay there never
+                // change reactor.
+                let listener = listener
+                    .into_std()
+                    .map_err(|source| StartError::Listen { addr, source })?;
+                let shared = shared.clone();
+                first.spawn(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(l) => accept_loop(l, shared, stop_rx, workers).await,
+                        Err(e) => {
+                            error!("cannot accept on the worker: {e}");
+                            JoinSet::new()
+                        }
+                    }
+                })
+            }
+        };
         if shared.config.upstream.reuse {
             tokio::spawn(expire_kept(Arc::downgrade(&shared)));
         }
@@ -369,6 +384,8 @@ async fn expire_kept(shared: std::sync::Weak<Shared>) {
     }
 }
 
+/// Accepts until told to stop; runs on the first worker, if any, and
+/// spreads sessions round-robin over all of them.
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -382,7 +399,13 @@ async fn accept_loop(
             r = listener.accept() => match r {
                 Ok((tcp, peer)) => {
                     next_id += 1;
-                    if workers.is_empty() {
+                    // Finished sessions are collected here, not awaited:
+                    // awaiting them would make each session's end wake this
+                    // task, often from another thread.
+                    while sessions.try_join_next().is_some() {}
+                    let i = next_id as usize % workers.len().max(1);
+                    if i == 0 {
+                        // This runtime's: the socket is registered here already.
                         sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
                         continue;
                     }
@@ -394,7 +417,7 @@ async fn accept_loop(
                         Err(e) => { warn!("cannot hand over connection: {e}"); continue }
                     };
                     let shared = shared.clone();
-                    let worker = &workers[next_id as usize % workers.len()];
+                    let worker = &workers[i];
                     sessions.spawn_on(
                         async move {
                             match tokio::net::TcpStream::from_std(std_tcp) {
@@ -411,7 +434,6 @@ async fn accept_loop(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = sessions.join_next(), if !sessions.is_empty() => {},
             _ = stop.changed() => break,
         }
     }

@@ -64,6 +64,33 @@ impl ProxyProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends SIGTERM, as a service manager stopping the proxy does.
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) only sends a signal to our own child process.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(
+            rc,
+            0,
+            "SIGTERM to onetrip: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// The exit status, if the process ends within `wait`.
+    pub fn exited_within(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if start.elapsed() > wait {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for ProxyProcess {

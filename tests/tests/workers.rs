@@ -1,7 +1,8 @@
-//! The binary runs sessions on worker runtimes without a time driver; their
-//! timers (the startup and authentication deadline, the simulated upstream
-//! distance) sleep on the main runtime. These run the binary itself, since
-//! the in-process proxy of the other tests has no workers.
+//! The binary runs sessions on worker runtimes, one thread each: the first
+//! worker accepts and deals sessions round-robin, and a session's timers
+//! (the startup and authentication deadline, the simulated upstream
+//! distance) run on its own worker's timer wheel. These run the binary
+//! itself, since the in-process proxy of the other tests has no workers.
 
 use std::time::Duration;
 
@@ -75,6 +76,83 @@ async fn startup_and_authentication_share_one_deadline_on_the_workers() {
     assert_eq!(got, [b'R'], "the password request, then the end");
     assert!(closed(&mut mute).await, "the mute client was closed");
     assert_serving(&dsn).await;
+}
+
+/// The fields of each ErrorResponse among `msgs`: severity and SQLSTATE.
+fn errors(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String)> {
+    msgs.iter()
+        .filter(|(t, _)| *t == b'E')
+        .map(|(_, b)| {
+            let f = |c| raw::field(b, c).unwrap_or_default();
+            (f(b'S'), f(b'C'))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_sessions_on_every_worker_finish_then_closes_the_rest() {
+    let pg = start_pg(Default::default()).await;
+    let proxy = ProxyProcess::start(
+        CLI,
+        pg.addr(),
+        &[
+            ("ONETRIP_LISTEN_THREADS", "2"),
+            ("ONETRIP_LIMITS_SHUTDOWN_GRACE", "2s"),
+        ],
+    );
+    let port = proxy.port();
+    // Dealt round-robin: two sessions on each worker.
+    let mut idle = raw::connect_ready(port).await;
+    let mut busy = raw::connect_ready(port).await;
+    let mut quick = raw::connect_ready(port).await;
+    let mut leaving = raw::connect_ready(port).await;
+    busy.write_all(&raw::query("select pg_sleep(60)"))
+        .await
+        .unwrap();
+    quick
+        .write_all(&raw::query("select pg_sleep(0.5), 'done'"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut proxy = proxy;
+    proxy.terminate();
+
+    // A query under way when the signal came finishes within the grace
+    // period, with its answer.
+    let mut answer = Vec::new();
+    while let Some((tag, body)) = raw::read_message(&mut quick, WAIT).await {
+        answer.push((tag, body));
+        if tag == b'Z' {
+            break;
+        }
+    }
+    let tags: Vec<u8> = answer.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tags, b"TDCZ", "the quick query's whole answer");
+    // A client that leaves within the grace period leaves as usual.
+    leaving.write_all(&raw::message(b'X', &[])).await.unwrap();
+    assert!(closed(&mut leaving).await, "Terminate closed the session");
+    // No new sessions once the signal came.
+    let refused = TcpStream::connect(("127.0.0.1", port)).await;
+    assert!(refused.is_err(), "the listener closed: {refused:?}");
+
+    // The rest, on both workers, are closed with 57P01 when the grace
+    // period is over; then the process exits cleanly.
+    for (name, s) in [
+        ("idle", &mut idle),
+        ("busy", &mut busy),
+        ("quick", &mut quick),
+    ] {
+        let errs = errors(&raw::read_to_end(s, WAIT).await);
+        assert_eq!(
+            errs.last(),
+            Some(&("FATAL".to_string(), "57P01".to_string())),
+            "{name}: {errs:?}"
+        );
+    }
+    let status = proxy
+        .exited_within(WAIT)
+        .expect("onetrip exits after SIGTERM");
+    assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -43,7 +43,7 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
     let addr = shared.upstream_addr();
     let timeout = shared.config.upstream.connect_timeout;
     let connect = TcpStream::connect(addr.as_str());
-    let tcp = match shared.timers.timeout(timeout, connect).await {
+    let tcp = match crate::timers::timeout(timeout, connect).await {
         Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
         Ok(Err(source)) => return Err(ConnectError::Connect { addr, source }),
         Ok(Ok(t)) => t,

@@ -40,7 +40,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
     // startup the connection just closes, as PostgreSQL's does: there is no
     // protocol state in which an error message would be understood.
     let limit = shared.config.limits.startup_timeout;
-    let mut deadline = shared.timers.sleep_until(crate::timers::after(limit));
+    let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
     let negotiated = deadline
         .bound(negotiate(tcp, &shared))
         .instrument(span.clone())

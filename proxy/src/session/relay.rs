@@ -312,7 +312,7 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         let read_up = to_client.len() < limit && proto.delay_until().is_none();
         match (proto.delay_until(), &timer) {
             (Some(t), Some((at, _))) if *at == t => {}
-            (Some(t), _) => timer = Some((t, precise_sleep(&proto.shared.timers, t))),
+            (Some(t), _) => timer = Some((t, precise_sleep(t))),
             (None, _) => timer = None,
         }
         let awaiting = match proto.delay_until() {
@@ -496,10 +496,10 @@ type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Sleeps until `t`. tokio's timer wheel rounds up to whole milliseconds,
 /// which would turn a simulated 0.5 ms into 1-2 ms; short waits sleep on a
 /// blocking thread instead, to within tens of microseconds.
-fn precise_sleep(timers: &crate::timers::Timers, t: Instant) -> Sleep {
+fn precise_sleep(t: Instant) -> Sleep {
     let left = t.saturating_duration_since(Instant::now());
     if left >= std::time::Duration::from_millis(5) {
-        Box::pin(timers.sleep_until(t))
+        Box::pin(crate::timers::sleep_until(t))
     } else {
         Box::pin(async move {
             let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;

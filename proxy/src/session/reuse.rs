@@ -238,7 +238,7 @@ pub async fn park(
         &mut params,
         shared.config.limits.max_message_bytes,
     );
-    let result = match shared.timers.timeout(limit, reset).await {
+    let result = match crate::timers::timeout(limit, reset).await {
         Ok(r) => r,
         Err(_) => Err(ParkError::Timeout(limit)),
     };
