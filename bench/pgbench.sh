@@ -19,6 +19,11 @@
 # There a second onetrip and a second PgBouncer join, ot-1use and pgb-1use,
 # whose server connections serve one client each.
 #
+# BENCH_CPUS=0 runs everything (server, proxies, clients) on the CPUs listed
+# (taskset -c): at -c 1 it takes out the cost of waking a process on another,
+# idle CPU, which on some virtual machines is tens of microseconds and
+# decides who wins more than the proxies' own work does.
+#
 # Needs PostgreSQL's server binaries and pgbench (apt-get install postgresql)
 # and PgBouncer (apt-get install pgbouncer; installed here when missing and
 # running as root). Everything runs on loopback ports in a temporary directory.
@@ -46,6 +51,7 @@ BUSY_POLL=${BENCH_BUSY_POLL:-0us}
 LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
 LATENCY_BLOCK=${BENCH_LATENCY_BLOCK:-1}
 LATENCY_PAUSE=${BENCH_LATENCY_PAUSE_US:-0}
+if [ -n "${BENCH_CPUS:-}" ]; then PIN=(taskset -c "$BENCH_CPUS"); else PIN=(); fi
 
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
@@ -81,16 +87,16 @@ shared_buffers = 256MB
 fsync = off
 synchronous_commit = off
 CONF
-"${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
+"${PIN[@]}" "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
 
 say "onetrip on 127.0.0.1:$OT_PORT (busy_poll $BUSY_POLL)"
-ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true ONETRIP_UPSTREAM_BUSY_POLL="$BUSY_POLL" "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
+ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true ONETRIP_UPSTREAM_BUSY_POLL="$BUSY_POLL" "${PIN[@]}" "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
     --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
 pids+=($!)
 OT_PID=$!
 # Without reuse and without busy polling: each client gets a new server
 # connection (for the latency comparison below, beside pgb-1use).
-ONETRIP_LOG_LEVEL=warn "$ONETRIP" --listen "127.0.0.1:$OT1_PORT" --upstream "127.0.0.1:$PG_PORT" \
+ONETRIP_LOG_LEVEL=warn "${PIN[@]}" "$ONETRIP" --listen "127.0.0.1:$OT1_PORT" --upstream "127.0.0.1:$PG_PORT" \
     2>"$WORK/onetrip-1use.log" &
 pids+=($!)
 
@@ -112,7 +118,7 @@ pidfile = $WORK/pgbouncer.pid
 INI
 echo '"postgres" ""' >"$WORK/userlist.txt"
 [ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
-"${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
+"${PIN[@]}" "${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
 pids+=($!)
 # The same, but each server connection serves one client and closes
 # (server_lifetime = 0): for the one-client latency comparison below, where
@@ -122,7 +128,7 @@ sed -e "s/^listen_port = .*/listen_port = $PB1_PORT/" -e "s/pgbouncer\.\(log\|pi
     "$WORK/pgbouncer.ini" >"$WORK/pgbouncer-1use.ini"
 echo "server_lifetime = 0" >>"$WORK/pgbouncer-1use.ini"
 [ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer-1use.ini
-"${AS[@]}" pgbouncer -q "$WORK/pgbouncer-1use.ini" 2>/dev/null &
+"${PIN[@]}" "${AS[@]}" pgbouncer -q "$WORK/pgbouncer-1use.ini" 2>/dev/null &
 pids+=($!)
 
 for p in $OT_PORT $OT1_PORT $PB_PORT $PB1_PORT; do
@@ -163,7 +169,7 @@ for round in $(seq "$ROUNDS"); do
             [ "$mode" = connect ] && flags=(-M simple -C)
             for t in "${order[@]}"; do
                 before=$(cpu_ns "${PID[$t]}")
-                out=$("$BIN/pgbench" -n -S "${flags[@]}" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
+                out=$("${PIN[@]}" "$BIN/pgbench" -n -S "${flags[@]}" -c "$c" -j "$j" -T "$SECONDS_PER_RUN" \
                     -h 127.0.0.1 -p "${PORT[$t]}" -U postgres postgres 2>&1)
                 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
                 lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
@@ -178,7 +184,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" "$BUSY_POLL" <<'PY'
+python3 - "$RESULTS" "$ROUNDS" "$SECONDS_PER_RUN" "$BUSY_POLL" "${BENCH_CPUS:-}" <<'PY'
 import collections, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 runs = {}  # (mode, c, target, round) -> (tps, lat, proxy CPU ns per transaction)
@@ -188,6 +194,8 @@ med = statistics.median
 nan = float("nan")
 print(f"pgbench -S, {sys.argv[2]} rounds x {sys.argv[3]}s, medians; ratios are to direct")
 print(f"onetrip: upstream.reuse = true, upstream.busy_poll = {sys.argv[4]}")
+if sys.argv[5]:
+    print(f"everything on CPUs {sys.argv[5]} (taskset)")
 print("mode 'connect': simple protocol with a new connection per transaction (pgbench -C)")
 print("'vs pgb': median over rounds of onetrip's TPS / PgBouncer's TPS in the same round;")
 print("'+lat vs pgb': median over rounds of onetrip's added latency minus PgBouncer's (us);")
@@ -244,7 +252,7 @@ if (( LATENCY_RUNS > 0 )); then
         [[ " ${targets[*]} " == *" pgbouncer "* ]] && specs+=("pgb-1use=127.0.0.1:$PB1_PORT")
         say "bench-latency $mode: $LATENCY_RUNS runs of 2s"
         echo
-        "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 --block "$LATENCY_BLOCK" \
+        "${PIN[@]}" "$TARGET_DIR/release/bench-latency" --runs "$LATENCY_RUNS" --seconds 2 --block "$LATENCY_BLOCK" \
             "${flag[@]}" "${specs[@]}"
     done
 fi
