@@ -167,13 +167,15 @@ pub enum StartError {
     Metrics(std::io::Error),
 }
 
-/// A running proxy. Dropping it without `shutdown` aborts its sessions.
+/// A running proxy. Dropping it without `shutdown` stops accepting and
+/// aborts its sessions at once.
 pub struct Proxy {
     local_addr: SocketAddr,
     shared: Arc<Shared>,
     stop_accepting: watch::Sender<bool>,
     force_close: watch::Sender<bool>,
-    accept_task: tokio::task::JoinHandle<JoinSet<()>>,
+    /// Taken by `shutdown`; aborted on drop otherwise.
+    accept_task: Option<tokio::task::JoinHandle<JoinSet<()>>>,
     metrics_addr: Option<SocketAddr>,
     embedded: Option<PgServer>,
 }
@@ -285,7 +287,7 @@ impl Proxy {
             shared,
             stop_accepting,
             force_close,
-            accept_task,
+            accept_task: Some(accept_task),
             metrics_addr,
             embedded,
         })
@@ -324,14 +326,15 @@ impl Proxy {
 
     /// Stops accepting, waits up to `grace` for sessions to end, then closes
     /// the rest with an error, and stops the embedded server.
-    pub async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(mut self, grace: Duration) {
         let _ = self.stop_accepting.send(true);
-        let mut sessions = match self.accept_task.await {
-            Ok(s) => s,
-            Err(e) => {
+        let accepting = self.accept_task.take();
+        let mut sessions = match accepting {
+            Some(task) => task.await.unwrap_or_else(|e| {
                 error!("accept loop failed: {e}");
                 JoinSet::new()
-            }
+            }),
+            None => JoinSet::new(),
         };
         if !sessions.is_empty() {
             info!(
@@ -362,10 +365,20 @@ impl Proxy {
         }
         // Kept connections say goodbye before any embedded server stops.
         self.shared.reuse.clear();
-        if let Some(mut pg) = self.embedded {
+        if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }
         info!("onetrip stopped");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        // The accept loop owns the sessions' JoinSet: ending it drops the
+        // set, which aborts every session.
+        if let Some(task) = self.accept_task.take() {
+            task.abort();
+        }
     }
 }
 

@@ -199,3 +199,18 @@ async fn shutdown_closes_sessions_left_after_the_grace_period() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_proxy_closes_its_sessions_and_its_listener() {
+    let mut env = Env::start().await;
+    let port = env.proxy_port();
+    let (mut idle, mut busy) = idle_and_busy(port).await;
+    drop(env.proxy.take());
+    // An embedding application that drops the proxy gets its connections
+    // back at once, not after pg_sleep(60) ends.
+    for s in [&mut idle, &mut busy] {
+        assert!(raw::read_to_end(s, WAIT).await.is_empty());
+    }
+    let refused = TcpStream::connect(("127.0.0.1", port)).await;
+    assert!(refused.is_err(), "nobody listens any more: {refused:?}");
+}
