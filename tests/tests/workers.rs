@@ -158,7 +158,7 @@ async fn sigterm_lets_sessions_on_every_worker_finish_then_closes_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simulated_upstream_distance_delays_on_the_workers() {
     let pg = start_pg(Default::default()).await;
-    // 20 ms: long enough for the main runtime's timer wheel (shorter delays
+    // 20 ms: long enough for the worker's timer wheel (shorter delays
     // sleep on a blocking thread).
     let proxy = ProxyProcess::start(CLI, pg.addr(), &[("ONETRIP_UPSTREAM_RTT", "20ms")]);
     let dsn = format!(

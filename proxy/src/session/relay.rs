@@ -499,7 +499,7 @@ type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 fn precise_sleep(t: Instant) -> Sleep {
     let left = t.saturating_duration_since(Instant::now());
     if left >= std::time::Duration::from_millis(5) {
-        Box::pin(crate::timers::sleep_until(t))
+        Box::pin(tokio::time::sleep_until(t.into()))
     } else {
         Box::pin(async move {
             let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
