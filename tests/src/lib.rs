@@ -298,6 +298,17 @@ pub mod raw {
             .map(|(_, v)| v)
     }
 
+    /// The ErrorResponses among `msgs`, as (severity, SQLSTATE, message).
+    pub fn errors(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String, String)> {
+        msgs.iter()
+            .filter(|(t, _)| *t == b'E')
+            .map(|(_, b)| {
+                let f = |c| field(b, c).unwrap_or_default();
+                (f(b'S'), f(b'C'), f(b'M'))
+            })
+            .collect()
+    }
+
     /// Connects and completes a trust-auth startup (through ReadyForQuery).
     pub async fn connect_ready(port: u16) -> TcpStream {
         let mut s = TcpStream::connect(("127.0.0.1", port))

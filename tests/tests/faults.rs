@@ -5,21 +5,13 @@
 use std::time::Duration;
 
 use onetrip::{Config, Proxy, config::UpstreamAddress};
-use onetrip_tests::{Env, assert_serving, connect, raw};
+use onetrip_tests::{
+    Env, assert_serving, connect,
+    raw::{self, errors},
+};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// The ErrorResponses among `msgs`, as (severity, SQLSTATE, message).
-fn errors(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String, String)> {
-    msgs.iter()
-        .filter(|(t, _)| *t == b'E')
-        .map(|(_, b)| {
-            let f = |c| raw::field(b, c).unwrap_or_default();
-            (f(b'S'), f(b'C'), f(b'M'))
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_stopped_and_restarted() {

@@ -78,17 +78,6 @@ async fn startup_and_authentication_share_one_deadline_on_the_workers() {
     assert_serving(&dsn).await;
 }
 
-/// The fields of each ErrorResponse among `msgs`: severity and SQLSTATE.
-fn errors(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String)> {
-    msgs.iter()
-        .filter(|(t, _)| *t == b'E')
-        .map(|(_, b)| {
-            let f = |c| raw::field(b, c).unwrap_or_default();
-            (f(b'S'), f(b'C'))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_sessions_on_every_worker_finish_then_closes_the_rest() {
     let pg = start_pg(Default::default()).await;
@@ -142,10 +131,10 @@ async fn sigterm_lets_sessions_on_every_worker_finish_then_closes_the_rest() {
         ("busy", &mut busy),
         ("quick", &mut quick),
     ] {
-        let errs = errors(&raw::read_to_end(s, WAIT).await);
+        let errs = raw::errors(&raw::read_to_end(s, WAIT).await);
         assert_eq!(
-            errs.last(),
-            Some(&("FATAL".to_string(), "57P01".to_string())),
+            errs.last().map(|e| (e.0.as_str(), e.1.as_str())),
+            Some(("FATAL", "57P01")),
             "{name}: {errs:?}"
         );
     }
