@@ -20,21 +20,13 @@ impl Words {
 
     pub fn scan(text: &str) -> Words {
         let h = text.as_bytes();
-        let mut found = Words::default();
-        // A word may start only where a letter that starts one is followed
-        // by a letter that comes second in one: a table lookup per byte
-        // finds those few places, and they are checked exactly.
-        let mut prev = 0u8;
-        let mut i = 0;
-        while i < h.len() {
-            let class = CLASS[usize::from(h[i])];
-            if (prev << 1) & class & SECOND != 0 {
-                found = found | word_at(h, i - 1);
-            }
-            prev = class;
-            i += 1;
-        }
-        found
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        // SAFETY: SSE2 is part of the target (the cfg above), so the CPU
+        // this runs on has it.
+        let (found, from) = unsafe { wide::scan(h) };
+        #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+        let (found, from) = (Words::default(), 0);
+        found | scan_from(h, from)
     }
 
     /// Does the set hold any of `w` (which may be several words joined by `|`)?
@@ -44,6 +36,74 @@ impl Words {
 
     pub fn all(self, w: Words) -> bool {
         self.0 & w.0 == w.0
+    }
+}
+
+/// The words that start at `from` or later, a byte at a time.
+fn scan_from(h: &[u8], from: usize) -> Words {
+    let mut found = Words::default();
+    // A word may start only where a letter that starts one is followed
+    // by a letter that comes second in one: a table lookup per byte
+    // finds those few places, and they are checked exactly.
+    let mut prev = 0u8;
+    for (i, &b) in h.iter().enumerate().skip(from) {
+        let class = CLASS[usize::from(b)];
+        if (prev << 1) & class & SECOND != 0 {
+            found = found | word_at(h, i - 1);
+        }
+        prev = class;
+    }
+    found
+}
+
+/// Sixteen places at a time with SSE2 (every x86-64 CPU has it): about a
+/// fifth of the instructions of the byte loop on a typical statement.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod wide {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set_epi64x,
+        _mm_set1_epi8, _mm_setzero_si128,
+    };
+
+    use super::{WORDS, Words, word_at};
+
+    /// The words that start in the blocks of sixteen places scanned, and
+    /// where the byte loop must go on from.
+    #[target_feature(enable = "sse2")]
+    pub(super) fn scan(h: &[u8]) -> (Words, usize) {
+        let mut found = Words::default();
+        let mut i = 0;
+        // A block's last place pairs with the byte after the block.
+        while let (Some(a), Some(b)) = (block(h, i), block(h, i + 1)) {
+            let m = _mm_and_si128(any_of(a, 0), any_of(b, 1));
+            let mut bits = _mm_movemask_epi8(m) as u32;
+            while bits != 0 {
+                found = found | word_at(h, i + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+            i += 16;
+        }
+        (found, i)
+    }
+
+    /// Sixteen bytes from `at`, letters folded to lower case (`| 0x20` maps
+    /// no other byte onto a lower-case letter).
+    #[target_feature(enable = "sse2")]
+    fn block(h: &[u8], at: usize) -> Option<__m128i> {
+        let b = h.get(at..)?.first_chunk::<16>()?;
+        let v = u128::from_le_bytes(*b);
+        let v = _mm_set_epi64x((v >> 64) as i64, v as i64);
+        Some(_mm_or_si128(v, _mm_set1_epi8(0x20)))
+    }
+
+    /// Which bytes equal the `k`th letter of some word.
+    #[target_feature(enable = "sse2")]
+    fn any_of(v: __m128i, k: usize) -> __m128i {
+        let mut m = _mm_setzero_si128();
+        for (_, w) in WORDS {
+            m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8(w[k] as i8)));
+        }
+        m
     }
 }
 
@@ -174,6 +234,23 @@ mod tests {
         fn scan_finds_what_a_plain_search_finds(pieces in proptest::collection::vec(piece(), 0..8)) {
             let text = pieces.concat();
             proptest::prop_assert_eq!(Words::scan(&text), reference(&text), "{:?}", text);
+        }
+    }
+
+    /// Each word at every place of a long statement, so that it starts in
+    /// either half of a sixteen-byte block, across a block's end, and in
+    /// the bytes left after the last block.
+    #[test]
+    fn finds_each_word_wherever_a_block_splits_it() {
+        for (w, word) in super::WORDS {
+            let word = std::str::from_utf8(word).unwrap().to_ascii_uppercase();
+            for at in 0..48 {
+                for tail in [0, 1, 15, 16, 17] {
+                    let text = format!("{}{word}{}", "x".repeat(at), "_".repeat(tail));
+                    assert_eq!(Words::scan(&text), w, "{text:?}");
+                    assert_eq!(Words::scan(&text), reference(&text), "{text:?}");
+                }
+            }
         }
     }
 

@@ -7,7 +7,7 @@ fn body(msg: &[u8]) -> &[u8] {
 }
 
 fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
-    let nul = buf.iter().position(|&b| b == 0)?;
+    let nul = memchr::memchr(0, buf)?;
     let s = std::str::from_utf8(&buf[..nul]).ok()?;
     Some((s, &buf[nul + 1..]))
 }
