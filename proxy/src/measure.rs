@@ -232,7 +232,7 @@ async fn run_program(
     };
     let user = env("PGUSER", "postgres");
     let database = env("PGDATABASE", "postgres");
-    let mut cmd = tokio::process::Command::new(program);
+    let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .env("PGHOST", "127.0.0.1")
         .env("PGPORT", port.to_string())
@@ -260,10 +260,16 @@ async fn run_program(
             source,
         },
     })?;
-    let status = child.wait().await.map_err(|source| MeasureError::Spawn {
-        program: name,
-        source,
-    })?;
+    // Waited for on the blocking pool: tokio's own child processes would
+    // bring its process driver, which takes a lock shared by every worker
+    // each time one goes to sleep, into the proxy's forwarding path.
+    let waited = tokio::task::spawn_blocking(move || child.wait()).await;
+    let status = waited
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        .map_err(|source| MeasureError::Spawn {
+            program: name,
+            source,
+        })?;
     let wall = started.elapsed();
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
