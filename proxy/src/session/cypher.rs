@@ -130,6 +130,11 @@ impl CypherSession {
         self.waiting = None;
     }
 
+    /// A message is held for the catalog.
+    pub fn holds_message(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// The held message, once nothing blocks it any more.
     pub fn take_pending(&mut self) -> Option<(u8, Bytes)> {
         if self.blocks_client() {

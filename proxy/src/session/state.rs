@@ -189,6 +189,15 @@ impl Protocol {
         to_up: &mut WriteQueue,
         to_client: &mut WriteQueue,
     ) -> Result<(), ProtocolError> {
+        // Nothing read and nothing held: the usual case after a wake-up by
+        // the upstream, and on the loop's second look.
+        if cin.is_empty()
+            && self.client_rest.is_empty()
+            && !self.csplit.in_pass()
+            && !self.cy.holds_message()
+        {
+            return Ok(());
+        }
         let max = self.shared.config.limits.max_message_bytes;
         while self.flow == Flow::Open && !self.client_paused() {
             // A message held for the catalog is routed again, as it came.
