@@ -231,7 +231,7 @@ async fn measure(
 }
 
 /// Thread-per-core: each worker thread runs a one-thread runtime, and a
-/// session lives on one of them from start to end.
+/// session runs on one of them at a time (see `session::spread`).
 struct Workers {
     handles: Vec<tokio::runtime::Handle>,
     stop: Vec<tokio::sync::oneshot::Sender<()>>,

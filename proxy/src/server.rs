@@ -42,6 +42,8 @@ pub struct Shared {
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
+    /// The worker runtimes sessions run on (none: the caller's runtime).
+    pub workers: Arc<crate::session::spread::Workers>,
 }
 
 impl Shared {
@@ -90,6 +92,7 @@ impl Shared {
         tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
         upstream_tls: Option<tokio_rustls::TlsConnector>,
         force_close: watch::Receiver<bool>,
+        workers: Vec<tokio::runtime::Handle>,
     ) -> Self {
         Self {
             config: Arc::new(config),
@@ -103,6 +106,7 @@ impl Shared {
             cypher: Default::default(),
             reuse: Default::default(),
             spinning: Default::default(),
+            workers: Arc::new(crate::session::spread::Workers::new(workers)),
         }
     }
 
@@ -111,7 +115,7 @@ impl Shared {
     pub(crate) fn for_tests(config: Config) -> Arc<Self> {
         let (_, force_close) = watch::channel(false);
         let addr = "127.0.0.1:1".into();
-        Arc::new(Self::new(config, addr, None, None, force_close))
+        Arc::new(Self::new(config, addr, None, None, force_close, Vec::new()))
     }
 
     fn close_all(&self) {
@@ -186,10 +190,11 @@ impl Proxy {
         Self::start_on(config, Vec::new()).await
     }
 
-    /// Like `start`, but sessions are spread round-robin over `workers`
-    /// (runtimes of one thread each, with IO and time enabled, so a session
-    /// never changes thread and no message costs a thread wake-up). The
-    /// first worker accepts too; the caller's runtime keeps signals,
+    /// Like `start`, but sessions run on `workers` (runtimes of one thread
+    /// each, with IO and time enabled, so no message costs a thread
+    /// wake-up). The first worker accepts, and every session starts there;
+    /// one that lasts moves once to the worker with the fewest sessions
+    /// (see `session::spread`). The caller's runtime keeps signals,
     /// metrics and housekeeping.
     pub async fn start_on(
         config: Config,
@@ -248,6 +253,7 @@ impl Proxy {
             tls_acceptor,
             upstream_tls,
             force_rx,
+            workers.clone(),
         ));
         let metrics_addr = match shared.config.metrics.listen {
             Some(a) => Some(
@@ -258,7 +264,7 @@ impl Proxy {
             None => None,
         };
         let accept_task = match workers.first().cloned() {
-            None => tokio::spawn(accept_loop(listener, shared.clone(), stop_rx, workers)),
+            None => tokio::spawn(accept_loop(listener, shared.clone(), stop_rx)),
             Some(first) => {
                 // Moved to the first worker's reactor: a connection then
                 // wakes one thread, and the sessions that stay there never
@@ -269,7 +275,7 @@ impl Proxy {
                 let shared = shared.clone();
                 first.spawn(async move {
                     match TcpListener::from_std(listener) {
-                        Ok(l) => accept_loop(l, shared, stop_rx, workers).await,
+                        Ok(l) => accept_loop(l, shared, stop_rx).await,
                         Err(e) => {
                             error!("cannot accept on the worker: {e}");
                             JoinSet::new()
@@ -397,13 +403,12 @@ async fn expire_kept(shared: std::sync::Weak<Shared>) {
     }
 }
 
-/// Accepts until told to stop; runs on the first worker, if any, and
-/// spreads sessions round-robin over all of them.
+/// Accepts until told to stop, on the first worker if there are workers.
+/// Sessions start here; those that last move on (see `session::spread`).
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
-    workers: Vec<tokio::runtime::Handle>,
 ) -> JoinSet<()> {
     let mut sessions = JoinSet::new();
     let mut next_id = 0u64;
@@ -416,30 +421,7 @@ async fn accept_loop(
                     // awaiting them would make each session's end wake this
                     // task, often from another thread.
                     while sessions.try_join_next().is_some() {}
-                    let i = next_id as usize % workers.len().max(1);
-                    if i == 0 {
-                        // This runtime's: the socket is registered here already.
-                        sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
-                        continue;
-                    }
-                    // The socket is registered with this runtime's reactor;
-                    // hand it over as a std socket so the worker's own
-                    // reactor drives it.
-                    let std_tcp = match tcp.into_std() {
-                        Ok(s) => s,
-                        Err(e) => { warn!("cannot hand over connection: {e}"); continue }
-                    };
-                    let shared = shared.clone();
-                    let worker = &workers[i];
-                    sessions.spawn_on(
-                        async move {
-                            match tokio::net::TcpStream::from_std(std_tcp) {
-                                Ok(tcp) => crate::session::serve(tcp, peer, shared, next_id).await,
-                                Err(e) => warn!("cannot adopt connection: {e}"),
-                            }
-                        },
-                        worker,
-                    );
+                    sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off, keep serving.

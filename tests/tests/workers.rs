@@ -1,5 +1,6 @@
 //! The binary runs sessions on worker runtimes, one thread each: the first
-//! worker accepts and deals sessions round-robin, and a session's timers
+//! worker accepts, every session starts there, and one that lasts moves
+//! to the worker with the fewest sessions. A session's timers
 //! (the startup and authentication deadline, the simulated upstream
 //! distance) run on its own worker's timer wheel. These run the binary
 //! itself, since the in-process proxy of the other tests has no workers.
@@ -21,6 +22,94 @@ const CLI: &str = env!("CARGO_BIN_EXE_onetrip-cli");
 /// Longer than the startup deadline below, so a close within it is the
 /// deadline's doing.
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Runs `n` queries on a raw session, one after another.
+async fn run_queries(s: &mut TcpStream, n: usize) {
+    for _ in 0..n {
+        s.write_all(&raw::query("select 1")).await.unwrap();
+        while let Some((tag, _)) = raw::read_message(s, WAIT).await {
+            if tag == b'Z' {
+                break;
+            }
+        }
+    }
+}
+
+/// Voluntary context switches of each worker thread of process `pid`, in
+/// thread id order (a worker sleeps and wakes for each message it relays).
+fn worker_switches(pid: u32) -> Vec<u64> {
+    let mut tasks: Vec<(u64, u64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| {
+            let dir = e.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            // Thread names are cut to 15 bytes: "onetrip-worker-".
+            if !comm.starts_with("onetrip-worker") {
+                return None;
+            }
+            let tid = dir.file_name()?.to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let n = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((tid, n))
+        })
+        .collect();
+    tasks.sort();
+    tasks.into_iter().map(|(_, n)| n).collect()
+}
+
+/// How many switches each worker made while `work` ran.
+async fn switches_during(pid: u32, work: impl std::future::Future<Output = ()>) -> Vec<u64> {
+    let before = worker_switches(pid);
+    work.await;
+    let after = worker_switches(pid);
+    assert_eq!(before.len(), after.len());
+    after.iter().zip(&before).map(|(a, b)| a - b).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_start_on_the_first_worker_and_long_ones_spread() {
+    let pg = start_pg(Default::default()).await;
+    let proxy = ProxyProcess::start(CLI, pg.addr(), &[("ONETRIP_LISTEN_THREADS", "2")]);
+    let (port, pid) = (proxy.port(), proxy.pid());
+    // A connection per query: all on the worker that accepts them.
+    let short = switches_during(pid, async {
+        for _ in 0..40 {
+            let mut s = raw::connect_ready(port).await;
+            run_queries(&mut s, 1).await;
+            s.write_all(&raw::message(b'X', &[])).await.unwrap();
+            assert!(closed(&mut s).await);
+        }
+    })
+    .await;
+    assert_eq!(short.len(), 2, "two workers");
+    assert!(short[0] >= 80, "the first worker served them: {short:?}");
+    assert!(short[1] <= 4, "the second did not wake for them: {short:?}");
+    // Four long sessions: two move to the second worker once they have
+    // made their round trips, and every worker then relays.
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        sessions.push(raw::connect_ready(port).await);
+    }
+    for s in &mut sessions {
+        run_queries(s, 70).await;
+    }
+    let long = switches_during(pid, async {
+        for s in &mut sessions {
+            run_queries(s, 100).await;
+        }
+    })
+    .await;
+    assert!(
+        long.iter().all(|&n| n >= 150),
+        "both workers relay: {long:?}"
+    );
+    eprintln!("worker switches: short sessions {short:?}, long ones {long:?}");
+}
 
 /// The peer has closed `s` (reads end), rather than gone quiet.
 async fn closed(s: &mut TcpStream) -> bool {
@@ -90,11 +179,15 @@ async fn sigterm_lets_sessions_on_every_worker_finish_then_closes_the_rest() {
         ],
     );
     let port = proxy.port();
-    // Dealt round-robin: two sessions on each worker.
+    // All four start on the first worker; once they have made their round
+    // trips, two move to the second.
     let mut idle = raw::connect_ready(port).await;
     let mut busy = raw::connect_ready(port).await;
     let mut quick = raw::connect_ready(port).await;
     let mut leaving = raw::connect_ready(port).await;
+    for s in [&mut idle, &mut busy, &mut quick, &mut leaving] {
+        run_queries(s, 70).await;
+    }
     busy.write_all(&raw::query("select pg_sleep(60)"))
         .await
         .unwrap();

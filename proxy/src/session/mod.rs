@@ -9,6 +9,7 @@ mod judge;
 mod relay;
 pub mod reuse;
 mod spin;
+pub mod spread;
 mod sql;
 mod state;
 mod statements;

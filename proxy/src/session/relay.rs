@@ -12,7 +12,7 @@ use std::{
     future::Future,
     net::SocketAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, atomic::Ordering::Relaxed},
     task::{Context, Poll},
     time::Instant,
 };
@@ -26,6 +26,7 @@ use super::{
     io::WriteQueue,
     reuse,
     spin::Spin,
+    spread::Seat,
     state::{Flow, Protocol},
     wake::{self, Wakers},
 };
@@ -55,23 +56,83 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     let started = Instant::now();
     let startup_raw = start.startup_raw.clone();
     let opened = open(client, start, shared).instrument(span.clone()).await;
-    let Some((mut proto, ready)) = opened else {
+    let Some((proto, ready)) = opened else {
         return;
     };
-    if let Some((mut io, cin, uin)) = ready {
+    let info = proto.info.clone();
+    let proto = match ready {
+        Some((io, cin, uin)) => {
+            // A TLS stream's state lives in this task: it stays here.
+            let may_move = !io.client.is_tls() && !io.upstream.is_tls();
+            // Sessions start on the worker that accepted them, the first.
+            let seat = Seat::take(shared.workers.clone(), 0, may_move);
+            let s = Session {
+                startup_raw,
+                shared: shared.clone(),
+                span: span.clone(),
+            };
+            live(io, proto, cin, uin, seat, s).await
+        }
+        None => Some(proto),
+    };
+    async {
+        info.set_state(SessionState::Closing);
+        let mut statements = Default::default();
+        if let Some(mut proto) = proto {
+            forget_key(&mut proto, shared);
+            proto.cy.close(shared);
+            statements = proto.statements.take().await;
+        }
+        super::log_summary(&info, started);
+        shared.stats.close_session(&info, statements);
+    }
+    .instrument(span)
+    .await
+}
+
+/// What a session carries from worker to worker besides its streams and
+/// protocol state.
+struct Session {
+    startup_raw: Bytes,
+    shared: Arc<Shared>,
+    span: Span,
+}
+
+type Lived = Pin<Box<dyn Future<Output = Option<Protocol>> + Send>>;
+
+/// Relays until the session ends, then sends each side its last words and
+/// keeps the upstream connection for the next client if it may. Returns
+/// the protocol state for the session's summary; `None` when it was lost
+/// (the session was stopped while on another worker).
+fn live(
+    mut io: Pair,
+    mut proto: Protocol,
+    cin: BytesMut,
+    uin: BytesMut,
+    mut seat: Seat,
+    s: Session,
+) -> Lived {
+    Box::pin(async move {
         let tls = io.client.is_tls() || io.upstream.is_tls();
-        let relayed = relay(&mut io, &mut proto, cin, uin);
+        let relayed = relay(&mut io, &mut proto, cin, uin, &mut seat);
         // Entering the span on each wake-up would cost about 4% of the
         // instructions per forwarded transaction. The loop logs nothing
         // itself (its end is logged in the span, below), so it runs outside
         // the span unless a library may log from inside it: rustls (TLS
         // alerts), or anything at debug level.
         let end = if tls || tracing::enabled!(tracing::Level::DEBUG) {
-            relayed.instrument(span.clone()).await
+            relayed.instrument(s.span.clone()).await
         } else {
             relayed.await
         };
-        let keep = finish(&mut io, &proto, end).instrument(span.clone()).await;
+        if let End::Move(j) = end.end {
+            return move_to(j, io, proto, seat, s).await;
+        }
+        drop(seat);
+        let shared = &s.shared;
+        let keep = finish(&mut io, &proto, end)
+            .instrument(s.span.clone())
+            .await;
         // Forgotten before the connection is kept, not after: by then the
         // next client may have registered it again.
         let key = forget_key(&mut proto, shared);
@@ -82,23 +143,82 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
             drop(client);
             let params = std::mem::take(&mut proto.server_params);
             let opened = proto.upstream_opened;
-            match reuse::park(upstream, startup_raw, params, key, opened, shared).await {
+            let raw = s.startup_raw.clone();
+            match reuse::park(upstream, raw, params, key, opened, shared).await {
                 Ok(()) => debug!("upstream connection kept for the next client"),
                 Err(e) => debug!("upstream connection not kept: {e}"),
             }
         }
+        Some(proto)
+    })
+}
+
+/// Hands the session to worker `j`: both sockets leave this thread's
+/// reactor for that one's, and the relay goes on there. This task waits
+/// for it, and stops it if stopped itself.
+async fn move_to(j: usize, io: Pair, proto: Protocol, seat: Seat, s: Session) -> Option<Protocol> {
+    let handle = seat.workers().handle(j).cloned();
+    let (c, u, handle) = match (io.client, io.upstream, handle) {
+        (Stream::Plain(c), Stream::Plain(u), Some(h)) => (c.into_std(), u.into_std(), h),
+        (client, upstream, _) => {
+            // Never asked of TLS sessions: relay on here.
+            let io = Pair { client, upstream };
+            return live(io, proto, buffer(), buffer(), seat.stay(), s).await;
+        }
+    };
+    let (c, u) = match (c, u) {
+        (Ok(c), Ok(u)) => (c, u),
+        (Err(e), _) | (_, Err(e)) => {
+            s.span
+                .in_scope(|| warn!("session closed: it could not leave its worker: {e}"));
+            Counters::add(&proto.info.counters.errors, 1);
+            return Some(proto);
+        }
+    };
+    let seat = seat.moved(j);
+    s.span.in_scope(|| debug!(worker = j, "session moved"));
+    let moved = handle.spawn(async move {
+        match (
+            tokio::net::TcpStream::from_std(c),
+            tokio::net::TcpStream::from_std(u),
+        ) {
+            (Ok(c), Ok(u)) => {
+                let io = Pair {
+                    client: Stream::Plain(c),
+                    upstream: Stream::Plain(u),
+                };
+                live(io, proto, buffer(), buffer(), seat, s).await
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                s.span.in_scope(|| {
+                    warn!(
+                        worker = j,
+                        "session closed: its worker could not take it: {e}"
+                    )
+                });
+                Counters::add(&proto.info.counters.errors, 1);
+                Some(proto)
+            }
+        }
+    });
+    AbortOnDrop(moved).await
+}
+
+/// A task on another worker, stopped when the task that waits for it is.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<Option<T>> {
+    type Output = Option<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        Pin::new(&mut self.0).poll(cx).map(|r| r.ok().flatten())
     }
-    async {
-        let info = proto.info.clone();
-        info.set_state(SessionState::Closing);
-        forget_key(&mut proto, shared);
-        proto.cy.close(shared);
-        let statements = proto.statements.take().await;
-        super::log_summary(&info, started);
-        shared.stats.close_session(&info, statements);
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    .instrument(span)
-    .await
 }
 
 /// Stops forwarding cancels to the session's backend; returns its
@@ -206,6 +326,8 @@ enum End {
     UpstreamClosed(Option<String>),
     Error(String),
     Shutdown,
+    /// To go on relaying on worker N.
+    Move(usize),
 }
 
 /// How the loop ended, and what was left to write each way.
@@ -250,7 +372,13 @@ impl Events {
     }
 }
 
-async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut) -> Outcome {
+async fn relay(
+    io: &mut Pair,
+    proto: &mut Protocol,
+    cin: BytesMut,
+    uin: BytesMut,
+    seat: &mut Seat,
+) -> Outcome {
     let limit = proto.shared.config.limits.buffer_bytes;
     let mut cin = cin;
     let mut uin = uin;
@@ -306,6 +434,18 @@ async fn relay(io: &mut Pair, proto: &mut Protocol, cin: BytesMut, uin: BytesMut
         }
         if proto.flow == Flow::Terminated && !to_up.wants_write() {
             break End::ClientClosed;
+        }
+        // Nothing held here either way: a session that has lasted may move
+        // to a less busy worker now.
+        if !to_up.wants_write()
+            && !to_client.wants_write()
+            && cin.is_empty()
+            && uin.is_empty()
+            && timer.is_none()
+            && proto.quiet()
+            && let Some(j) = seat.move_to(c.counters.upstream_round_trips.load(Relaxed))
+        {
+            break End::Move(j);
         }
         let read_client =
             to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
@@ -462,6 +602,8 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
             let _ = to_client.write_all(&mut io.client).await;
             let _ = to_up.write_all(&mut io.upstream).await;
         }
+        // Never finished: the session goes on elsewhere.
+        End::Move(_) => {}
         End::Shutdown => {
             to_client.push(write::error(
                 Severity::Fatal,
@@ -474,6 +616,11 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
         }
     }
     false
+}
+
+/// A read buffer for a session that moved: it left its buffers empty.
+fn buffer() -> BytesMut {
+    BytesMut::with_capacity(32 * 1024)
 }
 
 /// Keeps room for the next read without growing past what one read needs.
