@@ -43,7 +43,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
     let limit = shared.config.limits.startup_timeout;
     let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
     let negotiated = deadline
-        .bound(negotiate(tcp, &shared))
+        .bound(Box::pin(negotiate(tcp, &shared)))
         .instrument(span.clone())
         .await
         .unwrap_or(Err(StartupFailure::Timeout(limit)));
@@ -54,9 +54,8 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                 .unwrap_or("")
                 .to_owned();
             if database == shared.config.admin.database {
-                crate::admin::serve(stream, params, &shared, peer, deadline)
-                    .instrument(span)
-                    .await;
+                let admin = crate::admin::serve(stream, params, &shared, peer, deadline);
+                Box::pin(admin.instrument(span)).await;
             } else {
                 let start = relay::Start {
                     startup_raw: raw,
@@ -65,7 +64,9 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                     handshake_rts,
                     deadline,
                 };
-                relay::run(stream, start, &shared, span).await;
+                // Boxed: the relay's state is most of a session's, and the
+                // session's future is moved whole when it is spawned.
+                Box::pin(relay::run(stream, start, &shared, span)).await;
             }
         }
         Ok(None) => span.in_scope(|| debug!("connection ended during startup")),
