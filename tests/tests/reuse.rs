@@ -357,6 +357,31 @@ async fn psql_sessions_share_a_backend_across_worker_threads() {
     assert_eq!(pids[1], pids[2], "{pids:?}");
 }
 
+/// A client that reconnects the moment it leaves finds its connection still
+/// being reset; it waits for it rather than having the server fork another
+/// backend, as PgBouncer's clients do. (The binary: there the old session
+/// and the new one start on the same worker, which sees the old client's
+/// Terminate before the new client's startup packet.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reconnects_at_once_gets_the_same_backend() {
+    let env = Env::start().await;
+    let proxy = ProxyProcess::start(
+        CLI,
+        env.pg.addr(),
+        &[
+            ("ONETRIP_UPSTREAM_REUSE", "true"),
+            ("ONETRIP_LISTEN_THREADS", "2"),
+        ],
+    );
+    let mut pids = Vec::new();
+    for _ in 0..20 {
+        let (mut s, _) = greet(proxy.port()).await;
+        pids.push(query(&mut s, "select pg_backend_pid()").await.0[0][0].clone());
+        terminate(s).await;
+    }
+    assert!(pids.iter().all(|p| *p == pids[0]), "{pids:?}");
+}
+
 /// Operators see kept connections: `SHOW SERVERS` lists each with its
 /// backend, and `/metrics` counts them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

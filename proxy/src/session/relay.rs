@@ -259,9 +259,10 @@ async fn open(
     let client_tls = client.is_tls();
     let reuse = shared.config.upstream.reuse && shared.upstream_tls.is_none();
     let kept = match reuse {
-        true => shared
-            .reuse
-            .take(&startup_raw, shared.config.upstream.reuse_idle_timeout),
+        true => {
+            let max_age = shared.config.upstream.reuse_idle_timeout;
+            shared.reuse.take_or_wait(&startup_raw, max_age).await
+        }
         false => None,
     };
     let mut proto = Protocol::new(shared.clone(), info.clone(), &params);

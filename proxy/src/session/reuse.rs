@@ -86,6 +86,39 @@ pub struct KeptRow {
 #[derive(Default)]
 pub struct Pool {
     idle: Mutex<HashMap<Bytes, Vec<Kept>>>,
+    /// Connections being reset for the pool now, by startup packet.
+    resetting: Mutex<HashMap<Bytes, usize>>,
+    /// Told when a reset ends, kept or not.
+    reset_done: tokio::sync::Notify,
+}
+
+/// Longest a new client waits for a connection being reset (one round trip
+/// to the server) rather than open another.
+const RESET_WAIT: Duration = Duration::from_millis(50);
+
+/// Counts a reset under way while it lives; the pool is told when it ends.
+struct Resetting<'a> {
+    pool: &'a Pool,
+    startup: Bytes,
+}
+
+impl Drop for Resetting<'_> {
+    fn drop(&mut self) {
+        {
+            let mut r = self
+                .pool
+                .resetting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = r.get_mut(&self.startup) {
+                *n -= 1;
+                if *n == 0 {
+                    r.remove(&self.startup);
+                }
+            }
+        }
+        self.pool.reset_done.notify_waiters();
+    }
 }
 
 impl Pool {
@@ -112,6 +145,41 @@ impl Pool {
                 return Some(kept);
             }
             kept.close();
+        }
+    }
+
+    /// Like `take`, but when none is kept and one for `startup` is being
+    /// reset right now (its client has just left), waits for it a little
+    /// instead of having a new one opened: a client that reconnects at once
+    /// then gets the same server process, as from PgBouncer, and the server
+    /// forks no other.
+    pub async fn take_or_wait(&self, startup: &[u8], max_age: Duration) -> Option<Kept> {
+        let until = tokio::time::Instant::now() + RESET_WAIT;
+        loop {
+            let done = self.reset_done.notified();
+            let mut done = std::pin::pin!(done);
+            // Registered before looking, so an end between the look and the
+            // wait is not missed.
+            done.as_mut().enable();
+            if let Some(kept) = self.take(startup, max_age) {
+                return Some(kept);
+            }
+            let busy = {
+                let r = self.resetting.lock().unwrap_or_else(|e| e.into_inner());
+                r.contains_key(startup)
+            };
+            if !busy || tokio::time::timeout_at(until, done).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    fn start_reset(&self, startup: &Bytes) -> Resetting<'_> {
+        let mut r = self.resetting.lock().unwrap_or_else(|e| e.into_inner());
+        *r.entry(startup.clone()).or_default() += 1;
+        Resetting {
+            pool: self,
+            startup: startup.clone(),
         }
     }
 
@@ -232,6 +300,8 @@ pub async fn park(
         let _ = tcp.write_all(&write::TERMINATE).await;
         return Err(ParkError::Old(lifetime));
     }
+    // Until it is kept (or given up), a new client for it waits for it.
+    let _resetting = shared.reuse.start_reset(&startup);
     let limit = shared.config.upstream.connect_timeout;
     let reset = reset(
         &mut tcp,
