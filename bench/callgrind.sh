@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Instructions each proxy executes per transaction (valgrind's callgrind),
+# onetrip against PgBouncer: a count that noisy, shared machines leave
+# alone, where TPS at one client swings by 10% from run to run.
+#
+#   bash bench/callgrind.sh        # BENCH_TXNS=20000 BENCH_CONNECT_TXNS=2000
+#
+# For each proxy, alone under callgrind (onetrip with one worker thread,
+# PgBouncer in session mode, both keeping server connections): pgbench -S
+# -c 1 warms it up, the counters are zeroed, then BENCH_TXNS transactions
+# in simple and extended protocol and BENCH_CONNECT_TXNS with a new
+# connection each (-C) are counted. The count covers the proxy's user-space
+# code only (its system calls are the same in number: 2 reads, 2 writes and
+# 2 waits per query for both). BENCH_KEEP=1 keeps the temporary directory:
+# the proxies' logs and the callgrind files, for callgrind_annotate.
+#
+# Needs PostgreSQL's server binaries, pgbench, PgBouncer and valgrind
+# (apt-get install postgresql pgbouncer valgrind; the last two are installed
+# when missing and running as root). Everything runs on loopback ports in a
+# temporary directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TXNS=${BENCH_TXNS:-20000}
+CONNECT_TXNS=${BENCH_CONNECT_TXNS:-2000}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found: apt-get install postgresql" >&2; exit 1; }
+for tool in pgbouncer valgrind; do
+    command -v $tool >/dev/null && continue
+    [ "$(id -u)" = 0 ] || { echo "$tool not found: apt-get install $tool" >&2; exit 1; }
+    say "apt-get install -y $tool"
+    apt-get install -y --no-install-recommends $tool >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends $tool >/dev/null; }
+done
+
+say "cargo build --release -p onetrip"
+cargo build --release -p onetrip --bin onetrip >&2
+ONETRIP="$TARGET_DIR/release/onetrip"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PG_PORT=$(free_port); PX_PORT=$(free_port)
+
+WORK=$(mktemp -d /tmp/onetrip-callgrind.XXXXXX)
+chmod 755 "$WORK"
+# PostgreSQL and PgBouncer refuse to run as root: use the postgres user then.
+if [ "$(id -u)" = 0 ]; then AS=(runuser -u postgres --); chown postgres: "$WORK"; else AS=(); fi
+proxy_pid=""
+cleanup() {
+    [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null || true
+    [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
+    if [ -n "${BENCH_KEEP:-}" ]; then echo "kept: $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+say "initdb, PostgreSQL on 127.0.0.1:$PG_PORT"
+"${AS[@]}" "$BIN/initdb" -D "$WORK/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$WORK'
+fsync = off
+CONF
+"${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
+"$BIN/pgbench" -i -q -s 1 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
+
+cat >"$WORK/pgbouncer.ini" <<INI
+[databases]
+postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PX_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $WORK/userlist.txt
+pool_mode = session
+logfile = $WORK/pgbouncer.log
+INI
+echo '"postgres" ""' >"$WORK/userlist.txt"
+[ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
+
+pgb() { "$BIN/pgbench" -n -S -c 1 -j 1 -h 127.0.0.1 -p "$PX_PORT" -U postgres "$@" postgres >/dev/null 2>&1; }
+
+# Runs proxy $1 under callgrind; prints "mode instructions-per-transaction".
+measure() {
+    local name=$1 out="$WORK/callgrind.$1" as=()
+    if [ "$name" = onetrip ]; then
+        ONETRIP_LOG_LEVEL=warn ONETRIP_LISTEN_THREADS=1 ONETRIP_UPSTREAM_REUSE=true \
+            valgrind --tool=callgrind --callgrind-out-file="$out" \
+            "$ONETRIP" --listen "127.0.0.1:$PX_PORT" --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/$name.stderr" &
+    else
+        as=("${AS[@]}")
+        "${AS[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
+            pgbouncer "$WORK/pgbouncer.ini" 2>"$WORK/$name.stderr" &
+    fi
+    # The process that listens (valgrind, not runuser in front of it).
+    for _ in $(seq 300); do
+        proxy_pid=$(ss -ltnpH | grep ":$PX_PORT " | sed -nE 's/.*pid=([0-9]+).*/\1/p' | head -1)
+        [ -n "$proxy_pid" ] && break
+        sleep 0.1
+    done
+    [ -n "$proxy_pid" ] || { echo "$name did not start under valgrind: see $WORK/$name.stderr" >&2; exit 1; }
+    local n=0
+    for mode in simple extended connect; do
+        local flags=(-M simple) count=$TXNS
+        [ "$mode" = extended ] && flags=(-M extended)
+        [ "$mode" = connect ] && { flags=(-C); count=$CONNECT_TXNS; }
+        pgb "${flags[@]}" -t 300
+        "${as[@]}" callgrind_control -z "$proxy_pid" >/dev/null 2>&1
+        pgb "${flags[@]}" -t "$count"
+        "${as[@]}" callgrind_control -d "$proxy_pid" >/dev/null 2>&1
+        n=$((n + 1))
+        # Each dump goes to its own numbered file.
+        local ir
+        ir=$(awk '/^summary:/ {print $2}' "$out.$n" 2>/dev/null || echo 0)
+        echo "$mode $((ir / count))"
+    done
+    kill -INT "$proxy_pid" 2>/dev/null || true
+    wait "$proxy_pid" 2>/dev/null || true
+    proxy_pid=""
+}
+
+say "onetrip under callgrind"
+ot=$(measure onetrip)
+say "PgBouncer under callgrind"
+pb=$(measure pgbouncer)
+
+echo "instructions per transaction (callgrind, user space; connect: per connection with its transaction)"
+printf '%-9s %10s %10s %8s\n' mode onetrip pgbouncer ratio
+while read -r mode o; do
+    p=$(awk -v m="$mode" '$1 == m {print $2}' <<<"$pb")
+    printf '%-9s %10d %10d %8.2f\n' "$mode" "$o" "$p" "$(python3 -c "print($o / max($p, 1))")"
+done <<<"$ot"
