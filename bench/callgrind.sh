@@ -25,61 +25,29 @@ TXNS=${BENCH_TXNS:-20000}
 CONNECT_TXNS=${BENCH_CONNECT_TXNS:-2000}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
-say() { printf '==> %s\n' "$*" >&2; }
-
-BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found: apt-get install postgresql" >&2; exit 1; }
-for tool in pgbouncer valgrind; do
-    command -v $tool >/dev/null && continue
-    [ "$(id -u)" = 0 ] || { echo "$tool not found: apt-get install $tool" >&2; exit 1; }
-    say "apt-get install -y $tool"
-    apt-get install -y --no-install-recommends $tool >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends $tool >/dev/null; }
-done
+. bench/common.sh
+need pgbouncer valgrind
 
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
 ONETRIP="$TARGET_DIR/release/onetrip"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PG_PORT=$(free_port); PX_PORT=$(free_port)
 
-WORK=$(mktemp -d /tmp/onetrip-callgrind.XXXXXX)
-chmod 755 "$WORK"
-# PostgreSQL and PgBouncer refuse to run as root: use the postgres user then.
-if [ "$(id -u)" = 0 ]; then AS=(runuser -u postgres --); chown postgres: "$WORK"; else AS=(); fi
+make_work callgrind
 proxy_pid=""
 cleanup() {
     [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null || true
-    [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
+    stop_pg
     if [ -n "${BENCH_KEEP:-}" ]; then echo "kept: $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
-say "initdb, PostgreSQL on 127.0.0.1:$PG_PORT"
-"${AS[@]}" "$BIN/initdb" -D "$WORK/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PG_PORT
-unix_socket_directories = '$WORK'
-fsync = off
-CONF
-"${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
+PIN=()
+start_pg "$PG_PORT"
 "$BIN/pgbench" -i -q -s 1 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
 
-cat >"$WORK/pgbouncer.ini" <<INI
-[databases]
-postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $PX_PORT
-unix_socket_dir =
-auth_type = trust
-auth_file = $WORK/userlist.txt
-pool_mode = session
-logfile = $WORK/pgbouncer.log
-INI
-echo '"postgres" ""' >"$WORK/userlist.txt"
-[ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
+pgbouncer_ini "$PG_PORT" "$PX_PORT"
 
 pgb() { "$BIN/pgbench" -n -S -c 1 -j 1 -h 127.0.0.1 -p "$PX_PORT" -U postgres "$@" postgres >/dev/null 2>&1; }
 

@@ -37,15 +37,8 @@ MODES=${BENCH_MODES:-"simple extended connect"}
 read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip pgbouncer}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
-say() { printf '==> %s\n' "$*" >&2; }
-
-BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found: apt-get install postgresql" >&2; exit 1; }
-if ! command -v pgbouncer >/dev/null; then
-    [ "$(id -u)" = 0 ] || { echo "pgbouncer not found: apt-get install pgbouncer" >&2; exit 1; }
-    say "apt-get install -y pgbouncer"
-    apt-get install -y --no-install-recommends pgbouncer >/dev/null || { apt-get update >/dev/null; apt-get install -y --no-install-recommends pgbouncer >/dev/null; }
-fi
+. bench/common.sh
+need pgbouncer
 
 BUSY_POLL=${BENCH_BUSY_POLL:-0us}
 LATENCY_RUNS=${BENCH_LATENCY_RUNS:-30}
@@ -60,34 +53,19 @@ if (( LATENCY_RUNS > 0 )); then
     cargo build --release -p onetrip-tests --bin bench-latency >&2
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port); PB1_PORT=$(free_port)
 OT1_PORT=$(free_port)
 
-WORK=$(mktemp -d /tmp/onetrip-bench.XXXXXX)
-chmod 755 "$WORK"
-# PostgreSQL and PgBouncer refuse to run as root: use the postgres user then.
-if [ "$(id -u)" = 0 ]; then AS=(runuser -u postgres --); chown postgres: "$WORK"; else AS=(); fi
+make_work bench
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
+    stop_pg
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-say "initdb, PostgreSQL on 127.0.0.1:$PG_PORT"
-"${AS[@]}" "$BIN/initdb" -D "$WORK/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PG_PORT
-unix_socket_directories = '$WORK'
-max_connections = 200
-shared_buffers = 256MB
-fsync = off
-synchronous_commit = off
-CONF
-"${PIN[@]}" "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
+start_pg "$PG_PORT" "max_connections = 200" "shared_buffers = 256MB" "synchronous_commit = off"
 
 say "onetrip on 127.0.0.1:$OT_PORT (busy_poll $BUSY_POLL)"
 ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true ONETRIP_UPSTREAM_BUSY_POLL="$BUSY_POLL" "${PIN[@]}" "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
@@ -101,23 +79,8 @@ ONETRIP_LOG_LEVEL=warn "${PIN[@]}" "$ONETRIP" --listen "127.0.0.1:$OT1_PORT" --u
 pids+=($!)
 
 say "PgBouncer (session mode) on 127.0.0.1:$PB_PORT"
-cat >"$WORK/pgbouncer.ini" <<INI
-[databases]
-postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $PB_PORT
-unix_socket_dir =
-auth_type = trust
-auth_file = $WORK/userlist.txt
-pool_mode = session
-default_pool_size = 40
-max_client_conn = 200
-logfile = $WORK/pgbouncer.log
-pidfile = $WORK/pgbouncer.pid
-INI
-echo '"postgres" ""' >"$WORK/userlist.txt"
-[ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
+pgbouncer_ini "$PG_PORT" "$PB_PORT" "default_pool_size = 40" "max_client_conn = 200" \
+    "pidfile = $WORK/pgbouncer.pid"
 "${PIN[@]}" "${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
 pids+=($!)
 # The same, but each server connection serves one client and closes
