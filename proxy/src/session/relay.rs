@@ -437,14 +437,17 @@ async fn relay(
             break End::ClientClosed;
         }
         // Nothing held here either way: a session that has lasted may move
-        // to a less busy worker now.
-        if !to_up.wants_write()
+        // to a less busy worker now. Asked first whether a look is due, so
+        // a settled session pays one test per turn.
+        let round_trips = || c.counters.upstream_round_trips.load(Relaxed);
+        if seat.due(round_trips)
+            && !to_up.wants_write()
             && !to_client.wants_write()
             && cin.is_empty()
             && uin.is_empty()
             && timer.is_none()
             && proto.quiet()
-            && let Some(j) = seat.move_to(c.counters.upstream_round_trips.load(Relaxed))
+            && let Some(j) = seat.move_to(round_trips())
         {
             break End::Move(j);
         }

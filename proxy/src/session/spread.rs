@@ -71,11 +71,16 @@ impl Seat {
         }
     }
 
+    /// A look at the other workers is due: the session may still move and
+    /// has made enough round trips since the last look (asked only then).
+    pub fn due(&self, round_trips: impl FnOnce() -> u64) -> bool {
+        !self.settled && round_trips() >= self.next_look
+    }
+
     /// The worker to move to now, after `round_trips` upstream round
-    /// trips. Cheap when the answer is no: one comparison until the next
-    /// look is due.
+    /// trips, if a look is due and finds one.
     pub fn move_to(&mut self, round_trips: u64) -> Option<usize> {
-        if self.settled || round_trips < self.next_look {
+        if !self.due(|| round_trips) {
             return None;
         }
         self.next_look = round_trips + SETTLE_ROUND_TRIPS;
