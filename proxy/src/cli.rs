@@ -181,7 +181,7 @@ pub fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Run => match Workers::start(cfg.listen.threads) {
+        Command::Run => match crate::worker::Workers::start(cfg.listen.threads) {
             Ok(workers) => rt.block_on(run(cfg, workers.handles())),
             Err(e) => {
                 eprintln!("onetrip: cannot start worker threads: {e}");
@@ -226,63 +226,6 @@ async fn measure(
         Err(e) => {
             eprintln!("onetrip measure: {e}");
             ExitCode::from(e.exit_code())
-        }
-    }
-}
-
-/// Thread-per-core: each worker thread runs a one-thread runtime, and a
-/// session runs on one of them at a time (see `session::spread`).
-struct Workers {
-    handles: Vec<tokio::runtime::Handle>,
-    stop: Vec<tokio::sync::oneshot::Sender<()>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Workers {
-    /// `threads` = 0: one per CPU core.
-    fn start(threads: usize) -> std::io::Result<Self> {
-        let n = if threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            threads
-        };
-        let mut w = Workers {
-            handles: Vec::new(),
-            stop: Vec::new(),
-            threads: Vec::new(),
-        };
-        for i in 0..n {
-            // Time too: a session's deadlines arm and cancel on its own
-            // thread's timer wheel (see `timers`).
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            w.handles.push(rt.handle().clone());
-            w.stop.push(tx);
-            w.threads.push(
-                std::thread::Builder::new()
-                    .name(format!("onetrip-worker-{i}"))
-                    .spawn(move || {
-                        let _ = rt.block_on(rx);
-                    })?,
-            );
-        }
-        Ok(w)
-    }
-
-    fn handles(&self) -> Vec<tokio::runtime::Handle> {
-        self.handles.clone()
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for tx in self.stop.drain(..) {
-            let _ = tx.send(());
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
         }
     }
 }

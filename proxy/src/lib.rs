@@ -28,6 +28,7 @@ pub mod timers;
 pub mod tools;
 pub mod wire;
 pub mod words;
+pub mod worker;
 
 pub use config::Config;
 pub use server::{Proxy, Shared, StartError};

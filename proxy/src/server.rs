@@ -424,9 +424,11 @@ async fn accept_loop(
                     sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
                 }
                 Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
+                    // Out of file descriptors and the like: back off, keep
+                    // serving (on a worker's own timers: it has no others).
                     warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let pause = crate::timers::after(Duration::from_millis(50));
+                    crate::timers::sleep_until(pause).await;
                 }
             },
             _ = stop.changed() => break,

@@ -197,10 +197,46 @@ pub struct SessionInfo {
     pub started: SystemTime,
     pub upstream_pid: AtomicU64,
     state: AtomicU8,
+    relay: AtomicU8,
     pub counters: Counters,
 }
 
+/// What relays a session's traffic, as `SHOW CLIENTS` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Relay {
+    /// Not relaying yet (startup, authentication).
+    NotYet = 0,
+    /// Its worker thread, through its own epoll.
+    Epoll = 1,
+    /// The tokio runtime (TLS, `upstream.rtt`, `upstream.busy_poll`, an
+    /// AGE catalog wait, or no worker threads).
+    Runtime = 2,
+}
+
+impl Relay {
+    pub fn as_str(self) -> Option<&'static str> {
+        match self {
+            Self::NotYet => None,
+            Self::Epoll => Some("epoll"),
+            Self::Runtime => Some("runtime"),
+        }
+    }
+}
+
 impl SessionInfo {
+    pub fn relay(&self) -> Relay {
+        match self.relay.load(Relaxed) {
+            1 => Relay::Epoll,
+            2 => Relay::Runtime,
+            _ => Relay::NotYet,
+        }
+    }
+
+    pub fn set_relay(&self, r: Relay) {
+        self.relay.store(r as u8, Relaxed);
+    }
+
     pub fn state(&self) -> SessionState {
         SessionState::from_u8(self.state.load(Relaxed))
     }
@@ -266,6 +302,7 @@ impl Stats {
             started: SystemTime::now(),
             upstream_pid: AtomicU64::new(0),
             state: AtomicU8::new(SessionState::Startup as u8),
+            relay: AtomicU8::new(Relay::NotYet as u8),
             counters: Counters::default(),
         });
         info.counters.sessions.store(1, Relaxed);

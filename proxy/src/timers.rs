@@ -1,7 +1,8 @@
-//! Deadlines for sessions, on the timer wheel of the runtime that runs the
-//! session: arming and cancelling one touches only that thread's wheel and
-//! wakes no other thread, which matters when clients connect by the
-//! thousand per second.
+//! Deadlines for sessions, on the thread that runs the session: arming and
+//! cancelling one touches only that thread's timers and wakes no other
+//! thread, which matters when clients connect by the thousand per second.
+//! On a worker thread they are the worker's own (`worker::deadlines`);
+//! elsewhere, the runtime's timer wheel.
 
 use std::{
     future::Future,
@@ -9,6 +10,8 @@ use std::{
     task::{Context, Poll},
     time::{Duration, Instant},
 };
+
+use crate::worker::deadlines;
 
 /// `d` from now; a limit too far to represent is as good as none.
 pub fn after(d: Duration) -> Instant {
@@ -23,16 +26,29 @@ pub struct Elapsed;
 
 /// Ready at `t`.
 pub fn sleep_until(t: Instant) -> Sleep {
-    Sleep(Box::pin(tokio::time::sleep_until(t.into())))
+    Sleep {
+        at: t,
+        armed: Armed::No,
+    }
 }
 
 /// `fut`'s output, unless it takes longer than `d`.
 pub async fn timeout<F: Future>(d: Duration, fut: F) -> Result<F::Output, Elapsed> {
-    tokio::time::timeout(d, fut).await.map_err(|_| Elapsed)
+    sleep_until(after(d)).bound(fut).await
 }
 
 /// A sleep that stays over once over, so one can bound several steps.
-pub struct Sleep(Pin<Box<tokio::time::Sleep>>);
+pub struct Sleep {
+    at: Instant,
+    armed: Armed,
+}
+
+/// Where a sleep is armed: armed when first polled, on the polling thread.
+enum Armed {
+    No,
+    Worker(deadlines::Key),
+    Runtime(Pin<Box<tokio::time::Sleep>>),
+}
 
 impl Sleep {
     /// `fut`'s output, unless this sleep ends first.
@@ -49,7 +65,30 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
+        if Instant::now() >= self.at {
+            self.armed = Armed::No;
+            return Poll::Ready(());
+        }
+        match &mut self.armed {
+            Armed::Runtime(s) => return s.as_mut().poll(cx),
+            Armed::Worker(k) if k.is_here() => {
+                k.set_waker(cx.waker());
+                return Poll::Pending;
+            }
+            _ => {}
+        }
+        let at = self.at;
+        self.armed = match deadlines::arm(at, cx.waker()) {
+            Some(k) => Armed::Worker(k),
+            None => {
+                let mut s = Box::pin(tokio::time::sleep_until(at.into()));
+                if s.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                Armed::Runtime(s)
+            }
+        };
+        Poll::Pending
     }
 }
 

@@ -17,6 +17,21 @@ use onetrip::{Config, Proxy, config::UpstreamAddress};
 pub struct Env {
     pub pg: PgServer,
     pub proxy: Option<Proxy>,
+    /// The threads the proxy's sessions run on, as in the binary; dropped
+    /// after the proxy.
+    pub workers: Option<onetrip::worker::Workers>,
+}
+
+/// Worker threads as the binary starts them (two, so sessions can move),
+/// each relaying through its own epoll.
+pub fn workers() -> onetrip::worker::Workers {
+    let w = onetrip::worker::Workers::start(2).expect("start worker threads");
+    assert_eq!(
+        w.relaying_themselves(),
+        2,
+        "every worker relays through its own epoll"
+    );
+    w
 }
 
 /// Starts a private PostgreSQL with `opts`.
@@ -46,10 +61,14 @@ impl Env {
         let pg = start_pg(opts).await;
         let mut cfg = proxy_config(&pg);
         tweak(&mut cfg);
-        let proxy = Proxy::start(cfg).await.expect("start proxy");
+        let workers = workers();
+        let proxy = Proxy::start_on(cfg, workers.handles())
+            .await
+            .expect("start proxy");
         Self {
             pg,
             proxy: Some(proxy),
+            workers: Some(workers),
         }
     }
 

@@ -148,6 +148,8 @@ async fn commands_answer_and_errors_keep_the_session() {
     assert_eq!(get(&clients[0], "state"), Some("idle"));
     assert_eq!(num(&clients[0], "client_round_trips"), 1);
     assert!(num(&clients[0], "upstream_pid") > 0);
+    // Plain TCP on a worker thread: relayed through the worker's epoll.
+    assert_eq!(get(&clients[0], "relay"), Some("epoll"));
     let servers = &show(&admin, "Show Servers").await[0];
     assert_eq!(
         get(&servers[0], "upstream"),

@@ -244,6 +244,7 @@ fn clients(shared: &Arc<Shared>, out: &mut BytesMut) {
                 s(c.transactions),
                 (pid != 0).then(|| pid.to_string()),
                 s(timestamp(si.started)),
+                si.relay().as_str().map(str::to_owned),
             ]
         })
         .collect();
@@ -261,6 +262,7 @@ fn clients(shared: &Arc<Shared>, out: &mut BytesMut) {
         "transactions",
         "upstream_pid",
         "connect_time",
+        "relay",
     ];
     table(out, &columns, rows);
 }

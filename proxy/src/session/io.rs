@@ -139,6 +139,36 @@ impl WriteQueue {
         Poll::Ready(Ok(()))
     }
 
+    /// Writes what is queued to a non-blocking socket until all of it is
+    /// written (true) or the socket would block (false).
+    pub fn write_to(&mut self, mut s: &std::net::TcpStream) -> io::Result<bool> {
+        use std::io::Write;
+        self.seal();
+        while !self.chunks.is_empty() {
+            let written = if self.chunks.len() == 1 {
+                s.write(&self.chunks[0])
+            } else {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut k = 0;
+                for c in self.chunks.iter().take(MAX_SLICES) {
+                    slices[k] = IoSlice::new(c);
+                    k += 1;
+                }
+                s.write_vectored(&slices[..k])
+            };
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // A plain socket holds nothing back.
+        self.unflushed = false;
+        Ok(true)
+    }
+
     /// Writes and flushes everything.
     pub async fn write_all<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> io::Result<()> {
         while self.wants_write() {

@@ -3,6 +3,7 @@
 
 mod coalesce;
 mod cypher;
+pub(crate) mod fast;
 mod handshake;
 pub mod io;
 mod judge;

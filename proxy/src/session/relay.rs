@@ -22,6 +22,7 @@ use tokio_util::io::poll_read_buf;
 use tracing::{Instrument, Span, debug, info, warn};
 
 use super::{
+    fast,
     handshake::{self, Pair},
     io::WriteQueue,
     reuse,
@@ -33,7 +34,7 @@ use super::{
 use crate::{
     net::Stream,
     server::Shared,
-    stats::{Counters, SessionState},
+    stats::{Counters, Relay, SessionState},
     wire::{
         backend,
         startup::StartupMessage,
@@ -71,7 +72,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 shared: shared.clone(),
                 span: span.clone(),
             };
-            live(io, proto, cin, uin, seat, s).await
+            live(Streams::Runtime(io), proto, Bufs::new(cin, uin), seat, s).await
         }
         None => Some(proto),
     };
@@ -100,34 +101,91 @@ struct Session {
 
 type Lived = Pin<Box<dyn Future<Output = Option<Protocol>> + Send>>;
 
+/// A session's sockets as relaying starts: registered with this thread's
+/// runtime, or with nothing yet (a session that moved here).
+enum Streams {
+    Runtime(Pair),
+    Std(std::net::TcpStream, std::net::TcpStream),
+}
+
+impl Streams {
+    /// The sockets for this thread's runtime.
+    fn registered(self) -> std::io::Result<Pair> {
+        Ok(match self {
+            Streams::Runtime(io) => io,
+            Streams::Std(c, u) => Pair {
+                client: Stream::Plain(tokio::net::TcpStream::from_std(c)?),
+                upstream: Stream::Plain(tokio::net::TcpStream::from_std(u)?),
+            },
+        })
+    }
+
+    /// Plain sockets taken out of the runtime, or the TLS streams as they
+    /// are.
+    fn unregistered(
+        self,
+    ) -> Result<std::io::Result<(std::net::TcpStream, std::net::TcpStream)>, Pair> {
+        match self {
+            Streams::Std(c, u) => Ok(Ok((c, u))),
+            Streams::Runtime(Pair {
+                client: Stream::Plain(c),
+                upstream: Stream::Plain(u),
+            }) => Ok(c.into_std().and_then(|c| Ok((c, u.into_std()?)))),
+            Streams::Runtime(io) => Err(io),
+        }
+    }
+}
+
+/// Where relaying got to.
+enum Relayed {
+    /// Over, with what was left to write each way.
+    Done(Pair, Outcome),
+    /// To go on on worker N.
+    Move(usize, Streams, Bufs),
+    /// The sockets could not be moved between reactors.
+    Lost(String),
+}
+
 /// Relays until the session ends, then sends each side its last words and
 /// keeps the upstream connection for the next client if it may. Returns
 /// the protocol state for the session's summary; `None` when it was lost
 /// (the session was stopped while on another worker).
-fn live(
-    mut io: Pair,
-    mut proto: Protocol,
-    cin: BytesMut,
-    uin: BytesMut,
-    mut seat: Seat,
-    s: Session,
-) -> Lived {
+fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -> Lived {
+    // The two ways of relaying are boxed: a future holds the state of all
+    // its awaits at once, and is copied whole each time it is boxed.
     Box::pin(async move {
-        let tls = io.client.is_tls() || io.upstream.is_tls();
-        let relayed = relay(&mut io, &mut proto, cin, uin, &mut seat);
-        // Entering the span on each wake-up would cost about 4% of the
-        // instructions per forwarded transaction. The loop logs nothing
-        // itself (its end is logged in the span, below), so it runs outside
-        // the span unless a library may log from inside it: rustls (TLS
-        // alerts), or anything at debug level.
-        let end = if tls || tracing::enabled!(tracing::Level::DEBUG) {
-            relayed.instrument(s.span.clone()).await
+        let id = proto.info.id;
+        let mut forced = s.shared.closer(id);
+        let relayed = if fast::may_relay(&proto) {
+            match streams.unregistered() {
+                Ok(Ok((c, u))) => {
+                    Box::pin(relay_fast(c, u, proto, bufs, seat, &mut forced, &s)).await
+                }
+                Ok(Err(e)) => {
+                    let why = format!("it could not leave the runtime: {e}");
+                    Some((Relayed::Lost(why), proto, seat))
+                }
+                Err(io) => {
+                    let io = Streams::Runtime(io);
+                    Some(Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s)).await)
+                }
+            }
         } else {
-            relayed.await
+            Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
         };
-        if let End::Move(j) = end.end {
-            return move_to(j, io, proto, seat, s).await;
-        }
+        s.shared.forget_closer(id);
+        let (relayed, mut proto, seat) = relayed?;
+        let (mut io, end) = match relayed {
+            Relayed::Done(io, end) => (io, end),
+            Relayed::Move(j, streams, bufs) => {
+                return move_to(j, streams, proto, bufs, seat, s).await;
+            }
+            Relayed::Lost(why) => {
+                s.span.in_scope(|| warn!("session closed: {why}"));
+                Counters::add(&proto.info.counters.errors, 1);
+                return Some(proto);
+            }
+        };
         drop(seat);
         let shared = &s.shared;
         let keep = finish(&mut io, &proto, end)
@@ -153,54 +211,132 @@ fn live(
     })
 }
 
+/// Relays through this worker's own epoll (`fast`) until relaying stops;
+/// the rest of the way through the runtime when the session needs it.
+/// `None` when the session was lost (never: a worker's tasks stay on it).
+async fn relay_fast(
+    client: std::net::TcpStream,
+    upstream: std::net::TcpStream,
+    proto: Protocol,
+    bufs: Bufs,
+    seat: Seat,
+    forced: &mut Closer,
+    s: &Session,
+) -> Option<(Relayed, Protocol, Seat)> {
+    let parts = fast::Parts {
+        client,
+        upstream,
+        proto,
+        bufs,
+        seat,
+    };
+    let info = parts.proto.info.clone();
+    let (parts, stop) = match fast::enter(parts, &s.span) {
+        Ok(mut relaying) => {
+            info.set_relay(Relay::Epoll);
+            let shutdown = tokio::select! {
+                biased;
+                _ = &mut *forced => true,
+                () = &mut relaying => false,
+            };
+            match relaying.take()? {
+                (parts, _) if shutdown => (parts, Some(fast::Stop::End(End::Shutdown))),
+                (parts, stop) => (parts, stop),
+            }
+        }
+        Err(refused) => {
+            let (parts, e) = *refused;
+            s.span
+                .in_scope(|| debug!("relaying through the runtime: {e}"));
+            (parts, Some(fast::Stop::Fallback))
+        }
+    };
+    let fast::Parts {
+        client,
+        upstream,
+        proto,
+        bufs,
+        seat,
+    } = parts;
+    let streams = Streams::Std(client, upstream);
+    Some(match stop {
+        Some(fast::Stop::End(End::Move(j))) => (Relayed::Move(j, streams, bufs), proto, seat),
+        Some(fast::Stop::End(end)) => match streams.registered() {
+            Ok(io) => (Relayed::Done(io, Outcome { end, bufs }), proto, seat),
+            Err(e) => (Relayed::Lost(returning(e)), proto, seat),
+        },
+        Some(fast::Stop::Fallback) | None => {
+            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await
+        }
+    })
+}
+
+fn returning(e: std::io::Error) -> String {
+    format!("it could not return to the runtime: {e}")
+}
+
+/// Relays through this thread's runtime.
+async fn relay_runtime(
+    streams: Streams,
+    mut proto: Protocol,
+    bufs: Bufs,
+    mut seat: Seat,
+    forced: &mut Closer,
+    s: &Session,
+) -> (Relayed, Protocol, Seat) {
+    let mut io = match streams.registered() {
+        Ok(io) => io,
+        Err(e) => return (Relayed::Lost(returning(e)), proto, seat),
+    };
+    proto.info.set_relay(Relay::Runtime);
+    let tls = io.client.is_tls() || io.upstream.is_tls();
+    let relayed = relay(&mut io, &mut proto, bufs, &mut seat, forced);
+    // Entering the span on each wake-up would cost about 4% of the
+    // instructions per forwarded transaction. The loop logs nothing
+    // itself (its end is logged in the span, below), so it runs outside
+    // the span unless a library may log from inside it: rustls (TLS
+    // alerts), or anything at debug level.
+    let outcome = if tls || tracing::enabled!(tracing::Level::DEBUG) {
+        relayed.instrument(s.span.clone()).await
+    } else {
+        relayed.await
+    };
+    let relayed = match outcome.end {
+        End::Move(j) => Relayed::Move(j, Streams::Runtime(io), outcome.bufs),
+        _ => Relayed::Done(io, outcome),
+    };
+    (relayed, proto, seat)
+}
+
 /// Hands the session to worker `j`: both sockets leave this thread's
 /// reactor for that one's, and the relay goes on there. This task waits
 /// for it, and stops it if stopped itself.
-async fn move_to(j: usize, io: Pair, proto: Protocol, seat: Seat, s: Session) -> Option<Protocol> {
+async fn move_to(
+    j: usize,
+    streams: Streams,
+    proto: Protocol,
+    bufs: Bufs,
+    seat: Seat,
+    s: Session,
+) -> Option<Protocol> {
     let handle = seat.workers().handle(j).cloned();
-    let (c, u, handle) = match (io.client, io.upstream, handle) {
-        (Stream::Plain(c), Stream::Plain(u), Some(h)) => (c.into_std(), u.into_std(), h),
-        (client, upstream, _) => {
-            // Never asked of TLS sessions: relay on here.
-            let io = Pair { client, upstream };
-            return live(io, proto, buffer(), buffer(), seat.stay(), s).await;
-        }
-    };
-    let (c, u) = match (c, u) {
-        (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) | (_, Err(e)) => {
+    let (c, u, handle) = match (streams.unregistered(), handle) {
+        (Ok(Ok((c, u))), Some(h)) => (c, u, h),
+        (Ok(Err(e)), _) => {
             s.span
                 .in_scope(|| warn!("session closed: it could not leave its worker: {e}"));
             Counters::add(&proto.info.counters.errors, 1);
             return Some(proto);
         }
+        (Ok(Ok((c, u))), None) => {
+            return live(Streams::Std(c, u), proto, bufs, seat.stay(), s).await;
+        }
+        // Never asked of TLS sessions: relay on here.
+        (Err(io), _) => return live(Streams::Runtime(io), proto, bufs, seat.stay(), s).await,
     };
     let seat = seat.moved(j);
     s.span.in_scope(|| debug!(worker = j, "session moved"));
-    let moved = handle.spawn(async move {
-        match (
-            tokio::net::TcpStream::from_std(c),
-            tokio::net::TcpStream::from_std(u),
-        ) {
-            (Ok(c), Ok(u)) => {
-                let io = Pair {
-                    client: Stream::Plain(c),
-                    upstream: Stream::Plain(u),
-                };
-                live(io, proto, buffer(), buffer(), seat, s).await
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                s.span.in_scope(|| {
-                    warn!(
-                        worker = j,
-                        "session closed: its worker could not take it: {e}"
-                    )
-                });
-                Counters::add(&proto.info.counters.errors, 1);
-                Some(proto)
-            }
-        }
-    });
+    let moved = handle.spawn(live(Streams::Std(c, u), proto, bufs, seat, s));
     AbortOnDrop(moved).await
 }
 
@@ -321,7 +457,7 @@ async fn open(
 }
 
 /// Why the loop ended.
-enum End {
+pub(super) enum End {
     ClientClosed,
     /// The upstream closed, or failed with the error given.
     UpstreamClosed(Option<String>),
@@ -331,13 +467,77 @@ enum End {
     Move(usize),
 }
 
-/// How the loop ended, and what was left to write each way.
+/// A relaying session's read buffers and write queues.
+pub(super) struct Bufs {
+    pub cin: BytesMut,
+    pub uin: BytesMut,
+    pub to_client: WriteQueue,
+    pub to_up: WriteQueue,
+}
+
+impl Bufs {
+    fn new(cin: BytesMut, uin: BytesMut) -> Self {
+        Self {
+            cin,
+            uin,
+            to_client: WriteQueue::default(),
+            to_up: WriteQueue::default(),
+        }
+    }
+}
+
+/// How the loop ended, with what was left to write each way.
 struct Outcome {
     end: End,
-    to_client: WriteQueue,
-    to_up: WriteQueue,
-    /// Nothing read from the upstream was left unhandled.
-    upstream_idle: bool,
+    bufs: Bufs,
+}
+
+/// The session has been told to close (shutdown's grace period is over).
+type Closer = tokio::sync::oneshot::Receiver<()>;
+
+/// Works through whatever is buffered. Client input goes twice, since an
+/// upstream answer may release input held back while it was awaited (a
+/// coalesced batch's outcome, the AGE catalog). On a protocol error the
+/// client's FATAL message is queued and the error returned.
+pub(super) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
+    let worked = proto
+        .on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client)
+        .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
+        .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client));
+    worked.map_err(|e| {
+        let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
+        b.to_client.push(msg);
+        Counters::add(&proto.info.counters.errors, 1);
+        e.to_string()
+    })
+}
+
+/// Whether to read the client and the upstream now: not while the other
+/// side's queue is over `limits.buffer_bytes` (backpressure), nor while
+/// the protocol holds that side back.
+pub(super) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
+    let limit = proto.shared.config.limits.buffer_bytes;
+    let client = b.to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
+    let upstream = b.to_client.len() < limit && proto.delay_until().is_none();
+    (client, upstream)
+}
+
+/// The worker to move to now: nothing is held either way, and a session
+/// that has lasted finds a less busy worker. Asked first whether a look is
+/// due, so a settled session pays one test per turn.
+pub(super) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<usize> {
+    let c = &proto.info.counters;
+    let round_trips = || c.upstream_round_trips.load(Relaxed);
+    if seat.due(round_trips)
+        && !b.to_up.wants_write()
+        && !b.to_client.wants_write()
+        && b.cin.is_empty()
+        && b.uin.is_empty()
+        && proto.quiet()
+    {
+        return seat.move_to(round_trips());
+    }
+    None
 }
 
 /// What became ready in one wait of the relay loop.
@@ -373,19 +573,21 @@ impl Events {
     }
 }
 
+/// Turns of the loop below between two looks at the sessions this
+/// worker relays itself: a session that always has work here would keep
+/// the runtime from ever parking, and so from relaying them.
+const TURNS_BETWEEN_LOOKS: u32 = 32;
+
+/// The relay loop, through the runtime: what `fast` does on a worker,
+/// for TLS sessions and those that need a timer or a catalog wait.
 async fn relay(
     io: &mut Pair,
     proto: &mut Protocol,
-    cin: BytesMut,
-    uin: BytesMut,
+    bufs: Bufs,
     seat: &mut Seat,
+    forced: &mut Closer,
 ) -> Outcome {
-    let limit = proto.shared.config.limits.buffer_bytes;
-    let mut cin = cin;
-    let mut uin = uin;
-    let mut to_client = WriteQueue::default();
-    let mut to_up = WriteQueue::default();
-    let mut forced = proto.shared.closer(proto.info.id);
+    let mut b = bufs;
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
@@ -393,19 +595,10 @@ async fn relay(
     let shared = proto.shared.clone();
     let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
     let wakers = Wakers::new();
+    let mut turns = 0u32;
     let end = loop {
-        // Work through whatever is buffered before waiting again; client
-        // input goes twice, since an upstream answer may release input held
-        // back while it was awaited (a coalesced batch's outcome, the AGE
-        // catalog).
-        let worked = proto
-            .on_client_bytes(&mut cin, &mut to_up, &mut to_client)
-            .and_then(|()| proto.on_upstream_bytes(&mut uin, &mut to_client, &mut to_up))
-            .and_then(|()| proto.on_client_bytes(&mut cin, &mut to_up, &mut to_client));
-        if let Err(e) = worked {
-            to_client.push(write::error(Severity::Fatal, e.sqlstate(), &e.to_string()));
-            Counters::add(&c.counters.errors, 1);
-            break End::Error(e.to_string());
+        if let Err(e) = process(proto, &mut b) {
+            break End::Error(e);
         }
         // Write at once what the sockets take now: the usual case, and one
         // poll here is cheaper than another wait below. Whatever is not
@@ -417,12 +610,12 @@ async fn relay(
         // measured no better at -c 1.)
         let wrote = {
             let mut noop = Context::from_waker(std::task::Waker::noop());
-            let up = match to_up.wants_write() {
-                true => to_up.poll_write(&mut io.upstream, &mut noop),
+            let up = match b.to_up.wants_write() {
+                true => b.to_up.poll_write(&mut io.upstream, &mut noop),
                 false => Poll::Pending,
             };
-            let client = match to_client.wants_write() {
-                true => to_client.poll_write(&mut io.client, &mut noop),
+            let client = match b.to_client.wants_write() {
+                true => b.to_client.poll_write(&mut io.client, &mut noop),
                 false => Poll::Pending,
             };
             (up, client)
@@ -433,27 +626,19 @@ async fn relay(
         if let (_, Poll::Ready(Err(e))) = wrote {
             break End::Error(format!("client write: {e}"));
         }
-        if proto.flow == Flow::Terminated && !to_up.wants_write() {
+        if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
             break End::ClientClosed;
         }
-        // Nothing held here either way: a session that has lasted may move
-        // to a less busy worker now. Asked first whether a look is due, so
-        // a settled session pays one test per turn.
-        let round_trips = || c.counters.upstream_round_trips.load(Relaxed);
-        if seat.due(round_trips)
-            && !to_up.wants_write()
-            && !to_client.wants_write()
-            && cin.is_empty()
-            && uin.is_empty()
-            && timer.is_none()
-            && proto.quiet()
-            && let Some(j) = seat.move_to(round_trips())
+        if timer.is_none()
+            && let Some(j) = move_due(proto, &b, seat)
         {
             break End::Move(j);
         }
-        let read_client =
-            to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
-        let read_up = to_client.len() < limit && proto.delay_until().is_none();
+        turns = turns.wrapping_add(1);
+        if turns.is_multiple_of(TURNS_BETWEEN_LOOKS) {
+            crate::worker::poll_now();
+        }
+        let (read_client, read_up) = wants_reads(proto, &b);
         match (proto.delay_until(), &timer) {
             (Some(t), Some((at, _))) if *at == t => {}
             (Some(t), _) => timer = Some((t, precise_sleep(t))),
@@ -482,24 +667,24 @@ async fn relay(
             let mut ccx = Context::from_waker(&wakers.client);
             let mut ucx = Context::from_waker(&wakers.upstream);
             if read_client && !armed.client {
-                match poll_read_buf(Pin::new(&mut io.client), &mut ccx, &mut cin) {
+                match poll_read_buf(Pin::new(&mut io.client), &mut ccx, &mut b.cin) {
                     Poll::Ready(r) => ev.client_read = Some(r),
                     Poll::Pending => armed.client = true,
                 }
             }
             if read_up && !armed.upstream {
-                match poll_read_buf(Pin::new(&mut io.upstream), &mut ucx, &mut uin) {
+                match poll_read_buf(Pin::new(&mut io.upstream), &mut ucx, &mut b.uin) {
                     Poll::Ready(r) => ev.upstream_read = Some(r),
                     Poll::Pending => armed.upstream = true,
                 }
             }
-            if to_client.wants_write()
-                && let Poll::Ready(r) = to_client.poll_write(&mut io.client, &mut ccx)
+            if b.to_client.wants_write()
+                && let Poll::Ready(r) = b.to_client.poll_write(&mut io.client, &mut ccx)
             {
                 ev.client_write = Some(r);
             }
-            if to_up.wants_write()
-                && let Poll::Ready(r) = to_up.poll_write(&mut io.upstream, &mut ucx)
+            if b.to_up.wants_write()
+                && let Poll::Ready(r) = b.to_up.poll_write(&mut io.upstream, &mut ucx)
             {
                 ev.upstream_write = Some(r);
             }
@@ -513,7 +698,7 @@ async fn relay(
             }
             if !armed.shutdown {
                 let mut scx = Context::from_waker(&wakers.shutdown);
-                match Pin::new(&mut forced).poll(&mut scx) {
+                match Pin::new(&mut *forced).poll(&mut scx) {
                     Poll::Ready(_) => ev.shutdown = true,
                     Poll::Pending => armed.shutdown = true,
                 }
@@ -557,27 +742,19 @@ async fn relay(
         if ev.catalog {
             proto.cy.wake();
         }
-        reserve(&mut cin);
-        reserve(&mut uin);
+        reserve(&mut b.cin);
+        reserve(&mut b.uin);
     };
-    proto.shared.forget_closer(proto.info.id);
-    Outcome {
-        end,
-        to_client,
-        to_up,
-        upstream_idle: uin.is_empty(),
-    }
+    Outcome { end, bufs: b }
 }
 
 /// Logs how the session ended and sends each side its last words. True
 /// when the upstream connection is to be kept for the next client instead.
 async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
-    let Outcome {
-        end,
-        mut to_client,
-        mut to_up,
-        upstream_idle,
-    } = outcome;
+    let Outcome { end, bufs } = outcome;
+    // Nothing read from the upstream was left unhandled.
+    let upstream_idle = bufs.uin.is_empty();
+    let (mut to_client, mut to_up) = (bufs.to_client, bufs.to_up);
     let c = &proto.info;
     match end {
         End::ClientClosed => {
@@ -622,13 +799,8 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
     false
 }
 
-/// A read buffer for a session that moved: it left its buffers empty.
-fn buffer() -> BytesMut {
-    BytesMut::with_capacity(32 * 1024)
-}
-
 /// Keeps room for the next read without growing past what one read needs.
-fn reserve(buf: &mut bytes::BytesMut) {
+pub(super) fn reserve(buf: &mut bytes::BytesMut) {
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(32 * 1024);
     }
@@ -650,7 +822,7 @@ type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 fn precise_sleep(t: Instant) -> Sleep {
     let left = t.saturating_duration_since(Instant::now());
     if left >= std::time::Duration::from_millis(5) {
-        Box::pin(tokio::time::sleep_until(t.into()))
+        Box::pin(crate::timers::sleep_until(t))
     } else {
         Box::pin(async move {
             let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;

@@ -154,7 +154,7 @@ impl Pool {
     /// then gets the same server process, as from PgBouncer, and the server
     /// forks no other.
     pub async fn take_or_wait(&self, startup: &[u8], max_age: Duration) -> Option<Kept> {
-        let until = tokio::time::Instant::now() + RESET_WAIT;
+        let mut until = crate::timers::sleep_until(crate::timers::after(RESET_WAIT));
         loop {
             let done = self.reset_done.notified();
             let mut done = std::pin::pin!(done);
@@ -168,7 +168,7 @@ impl Pool {
                 let r = self.resetting.lock().unwrap_or_else(|e| e.into_inner());
                 r.contains_key(startup)
             };
-            if !busy || tokio::time::timeout_at(until, done).await.is_err() {
+            if !busy || until.bound(done).await.is_err() {
                 return None;
             }
         }

@@ -1,0 +1,510 @@
+//! Relaying a plain-TCP session on a worker thread without tokio: its two
+//! sockets sit in the worker's epoll (`worker`), and each readiness report
+//! runs the session's protocol state and its reads and writes right away,
+//! from the runtime's park hook. It is the relay loop of `relay` with the
+//! socket calls made directly; the loop's logic is shared with it.
+//!
+//! The session's task waits meanwhile (`Relaying`), and takes the session
+//! back when relaying stops: at its end, to move to another worker, when
+//! shutdown forces it, or when the session needs what only the task can
+//! wait for (another session's catalog fetch, a simulated delay); then the
+//! task relays on through tokio.
+
+use std::{
+    cell::{Cell, RefCell},
+    future::Future,
+    io,
+    net::TcpStream,
+    os::fd::AsRawFd,
+    pin::Pin,
+    task::{Context, Poll, Waker},
+};
+
+use bytes::BytesMut;
+use tracing::Span;
+
+use super::{
+    relay::{self, Bufs, End},
+    spread::Seat,
+    state::{Flow, Protocol},
+};
+use crate::{stats::Counters, worker, worker::epoll::Event};
+
+/// A session as it enters or leaves the worker's relay.
+pub(super) struct Parts {
+    pub client: TcpStream,
+    pub upstream: TcpStream,
+    pub proto: Protocol,
+    pub bufs: Bufs,
+    pub seat: Seat,
+}
+
+/// Why the worker's relay handed a session back.
+pub(super) enum Stop {
+    End(End),
+    /// It waits for something only its task can wait for.
+    Fallback,
+}
+
+/// Turns of one session per readiness report before the others (and the
+/// runtime) get theirs: a bulk COPY would otherwise hold the thread.
+const TURNS: usize = 64;
+
+struct Entry {
+    parts: Parts,
+    generation: u32,
+    client: Ready,
+    upstream: Ready,
+    stop: Option<Stop>,
+    /// The session's task, woken when relaying stops.
+    waiter: Option<Waker>,
+    /// Waits for another turn (`TURNS` ran out).
+    pending: bool,
+    span: Span,
+}
+
+/// What a socket is known ready for, since its last report (edge-
+/// triggered: known until a call would block).
+#[derive(Clone, Copy)]
+struct Ready {
+    read: bool,
+    write: bool,
+    /// The peer closed or the socket failed: its report came with the
+    /// last data, so no other comes, and a short read leaves it readable.
+    closed: bool,
+}
+
+impl Ready {
+    const FRESH: Ready = Ready {
+        read: false,
+        write: true,
+        closed: false,
+    };
+
+    fn note(&mut self, ev: Event) {
+        self.read |= ev.readable();
+        self.write |= ev.writable();
+        self.closed |= ev.closed();
+    }
+
+    /// After a read of `n` that emptied the socket's buffer or not.
+    fn read_some(&mut self, drained: bool) {
+        self.read = !drained || self.closed;
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    generation: u32,
+    live: usize,
+    pending: Vec<(usize, u32)>,
+}
+
+thread_local! {
+    static TABLE: RefCell<Table> = RefCell::default();
+    static THREAD: Cell<u64> = const { Cell::new(0) };
+}
+
+static THREADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn thread_mark() -> u64 {
+    THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        t.get()
+    })
+}
+
+/// Data words: slot, generation and side (0 client, 1 upstream).
+fn token(slot: usize, generation: u32, side: u64) -> u64 {
+    ((slot as u64) << 33) | (u64::from(generation) << 1) | side
+}
+
+fn untoken(data: u64) -> (usize, u32, u64) {
+    ((data >> 33) as usize, (data >> 1) as u32, data & 1)
+}
+
+impl Table {
+    fn get(&mut self, slot: usize, generation: u32) -> Option<&mut Entry> {
+        self.slots
+            .get_mut(slot)?
+            .as_mut()
+            .filter(|e| e.generation == generation)
+    }
+
+    fn remove(&mut self, slot: usize, generation: u32) -> Option<Entry> {
+        self.get(slot, generation)?;
+        let e = self.slots[slot].take();
+        self.free.push(slot);
+        self.live -= 1;
+        e
+    }
+}
+
+/// Sessions relay on this thread now.
+pub fn any() -> bool {
+    TABLE.try_with(|t| t.borrow().live > 0).unwrap_or(false)
+}
+
+/// A session waits for another turn.
+pub fn has_pending() -> bool {
+    TABLE
+        .try_with(|t| !t.borrow().pending.is_empty())
+        .unwrap_or(false)
+}
+
+/// The session can relay here: this is a worker, both sockets are plain
+/// TCP, and it needs none of what only its task can wait for.
+pub(super) fn may_relay(proto: &Protocol) -> bool {
+    let up = &proto.shared.config.upstream;
+    worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero()
+}
+
+/// Starts relaying `parts` on this worker; gives them back when its epoll
+/// will not take the sockets.
+pub(super) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, io::Error)>> {
+    let thread = thread_mark();
+    let (slot, generation) = TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        t.generation = t.generation.wrapping_add(1);
+        let slot = t.free.pop().unwrap_or_else(|| {
+            t.slots.push(None);
+            t.slots.len() - 1
+        });
+        (slot, t.generation)
+    });
+    let (c, u) = (parts.client.as_raw_fd(), parts.upstream.as_raw_fd());
+    let watched = worker::watch(c, token(slot, generation, 0)).and_then(|()| {
+        worker::watch(u, token(slot, generation, 1)).inspect_err(|_| {
+            let _ = worker::unwatch(c);
+        })
+    });
+    if let Err(e) = watched {
+        TABLE.with(|t| t.borrow_mut().free.push(slot));
+        return Err(Box::new((parts, e)));
+    }
+    // Nothing is known readable yet: the epoll reports what is, at once.
+    let mut entry = Entry {
+        parts,
+        generation,
+        client: Ready::FRESH,
+        upstream: Ready::FRESH,
+        stop: None,
+        waiter: None,
+        pending: false,
+        span: span.clone(),
+    };
+    // What the handshake left in the buffers is handled now.
+    let (more, _) = turns(&mut entry);
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        if more {
+            t.pending.push((slot, generation));
+        }
+        t.slots[slot] = Some(entry);
+        t.live += 1;
+    });
+    Ok(Relaying {
+        slot,
+        generation,
+        thread,
+    })
+}
+
+/// A session relaying on this worker, as its task sees it: ready when
+/// relaying stopped. Dropped unfinished, it closes the session's sockets.
+pub(super) struct Relaying {
+    slot: usize,
+    generation: u32,
+    thread: u64,
+}
+
+impl Relaying {
+    /// Takes the session back (its sockets leave the worker's epoll), with
+    /// why relaying stopped, if it did.
+    pub fn take(self) -> Option<(Parts, Option<Stop>)> {
+        let e = self.remove()?;
+        let _ = worker::unwatch(e.parts.client.as_raw_fd());
+        let _ = worker::unwatch(e.parts.upstream.as_raw_fd());
+        Some((e.parts, e.stop))
+    }
+
+    fn remove(&self) -> Option<Entry> {
+        if self.thread != thread_mark() {
+            return None;
+        }
+        TABLE
+            .try_with(|t| {
+                let mut t = t.try_borrow_mut().ok()?;
+                t.remove(self.slot, self.generation)
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+impl Future for Relaying {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.thread != thread_mark() {
+            return Poll::Ready(());
+        }
+        TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            let Some(e) = t.get(self.slot, self.generation) else {
+                return Poll::Ready(());
+            };
+            if e.stop.is_some() {
+                return Poll::Ready(());
+            }
+            match &e.waiter {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => e.waiter = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+    }
+}
+
+impl Drop for Relaying {
+    fn drop(&mut self) {
+        // Taken already, or the task was stopped: then the session ends
+        // here, its sockets closed (which takes them out of the epoll).
+        drop(self.remove());
+    }
+}
+
+/// A readiness report for a relayed socket; true when it woke a task.
+pub fn on_event(ev: Event) -> bool {
+    let (slot, generation, side) = untoken(ev.data);
+    let woke = TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let e = t.get(slot, generation)?;
+        if e.stop.is_some() {
+            return None;
+        }
+        let ready = if side == 0 {
+            &mut e.client
+        } else {
+            &mut e.upstream
+        };
+        ready.note(ev);
+        if e.pending {
+            // Its turn comes with the others waiting.
+            return None;
+        }
+        let (more, waiter) = turns(e);
+        if more {
+            t.pending.push((slot, generation));
+        }
+        waiter
+    });
+    wake(woke)
+}
+
+/// Another turn for each session that ran out of them; true when one
+/// stopped and its task was woken.
+pub fn run_pending() -> bool {
+    let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
+        return false;
+    };
+    let mut woke = false;
+    for (slot, generation) in waiting {
+        let w = TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            let e = t.get(slot, generation)?;
+            e.pending = false;
+            if e.stop.is_some() {
+                return None;
+            }
+            let (more, waiter) = turns(e);
+            if more {
+                t.pending.push((slot, generation));
+            }
+            waiter
+        });
+        woke |= wake(w);
+    }
+    woke
+}
+
+fn wake(w: Option<Waker>) -> bool {
+    match w {
+        Some(w) => {
+            w.wake();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Runs the session's turns: whether it waits for another turn (and is
+/// marked so), and the task to wake when relaying has just stopped. In
+/// the session's span when something may log at debug level (the relay
+/// loop itself logs nothing).
+fn turns(e: &mut Entry) -> (bool, Option<Waker>) {
+    let more = if tracing::enabled!(tracing::Level::DEBUG) {
+        let span = e.span.clone();
+        span.in_scope(|| run(e))
+    } else {
+        run(e)
+    };
+    if e.stop.is_some() {
+        return (false, e.waiter.take());
+    }
+    e.pending = more;
+    (more, None)
+}
+
+/// Up to `TURNS` turns; true when the session could go on.
+fn run(e: &mut Entry) -> bool {
+    for _ in 0..TURNS {
+        match turn(e) {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(stop) => {
+                e.stop = Some(stop);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// One turn of the relay loop: the buffered input handled, what the
+/// sockets take written, then what they hold read. True when it read
+/// something (so there is more to handle).
+fn turn(e: &mut Entry) -> Result<bool, Stop> {
+    let Parts {
+        client,
+        upstream,
+        proto,
+        bufs: b,
+        seat,
+    } = &mut e.parts;
+    relay::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
+    if b.to_up.wants_write() && e.upstream.write {
+        match b.to_up.write_to(upstream) {
+            Ok(all) => e.upstream.write = all,
+            Err(err) => {
+                let why = format!("upstream write: {err}");
+                return Err(Stop::End(End::UpstreamClosed(Some(why))));
+            }
+        }
+    }
+    if b.to_client.wants_write() && e.client.write {
+        match b.to_client.write_to(client) {
+            Ok(all) => e.client.write = all,
+            Err(err) => return Err(Stop::End(End::Error(format!("client write: {err}")))),
+        }
+    }
+    if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
+        return Err(Stop::End(End::ClientClosed));
+    }
+    if let Some(j) = relay::move_due(proto, b, seat) {
+        return Err(Stop::End(End::Move(j)));
+    }
+    if proto.delay_until().is_some() || proto.cy.wait_handle().is_some() {
+        return Err(Stop::Fallback);
+    }
+    let (read_client, read_up) = relay::wants_reads(proto, b);
+    let c = &proto.info.counters;
+    let mut read = false;
+    if read_up && e.upstream.read {
+        match read_into(upstream, &mut b.uin) {
+            Ok((0, _)) => return Err(Stop::End(End::UpstreamClosed(None))),
+            Ok((n, drained)) => {
+                Counters::add(&c.bytes_from_upstream, n as u64);
+                e.upstream.read_some(drained);
+                read = true;
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => e.upstream.read = false,
+            Err(err) => {
+                let why = format!("upstream read: {err}");
+                return Err(Stop::End(End::UpstreamClosed(Some(why))));
+            }
+        }
+    }
+    if read_client && e.client.read {
+        match read_into(client, &mut b.cin) {
+            Ok((0, _)) => return Err(Stop::End(End::ClientClosed)),
+            Ok((n, drained)) => {
+                Counters::add(&c.bytes_from_client, n as u64);
+                e.client.read_some(drained);
+                read = true;
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => e.client.read = false,
+            Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
+        }
+    }
+    Ok(read)
+}
+
+/// One read into `buf`'s spare room: how much, and whether it emptied
+/// the socket (a short read does, on a stream socket).
+fn read_into(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, bool)> {
+    relay::reserve(buf);
+    let len = buf.len();
+    let room = buf.capacity() - len;
+    loop {
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: recv writes at most `room` bytes into the spare room.
+        let n = unsafe { libc::recv(s.as_raw_fd(), spare.as_mut_ptr().cast(), room, 0) };
+        if n >= 0 {
+            let n = n as usize;
+            // SAFETY: the first `n` spare bytes were just written.
+            unsafe { buf.set_len(len + n) };
+            return Ok((n, n < room));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_keep_slot_generation_and_side() {
+        for (slot, generation, side) in [(0, 1, 0), (7, u32::MAX, 1), ((1 << 30) + 3, 12345, 1)] {
+            assert_eq!(
+                untoken(token(slot, generation, side)),
+                (slot, generation, side)
+            );
+        }
+        assert_ne!(token(0, 0, 0), u64::MAX, "never the runtime's word");
+    }
+
+    #[test]
+    fn a_read_fills_spare_room_and_tells_a_short_one() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = BytesMut::from(&b"ab"[..]);
+        assert_eq!(
+            read_into(&b, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        a.write_all(b"cde").unwrap();
+        let got = loop {
+            match read_into(&b, &mut buf) {
+                Ok(r) => break r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(got, (3, true));
+        assert_eq!(&buf[..], b"abcde");
+        drop(a);
+        assert_eq!(read_into(&b, &mut buf).unwrap(), (0, true));
+    }
+}
