@@ -1,8 +1,8 @@
 //! Relaying a plain-TCP session on a worker thread without tokio: its two
 //! sockets sit in the worker's epoll (`worker`), and each readiness report
 //! runs the session's protocol state and its reads and writes right away,
-//! from the runtime's park hook. It is the relay loop of `relay` with the
-//! socket calls made directly; the loop's logic is shared with it.
+//! from the runtime's park hook. It is the relay loop of `runtime` with
+//! the socket calls made directly; the loop's logic is shared (`turn`).
 //!
 //! The session's task waits meanwhile (`Relaying`), and takes the session
 //! back when relaying stops: at its end, to move to another worker, when
@@ -24,9 +24,9 @@ use bytes::BytesMut;
 use tracing::Span;
 
 use super::{
-    relay::{self, Bufs, End},
     spread::Seat,
     state::{Flow, Protocol},
+    turn::{self, Bufs, End},
 };
 use crate::{stats::Counters, worker, worker::epoll::Event};
 
@@ -386,7 +386,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         bufs: b,
         seat,
     } = &mut e.parts;
-    relay::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
+    turn::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
     if b.to_up.wants_write() && e.upstream.write {
         match b.to_up.write_to(upstream) {
             Ok(all) => e.upstream.write = all,
@@ -405,13 +405,13 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
     if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
         return Err(Stop::End(End::ClientClosed));
     }
-    if let Some(j) = relay::move_due(proto, b, seat) {
+    if let Some(j) = turn::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
     }
     if proto.delay_until().is_some() || proto.cy.wait_handle().is_some() {
         return Err(Stop::Fallback);
     }
-    let (read_client, read_up) = relay::wants_reads(proto, b);
+    let (read_client, read_up) = turn::wants_reads(proto, b);
     let c = &proto.info.counters;
     let mut read = false;
     if read_up && e.upstream.read {
@@ -447,7 +447,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
 /// One read into `buf`'s spare room: how much, and whether it emptied
 /// the socket (a short read does, on a stream socket).
 fn read_into(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, bool)> {
-    relay::reserve(buf);
+    turn::reserve(buf);
     let len = buf.len();
     let room = buf.capacity() - len;
     loop {

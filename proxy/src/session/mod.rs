@@ -9,11 +9,13 @@ pub mod io;
 mod judge;
 mod relay;
 pub mod reuse;
+mod runtime;
 mod spin;
 pub mod spread;
 mod sql;
 mod state;
 mod statements;
+mod turn;
 mod wake;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};

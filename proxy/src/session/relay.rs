@@ -1,10 +1,13 @@
-//! The relay loop: one task owns a session's client and upstream halves and
-//! moves bytes both ways with bounded buffers.
+//! A session after startup: connecting upstream and authenticating, then
+//! relaying until the end, then the last words and keeping the upstream
+//! connection. One task owns the session's client and upstream halves; it
+//! relays through the worker's own epoll (`fast`) or through the runtime
+//! (`runtime`), both with bounded buffers.
 //!
 //! Reads from one side stop while the other side's write queue is over
 //! `[limits] buffer_bytes`, so a slow client holds back the upstream instead
 //! of growing the proxy's memory. All four directions (read client, read
-//! upstream, write client, write upstream) are polled together, so a client
+//! upstream, write client, write upstream) are watched together, so a client
 //! that pipelines without reading can't deadlock against a server that
 //! writes without reading.
 
@@ -12,24 +15,22 @@ use std::{
     future::Future,
     net::SocketAddr,
     pin::Pin,
-    sync::{Arc, atomic::Ordering::Relaxed},
+    sync::Arc,
     task::{Context, Poll},
     time::Instant,
 };
 
 use bytes::{Bytes, BytesMut};
-use tokio_util::io::poll_read_buf;
 use tracing::{Instrument, Span, debug, info, warn};
 
 use super::{
     fast,
     handshake::{self, Pair},
-    io::WriteQueue,
     reuse,
-    spin::Spin,
+    runtime::relay,
     spread::Seat,
     state::{Flow, Protocol},
-    wake::{self, Wakers},
+    turn::{Bufs, Closer, End, Outcome},
 };
 use crate::{
     net::Stream,
@@ -456,298 +457,6 @@ async fn open(
     }
 }
 
-/// Why the loop ended.
-pub(super) enum End {
-    ClientClosed,
-    /// The upstream closed, or failed with the error given.
-    UpstreamClosed(Option<String>),
-    Error(String),
-    Shutdown,
-    /// To go on relaying on worker N.
-    Move(usize),
-}
-
-/// A relaying session's read buffers and write queues.
-pub(super) struct Bufs {
-    pub cin: BytesMut,
-    pub uin: BytesMut,
-    pub to_client: WriteQueue,
-    pub to_up: WriteQueue,
-}
-
-impl Bufs {
-    fn new(cin: BytesMut, uin: BytesMut) -> Self {
-        Self {
-            cin,
-            uin,
-            to_client: WriteQueue::default(),
-            to_up: WriteQueue::default(),
-        }
-    }
-}
-
-/// How the loop ended, with what was left to write each way.
-struct Outcome {
-    end: End,
-    bufs: Bufs,
-}
-
-/// The session has been told to close (shutdown's grace period is over).
-type Closer = tokio::sync::oneshot::Receiver<()>;
-
-/// Works through whatever is buffered. Client input goes twice, since an
-/// upstream answer may release input held back while it was awaited (a
-/// coalesced batch's outcome, the AGE catalog). On a protocol error the
-/// client's FATAL message is queued and the error returned.
-pub(super) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
-    let worked = proto
-        .on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client)
-        .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
-        .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client));
-    worked.map_err(|e| {
-        let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
-        b.to_client.push(msg);
-        Counters::add(&proto.info.counters.errors, 1);
-        e.to_string()
-    })
-}
-
-/// Whether to read the client and the upstream now: not while the other
-/// side's queue is over `limits.buffer_bytes` (backpressure), nor while
-/// the protocol holds that side back.
-pub(super) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
-    let limit = proto.shared.config.limits.buffer_bytes;
-    let client = b.to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
-    let upstream = b.to_client.len() < limit && proto.delay_until().is_none();
-    (client, upstream)
-}
-
-/// The worker to move to now: nothing is held either way, and a session
-/// that has lasted finds a less busy worker. Asked first whether a look is
-/// due, so a settled session pays one test per turn.
-pub(super) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<usize> {
-    let c = &proto.info.counters;
-    let round_trips = || c.upstream_round_trips.load(Relaxed);
-    if seat.due(round_trips)
-        && !b.to_up.wants_write()
-        && !b.to_client.wants_write()
-        && b.cin.is_empty()
-        && b.uin.is_empty()
-        && proto.quiet()
-    {
-        return seat.move_to(round_trips());
-    }
-    None
-}
-
-/// What became ready in one wait of the relay loop.
-#[derive(Default)]
-struct Events {
-    client_read: Option<std::io::Result<usize>>,
-    upstream_read: Option<std::io::Result<usize>>,
-    client_write: Option<std::io::Result<()>>,
-    upstream_write: Option<std::io::Result<()>>,
-    timer: bool,
-    catalog: bool,
-    shutdown: bool,
-}
-
-/// Sources whose last poll, with their own waker, found nothing: the waker
-/// stays registered until the source is ready, and marks it then.
-#[derive(Default)]
-struct Armed {
-    client: bool,
-    upstream: bool,
-    shutdown: bool,
-}
-
-impl Events {
-    fn any(&self) -> bool {
-        self.client_read.is_some()
-            || self.upstream_read.is_some()
-            || self.client_write.is_some()
-            || self.upstream_write.is_some()
-            || self.timer
-            || self.catalog
-            || self.shutdown
-    }
-}
-
-/// Turns of the loop below between two looks at the sessions this
-/// worker relays itself: a session that always has work here would keep
-/// the runtime from ever parking, and so from relaying them.
-const TURNS_BETWEEN_LOOKS: u32 = 32;
-
-/// The relay loop, through the runtime: what `fast` does on a worker,
-/// for TLS sessions and those that need a timer or a catalog wait.
-async fn relay(
-    io: &mut Pair,
-    proto: &mut Protocol,
-    bufs: Bufs,
-    seat: &mut Seat,
-    forced: &mut Closer,
-) -> Outcome {
-    let mut b = bufs;
-    let c = proto.info.clone();
-    // Kept across loop turns: a simulated delay must not restart.
-    let mut timer: Option<(Instant, Sleep)> = None;
-    let mut armed = Armed::default();
-    let shared = proto.shared.clone();
-    let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
-    let wakers = Wakers::new();
-    let mut turns = 0u32;
-    let end = loop {
-        if let Err(e) = process(proto, &mut b) {
-            break End::Error(e);
-        }
-        // Write at once what the sockets take now: the usual case, and one
-        // poll here is cheaper than another wait below. Whatever is not
-        // ready is polled again, with its socket's waker, in that wait.
-        // The send comes before the loop's bookkeeping, not after it: the
-        // server is woken on another CPU, so work done after the send
-        // overlaps with its wake-up, while work before it delays the query.
-        // (Sending last, to keep the client's CPU free for it sooner, was
-        // measured no better at -c 1.)
-        let wrote = {
-            let mut noop = Context::from_waker(std::task::Waker::noop());
-            let up = match b.to_up.wants_write() {
-                true => b.to_up.poll_write(&mut io.upstream, &mut noop),
-                false => Poll::Pending,
-            };
-            let client = match b.to_client.wants_write() {
-                true => b.to_client.poll_write(&mut io.client, &mut noop),
-                false => Poll::Pending,
-            };
-            (up, client)
-        };
-        if let (Poll::Ready(Err(e)), _) = wrote {
-            break End::UpstreamClosed(Some(format!("upstream write: {e}")));
-        }
-        if let (_, Poll::Ready(Err(e))) = wrote {
-            break End::Error(format!("client write: {e}"));
-        }
-        if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
-            break End::ClientClosed;
-        }
-        if timer.is_none()
-            && let Some(j) = move_due(proto, &b, seat)
-        {
-            break End::Move(j);
-        }
-        turns = turns.wrapping_add(1);
-        if turns.is_multiple_of(TURNS_BETWEEN_LOOKS) {
-            crate::worker::poll_now();
-        }
-        let (read_client, read_up) = wants_reads(proto, &b);
-        match (proto.delay_until(), &timer) {
-            (Some(t), Some((at, _))) if *at == t => {}
-            (Some(t), _) => timer = Some((t, precise_sleep(t))),
-            (None, _) => timer = None,
-        }
-        let awaiting = match proto.delay_until() {
-            None => proto.awaiting_since(),
-            Some(_) => None,
-        };
-        let mut catalog = proto.cy.wait_handle();
-        let waits_catalog = catalog.is_some();
-        let mut catalog = std::pin::pin!(catalog_changed(&mut catalog));
-        // All that is ready is handled together: no direction can starve
-        // another, and a busy session costs one wake-up per batch of
-        // events, not per event. Each socket and the shutdown signal is
-        // polled with its own waker, and only when it has not been polled
-        // since it last found nothing (its waker is registered) or it has
-        // woken the task since: a wake-up from the upstream does not poll
-        // the client's empty socket again.
-        let ev = std::future::poll_fn(|cx| {
-            let woke = wakers.take(cx.waker());
-            armed.client &= woke & wake::CLIENT == 0;
-            armed.upstream &= woke & wake::UPSTREAM == 0;
-            armed.shutdown &= woke & wake::SHUTDOWN == 0;
-            let mut ev = Events::default();
-            let mut ccx = Context::from_waker(&wakers.client);
-            let mut ucx = Context::from_waker(&wakers.upstream);
-            if read_client && !armed.client {
-                match poll_read_buf(Pin::new(&mut io.client), &mut ccx, &mut b.cin) {
-                    Poll::Ready(r) => ev.client_read = Some(r),
-                    Poll::Pending => armed.client = true,
-                }
-            }
-            if read_up && !armed.upstream {
-                match poll_read_buf(Pin::new(&mut io.upstream), &mut ucx, &mut b.uin) {
-                    Poll::Ready(r) => ev.upstream_read = Some(r),
-                    Poll::Pending => armed.upstream = true,
-                }
-            }
-            if b.to_client.wants_write()
-                && let Poll::Ready(r) = b.to_client.poll_write(&mut io.client, &mut ccx)
-            {
-                ev.client_write = Some(r);
-            }
-            if b.to_up.wants_write()
-                && let Poll::Ready(r) = b.to_up.poll_write(&mut io.upstream, &mut ucx)
-            {
-                ev.upstream_write = Some(r);
-            }
-            // Rare and short-lived (a simulated delay, a catalog being
-            // fetched by another session): polled each time they exist.
-            if let Some((_, f)) = timer.as_mut() {
-                ev.timer = f.as_mut().poll(cx).is_ready();
-            }
-            if waits_catalog {
-                ev.catalog = catalog.as_mut().poll(cx).is_ready();
-            }
-            if !armed.shutdown {
-                let mut scx = Context::from_waker(&wakers.shutdown);
-                match Pin::new(&mut *forced).poll(&mut scx) {
-                    Poll::Ready(_) => ev.shutdown = true,
-                    Poll::Pending => armed.shutdown = true,
-                }
-            }
-            if ev.any() {
-                return Poll::Ready(ev);
-            }
-            if spin.keep_polling(awaiting) {
-                // Polled again right after the runtime's next look at the
-                // sockets, which then does not sleep.
-                let _ = std::pin::pin!(tokio::task::yield_now()).poll(cx);
-            }
-            Poll::Pending
-        })
-        .await;
-        if ev.shutdown {
-            break End::Shutdown;
-        }
-        if let Some(Err(e)) = ev.upstream_write {
-            break End::UpstreamClosed(Some(format!("upstream write: {e}")));
-        }
-        if let Some(Err(e)) = ev.client_write {
-            break End::Error(format!("client write: {e}"));
-        }
-        match ev.upstream_read {
-            Some(Ok(0)) => break End::UpstreamClosed(None),
-            Some(Ok(n)) => Counters::add(&c.counters.bytes_from_upstream, n as u64),
-            Some(Err(e)) => break End::UpstreamClosed(Some(format!("upstream read: {e}"))),
-            None => {}
-        }
-        match ev.client_read {
-            Some(Ok(0)) => break End::ClientClosed,
-            Some(Ok(n)) => Counters::add(&c.counters.bytes_from_client, n as u64),
-            Some(Err(e)) => break End::Error(format!("client read: {e}")),
-            None => {}
-        }
-        if ev.timer {
-            timer = None;
-            proto.delay_elapsed();
-        }
-        if ev.catalog {
-            proto.cy.wake();
-        }
-        reserve(&mut b.cin);
-        reserve(&mut b.uin);
-    };
-    Outcome { end, bufs: b }
-}
-
 /// Logs how the session ended and sends each side its last words. True
 /// when the upstream connection is to be kept for the next client instead.
 async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
@@ -797,35 +506,4 @@ async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
         }
     }
     false
-}
-
-/// Keeps room for the next read without growing past what one read needs.
-pub(super) fn reserve(buf: &mut bytes::BytesMut) {
-    if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(32 * 1024);
-    }
-}
-
-/// Another session's catalog fetch ended (loaded or given up).
-async fn catalog_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    if let Some(rx) = rx {
-        // An error means the sender is gone: nothing more to wait for.
-        let _ = rx.changed().await;
-    }
-}
-
-type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Sleeps until `t`. tokio's timer wheel rounds up to whole milliseconds,
-/// which would turn a simulated 0.5 ms into 1-2 ms; short waits sleep on a
-/// blocking thread instead, to within tens of microseconds.
-fn precise_sleep(t: Instant) -> Sleep {
-    let left = t.saturating_duration_since(Instant::now());
-    if left >= std::time::Duration::from_millis(5) {
-        Box::pin(crate::timers::sleep_until(t))
-    } else {
-        Box::pin(async move {
-            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
-        })
-    }
 }
