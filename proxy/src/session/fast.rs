@@ -222,13 +222,18 @@ pub(super) struct Relaying {
     thread: u64,
 }
 
+/// Takes `s` out of the worker's epoll, when it is to stay open (one that
+/// closes leaves it by closing).
+pub(super) fn release(s: &TcpStream) {
+    let _ = worker::unwatch(s.as_raw_fd());
+}
+
 impl Relaying {
-    /// Takes the session back (its sockets leave the worker's epoll), with
-    /// why relaying stopped, if it did.
+    /// Takes the session back, with why relaying stopped, if it did. Its
+    /// sockets are still in the worker's epoll (`release`): reports for
+    /// them are ignored from now on.
     pub fn take(self) -> Option<(Parts, Option<Stop>)> {
         let e = self.remove()?;
-        let _ = worker::unwatch(e.parts.client.as_raw_fd());
-        let _ = worker::unwatch(e.parts.upstream.as_raw_fd());
         Some((e.parts, e.stop))
     }
 

@@ -26,6 +26,7 @@ use tracing::{Instrument, Span, debug, info, warn};
 use super::{
     fast,
     handshake::{self, Pair},
+    io::WriteQueue,
     reuse,
     runtime::relay,
     spread::Seat,
@@ -141,6 +142,9 @@ impl Streams {
 enum Relayed {
     /// Over, with what was left to write each way.
     Done(Pair, Outcome),
+    /// Over on the worker's own relay: its sockets are still in the
+    /// worker's epoll.
+    Ended(std::net::TcpStream, std::net::TcpStream, Outcome),
     /// To go on on worker N.
     Move(usize, Streams, Bufs),
     /// The sockets could not be moved between reactors.
@@ -176,8 +180,27 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
         };
         s.shared.forget_closer(id);
         let (relayed, mut proto, seat) = relayed?;
-        let (mut io, end) = match relayed {
-            Relayed::Done(io, end) => (io, end),
+        let upstream = match relayed {
+            Relayed::Done(mut io, end) => {
+                let mut bufs = end.bufs;
+                let keep = s.span.in_scope(|| last_words(&proto, end.end, &mut bufs));
+                say_last(&mut io, &mut bufs).await;
+                // The client is gone already; let it see its socket close
+                // now, not after the reset.
+                drop(io.client);
+                keep.then_some(io.upstream)
+            }
+            Relayed::Ended(client, upstream, end) => {
+                let mut bufs = end.bufs;
+                let keep = s.span.in_scope(|| last_words(&proto, end.end, &mut bufs));
+                match say_last_at_once(client, upstream, &mut bufs, keep).await {
+                    Ok(upstream) => upstream,
+                    Err(why) => {
+                        s.span.in_scope(|| warn!("session closed: {why}"));
+                        None
+                    }
+                }
+            }
             Relayed::Move(j, streams, bufs) => {
                 return move_to(j, streams, proto, bufs, seat, s).await;
             }
@@ -189,17 +212,10 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
         };
         drop(seat);
         let shared = &s.shared;
-        let keep = finish(&mut io, &proto, end)
-            .instrument(s.span.clone())
-            .await;
         // Forgotten before the connection is kept, not after: by then the
         // next client may have registered it again.
         let key = forget_key(&mut proto, shared);
-        if keep {
-            let Pair { client, upstream } = io;
-            // The client is gone already; let it see its socket close now,
-            // not after the reset.
-            drop(client);
+        if let Some(upstream) = upstream {
             let params = std::mem::take(&mut proto.server_params);
             let opened = proto.upstream_opened;
             let raw = s.startup_raw.clone();
@@ -259,16 +275,24 @@ async fn relay_fast(
         bufs,
         seat,
     } = parts;
-    let streams = Streams::Std(client, upstream);
-    Some(match stop {
-        Some(fast::Stop::End(End::Move(j))) => (Relayed::Move(j, streams, bufs), proto, seat),
-        Some(fast::Stop::End(end)) => match streams.registered() {
-            Ok(io) => (Relayed::Done(io, Outcome { end, bufs }), proto, seat),
-            Err(e) => (Relayed::Lost(returning(e)), proto, seat),
-        },
-        Some(fast::Stop::Fallback) | None => {
-            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await
+    let end = match stop {
+        Some(fast::Stop::End(End::Move(j))) => Err(Some(j)),
+        Some(fast::Stop::End(end)) => Ok(end),
+        Some(fast::Stop::Fallback) | None => Err(None),
+    };
+    let moving = match end {
+        Ok(end) => {
+            let outcome = Outcome { end, bufs };
+            return Some((Relayed::Ended(client, upstream, outcome), proto, seat));
         }
+        Err(moving) => moving,
+    };
+    fast::release(&client);
+    fast::release(&upstream);
+    let streams = Streams::Std(client, upstream);
+    Some(match moving {
+        Some(j) => (Relayed::Move(j, streams, bufs), proto, seat),
+        None => Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await,
     })
 }
 
@@ -457,53 +481,87 @@ async fn open(
     }
 }
 
-/// Logs how the session ended and sends each side its last words. True
-/// when the upstream connection is to be kept for the next client instead.
-async fn finish(io: &mut Pair, proto: &Protocol, outcome: Outcome) -> bool {
-    let Outcome { end, bufs } = outcome;
-    // Nothing read from the upstream was left unhandled.
-    let upstream_idle = bufs.uin.is_empty();
-    let (mut to_client, mut to_up) = (bufs.to_client, bufs.to_up);
+/// Logs how the session ended and queues each side's last words; what
+/// was queued for a side that is gone is dropped. True when the upstream
+/// connection is to be kept for the next client instead.
+fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs) -> bool {
     let c = &proto.info;
+    let gone = WriteQueue::default;
     match end {
         End::ClientClosed => {
-            if proto.keep_upstream && upstream_idle && !to_up.wants_write() && proto.quiet() {
+            bufs.to_client = gone();
+            if proto.keep_upstream
+                && bufs.uin.is_empty()
+                && !bufs.to_up.wants_write()
+                && proto.quiet()
+            {
                 return true;
             }
             if proto.flow != Flow::Terminated || proto.terminate_withheld {
                 // Tell the server we are done, as the client would have.
-                to_up.push(Bytes::from_static(&write::TERMINATE));
+                bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
             }
-            let _ = to_up.write_all(&mut io.upstream).await;
         }
         End::UpstreamClosed(error) => {
+            bufs.to_up = gone();
             if let Some(e) = error {
                 warn!("{e}");
             }
             let addr = proto.shared.upstream_addr();
             warn!(upstream = %addr, "upstream closed the connection");
             let text = format!("upstream {addr} closed the connection unexpectedly");
-            to_client.push(write::error(Severity::Fatal, "08006", &text));
+            bufs.to_client
+                .push(write::error(Severity::Fatal, "08006", &text));
             Counters::add(&c.counters.errors, 1);
-            let _ = to_client.write_all(&mut io.client).await;
         }
-        End::Error(e) => {
-            debug!("session ended: {e}");
-            let _ = to_client.write_all(&mut io.client).await;
-            let _ = to_up.write_all(&mut io.upstream).await;
-        }
+        End::Error(e) => debug!("session ended: {e}"),
         // Never finished: the session goes on elsewhere.
         End::Move(_) => {}
         End::Shutdown => {
-            to_client.push(write::error(
+            bufs.to_client.push(write::error(
                 Severity::Fatal,
                 "57P01",
                 "terminating connection due to administrator command (onetrip is shutting down)",
             ));
-            let _ = to_client.write_all(&mut io.client).await;
-            to_up.push(Bytes::from_static(&write::TERMINATE));
-            let _ = to_up.write_all(&mut io.upstream).await;
+            bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
         }
     }
     false
+}
+
+/// Writes the last words through the runtime.
+async fn say_last(io: &mut Pair, bufs: &mut Bufs) {
+    let _ = bufs.to_client.write_all(&mut io.client).await;
+    let _ = bufs.to_up.write_all(&mut io.upstream).await;
+}
+
+/// Writes the last words of a session that ended on the worker's own
+/// relay straight to its sockets, which nearly always take them at once;
+/// only a socket that would block goes back to the runtime to be waited
+/// for. Returns the upstream connection when it is to be kept, back with
+/// the runtime, which resets it.
+async fn say_last_at_once(
+    client: std::net::TcpStream,
+    upstream: std::net::TcpStream,
+    bufs: &mut Bufs,
+    keep: bool,
+) -> Result<Option<Stream>, String> {
+    let runtime = |s: std::net::TcpStream| {
+        fast::release(&s);
+        tokio::net::TcpStream::from_std(s)
+            .map(Stream::Plain)
+            .map_err(returning)
+    };
+    // A socket that closes now leaves the epoll by closing.
+    if !matches!(bufs.to_client.write_to(&client), Ok(true) | Err(_)) {
+        let mut c = runtime(client)?;
+        let _ = bufs.to_client.write_all(&mut c).await;
+    }
+    let written = bufs.to_up.write_to(&upstream);
+    if !keep && matches!(written, Ok(true) | Err(_)) {
+        return Ok(None);
+    }
+    let mut u = runtime(upstream)?;
+    let _ = bufs.to_up.write_all(&mut u).await;
+    Ok(keep.then_some(u))
 }
