@@ -11,7 +11,7 @@
 //! task relays on through tokio.
 
 use std::{
-    cell::{Cell, RefCell},
+    cell::RefCell,
     future::Future,
     io,
     net::TcpStream,
@@ -28,7 +28,10 @@ use super::{
     state::{Flow, Protocol},
     turn::{self, Bufs, End},
 };
-use crate::{stats::Counters, worker, worker::epoll::Event};
+use crate::{
+    stats::Counters,
+    worker::{self, epoll::Event, thread_mark},
+};
 
 /// A session as it enters or leaves the worker's relay.
 pub(super) struct Parts {
@@ -87,7 +90,7 @@ impl Ready {
         self.closed |= ev.closed();
     }
 
-    /// After a read of `n` that emptied the socket's buffer or not.
+    /// After a read that emptied the socket's buffer (`drained`) or not.
     fn read_some(&mut self, drained: bool) {
         self.read = !drained || self.closed;
     }
@@ -104,18 +107,6 @@ struct Table {
 
 thread_local! {
     static TABLE: RefCell<Table> = RefCell::default();
-    static THREAD: Cell<u64> = const { Cell::new(0) };
-}
-
-static THREADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-fn thread_mark() -> u64 {
-    THREAD.with(|t| {
-        if t.get() == 0 {
-            t.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        }
-        t.get()
-    })
 }
 
 /// Data words: slot, generation and side (0 client, 1 upstream).

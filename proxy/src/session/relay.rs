@@ -140,11 +140,9 @@ impl Streams {
 
 /// Where relaying got to.
 enum Relayed {
-    /// Over, with what was left to write each way.
-    Done(Pair, Outcome),
-    /// Over on the worker's own relay: its sockets are still in the
-    /// worker's epoll.
-    Ended(std::net::TcpStream, std::net::TcpStream, Outcome),
+    /// Over, with what was left to write each way (plain sockets from the
+    /// worker's own relay are still in the worker's epoll).
+    Done(Streams, Outcome),
     /// To go on on worker N.
     Move(usize, Streams, Bufs),
     /// The sockets could not be moved between reactors.
@@ -181,19 +179,10 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
         s.shared.forget_closer(id);
         let (relayed, mut proto, seat) = relayed?;
         let upstream = match relayed {
-            Relayed::Done(mut io, end) => {
+            Relayed::Done(streams, end) => {
                 let mut bufs = end.bufs;
                 let keep = s.span.in_scope(|| last_words(&proto, end.end, &mut bufs));
-                say_last(&mut io, &mut bufs).await;
-                // The client is gone already; let it see its socket close
-                // now, not after the reset.
-                drop(io.client);
-                keep.then_some(io.upstream)
-            }
-            Relayed::Ended(client, upstream, end) => {
-                let mut bufs = end.bufs;
-                let keep = s.span.in_scope(|| last_words(&proto, end.end, &mut bufs));
-                match say_last_at_once(client, upstream, &mut bufs, keep).await {
+                match say_last(streams, &mut bufs, keep).await {
                     Ok(upstream) => upstream,
                     Err(why) => {
                         s.span.in_scope(|| warn!("session closed: {why}"));
@@ -282,8 +271,8 @@ async fn relay_fast(
     };
     let moving = match end {
         Ok(end) => {
-            let outcome = Outcome { end, bufs };
-            return Some((Relayed::Ended(client, upstream, outcome), proto, seat));
+            let streams = Streams::Std(client, upstream);
+            return Some((Relayed::Done(streams, Outcome { end, bufs }), proto, seat));
         }
         Err(moving) => moving,
     };
@@ -328,7 +317,7 @@ async fn relay_runtime(
     };
     let relayed = match outcome.end {
         End::Move(j) => Relayed::Move(j, Streams::Runtime(io), outcome.bufs),
-        _ => Relayed::Done(io, outcome),
+        _ => Relayed::Done(Streams::Runtime(io), outcome),
     };
     (relayed, proto, seat)
 }
@@ -529,23 +518,21 @@ fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs) -> bool {
     false
 }
 
-/// Writes the last words through the runtime.
-async fn say_last(io: &mut Pair, bufs: &mut Bufs) {
-    let _ = bufs.to_client.write_all(&mut io.client).await;
-    let _ = bufs.to_up.write_all(&mut io.upstream).await;
-}
-
-/// Writes the last words of a session that ended on the worker's own
-/// relay straight to its sockets, which nearly always take them at once;
-/// only a socket that would block goes back to the runtime to be waited
-/// for. Returns the upstream connection when it is to be kept, back with
-/// the runtime, which resets it.
-async fn say_last_at_once(
-    client: std::net::TcpStream,
-    upstream: std::net::TcpStream,
-    bufs: &mut Bufs,
-    keep: bool,
-) -> Result<Option<Stream>, String> {
+/// Writes the last words. Plain sockets from the worker's own relay get
+/// them straight, and nearly always take them at once; only a socket that
+/// would block goes back to the runtime to be waited for. Returns the
+/// upstream connection when it is to be kept, with the runtime, which
+/// resets it. The client is closed before that: it is gone already, and
+/// sees its socket close now, not after the reset.
+async fn say_last(streams: Streams, bufs: &mut Bufs, keep: bool) -> Result<Option<Stream>, String> {
+    let (client, upstream) = match streams {
+        Streams::Runtime(mut io) => {
+            let _ = bufs.to_client.write_all(&mut io.client).await;
+            let _ = bufs.to_up.write_all(&mut io.upstream).await;
+            return Ok(keep.then_some(io.upstream));
+        }
+        Streams::Std(c, u) => (c, u),
+    };
     let runtime = |s: std::net::TcpStream| {
         fast::release(&s);
         tokio::net::TcpStream::from_std(s)

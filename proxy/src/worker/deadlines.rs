@@ -15,16 +15,11 @@ thread_local! {
     /// This thread's deadlines, when it is a worker.
     static ARMED: RefCell<Option<BTreeMap<(Instant, u64), Waker>>> = const { RefCell::new(None) };
     static NEXT_ID: Cell<u64> = const { Cell::new(0) };
-    /// Tells this thread's keys from other threads' ones.
-    static THREAD: Cell<u64> = const { Cell::new(0) };
 }
-
-static THREADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Makes this thread keep deadlines (once, when a worker starts).
 pub fn install() {
     ARMED.with(|a| *a.borrow_mut() = Some(BTreeMap::new()));
-    THREAD.with(|t| t.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
 }
 
 /// An armed deadline; disarmed when dropped.
@@ -50,7 +45,7 @@ pub fn arm(at: Instant, waker: &Waker) -> Option<Key> {
         Some(Key {
             at,
             id,
-            thread: THREAD.with(Cell::get),
+            thread: super::thread_mark(),
         })
     })
 }
@@ -58,7 +53,7 @@ pub fn arm(at: Instant, waker: &Waker) -> Option<Key> {
 impl Key {
     /// Armed on this thread (a future can be polled on another).
     pub fn is_here(&self) -> bool {
-        self.thread == THREAD.with(Cell::get)
+        self.thread == super::thread_mark()
     }
 
     /// Wakes `waker` instead, if it is another task's.

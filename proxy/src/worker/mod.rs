@@ -40,6 +40,20 @@ struct Reactor {
 
 thread_local! {
     static REACTOR: OnceCell<Reactor> = const { OnceCell::new() };
+    static THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+static THREADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A number of this thread's own: what lives in a thread's tables (a
+/// relayed session, a deadline) can tell whether it is on its own thread.
+pub fn thread_mark() -> u64 {
+    THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        t.get()
+    })
 }
 
 impl Reactor {
