@@ -101,6 +101,18 @@ impl WriteQueue {
         }
     }
 
+    /// `f` over the first `MAX_SLICES` queued chunks, as one vectored
+    /// write takes them.
+    fn with_slices<R>(&self, f: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+        let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+        let mut k = 0;
+        for c in self.chunks.iter().take(MAX_SLICES) {
+            slices[k] = IoSlice::new(c);
+            k += 1;
+        }
+        f(&slices[..k])
+    }
+
     /// One vectored write of what is queued, then a flush once it is all
     /// written. Ready when the write made progress (or nothing was left),
     /// so a caller loops while `wants_write`.
@@ -115,13 +127,7 @@ impl WriteQueue {
                 // The usual case: one slice, no slice array to fill.
                 ready!(Pin::new(&mut *w).poll_write(cx, &self.chunks[0]))?
             } else {
-                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                let mut k = 0;
-                for c in self.chunks.iter().take(MAX_SLICES) {
-                    slices[k] = IoSlice::new(c);
-                    k += 1;
-                }
-                ready!(Pin::new(&mut *w).poll_write_vectored(cx, &slices[..k]))?
+                ready!(self.with_slices(|s| Pin::new(&mut *w).poll_write_vectored(cx, s)))?
             };
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
@@ -148,13 +154,7 @@ impl WriteQueue {
             let written = if self.chunks.len() == 1 {
                 s.write(&self.chunks[0])
             } else {
-                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                let mut k = 0;
-                for c in self.chunks.iter().take(MAX_SLICES) {
-                    slices[k] = IoSlice::new(c);
-                    k += 1;
-                }
-                s.write_vectored(&slices[..k])
+                self.with_slices(|slices| s.write_vectored(slices))
             };
             match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
