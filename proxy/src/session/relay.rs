@@ -122,6 +122,15 @@ impl Streams {
         })
     }
 
+    /// Takes plain sockets out of the worker's epoll, to stay open
+    /// elsewhere.
+    fn release(&self) {
+        if let Streams::Std(c, u) = self {
+            fast::release(c);
+            fast::release(u);
+        }
+    }
+
     /// Plain sockets taken out of the runtime, or the TLS streams as they
     /// are.
     fn unregistered(
@@ -264,24 +273,17 @@ async fn relay_fast(
         bufs,
         seat,
     } = parts;
-    let end = match stop {
-        Some(fast::Stop::End(End::Move(j))) => Err(Some(j)),
-        Some(fast::Stop::End(end)) => Ok(end),
-        Some(fast::Stop::Fallback) | None => Err(None),
-    };
-    let moving = match end {
-        Ok(end) => {
-            let streams = Streams::Std(client, upstream);
-            return Some((Relayed::Done(streams, Outcome { end, bufs }), proto, seat));
-        }
-        Err(moving) => moving,
-    };
-    fast::release(&client);
-    fast::release(&upstream);
     let streams = Streams::Std(client, upstream);
-    Some(match moving {
-        Some(j) => (Relayed::Move(j, streams, bufs), proto, seat),
-        None => Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await,
+    Some(match stop {
+        Some(fast::Stop::End(End::Move(j))) => {
+            streams.release();
+            (Relayed::Move(j, streams, bufs), proto, seat)
+        }
+        Some(fast::Stop::End(end)) => (Relayed::Done(streams, Outcome { end, bufs }), proto, seat),
+        Some(fast::Stop::Fallback) | None => {
+            streams.release();
+            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await
+        }
     })
 }
 
