@@ -1,6 +1,7 @@
 //! Test harness: a private PostgreSQL cluster (temp dir, random port) and a
 //! onetrip proxy in front of it, both started in-process.
 
+pub mod age;
 pub mod process;
 pub mod transcript;
 

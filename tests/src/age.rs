@@ -1,0 +1,52 @@
+//! Apache AGE for the tests that need it.
+//!
+//! AGE is not a Debian package: `.ci/run` builds and installs it from its
+//! source and exports `ONETRIP_AGE_SRC` (the unpacked source, whose
+//! `regress/` holds AGE's own regression suite). With `ONETRIP_AGE_SRC`
+//! set, every AGE check runs and a missing piece fails it; without it they
+//! print one skip line each and pass.
+
+use std::path::PathBuf;
+
+use crate::{PgOptions, PgServer, skip, start_pg};
+
+/// AGE's source directory from `ONETRIP_AGE_SRC`, or `None` after printing
+/// the skip line for `test`.
+pub fn age_src(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("ONETRIP_AGE_SRC") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            assert!(
+                dir.join("age.control").is_file(),
+                "ONETRIP_AGE_SRC={} is not Apache AGE's source (no age.control)",
+                dir.display()
+            );
+            Some(dir)
+        }
+        _ => {
+            skip(&format!(
+                "{test}: needs Apache AGE (set ONETRIP_AGE_SRC to its built and installed source; .ci/run does)"
+            ));
+            None
+        }
+    }
+}
+
+/// A private PostgreSQL with `age` preloaded and created in the `postgres`
+/// database, or `None` (skip line printed) when AGE is not configured.
+/// Fails when `ONETRIP_AGE_SRC` is set but the extension is not installed.
+pub async fn start_age_pg(test: &str) -> Option<PgServer> {
+    age_src(test)?;
+    let mut opts = PgOptions::default();
+    opts.conf.push("shared_preload_libraries = 'age'".into());
+    let pg = start_pg(opts).await;
+    let (client, conn) = tokio_postgres::connect(&pg.dsn("postgres"), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the AGE server");
+    tokio::spawn(conn);
+    client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS age")
+        .await
+        .expect("CREATE EXTENSION age: is AGE installed (make install in ONETRIP_AGE_SRC)?");
+    Some(pg)
+}
