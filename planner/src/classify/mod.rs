@@ -5,10 +5,20 @@
 //! and which isolation level a statement sets. It never fails: SQL it can't parse is
 //! [`StatementClass::Unknown`].
 //!
-//! What the text alone can't show, and is therefore trusted: views, rules, row-level security
-//! policies, triggers, user-defined operators and casts that call side-effect functions, and a
-//! `search_path` that puts a schema before `pg_catalog` so that an unqualified built-in name
-//! resolves to another function.
+//! What the text alone can't show, and is therefore trusted (the database's own schema decides
+//! it, and reading the schema would cost a round trip per statement):
+//! - views, rules, row-level security policies, triggers, and user-defined operators and casts
+//!   that call functions with side effects;
+//! - a function name means the built-in function of that name: a user's overload with other
+//!   argument types (`public.lower(int)`, which PostgreSQL picks over `pg_catalog.lower(text)`
+//!   for an `int` argument whatever the `search_path`), or a `search_path` that puts a schema
+//!   before `pg_catalog`, can make `lower(x)` call a function that writes;
+//! - attribute notation is a column: `t.f` reads column `f` of `t`, but where `t` has no such
+//!   column and a function `f(t)` exists, PostgreSQL calls it.
+//!
+//! `[coalesce] read_only_functions` only adds functions to trust; a database with functions
+//! that write under built-in names, or called through attribute notation, should not use
+//! coalescing for the statements that reach them.
 //!
 //! ```
 //! use onetrip_planner::classify::{ClassCache, StatementClass};
@@ -25,6 +35,7 @@ mod fallback;
 mod functions;
 mod isolation;
 pub(crate) mod lexer;
+mod prepared;
 mod query;
 mod statement;
 #[cfg(test)]
@@ -38,6 +49,7 @@ use sqlparser::parser::Parser;
 
 pub use cache::{ClassCache, MAX_CACHED_LEN};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
+pub use prepared::{PreparedOp, prepared_ops};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
 /// multi-statement string gets the greatest class of its statements).
@@ -163,7 +175,9 @@ impl Classifier {
                 format!("too complex to classify ({} operators)", piece.operators),
             );
         }
-        let mut v = match parse_one(text) {
+        let spelled = explain_analyse(text);
+        let text_for_parser = spelled.as_deref().unwrap_or(text);
+        let mut v = match parse_one(text_for_parser) {
             Ok(stmt) => statement::classify(&stmt, text, &self.extra),
             Err(err) => fallback::classify(text, err, &self.extra),
         };
@@ -178,6 +192,23 @@ impl Classifier {
         }
         v
     }
+}
+
+/// `EXPLAIN ANALYSE ...` with `ANALYZE` in place of PostgreSQL's other
+/// spelling, which sqlparser only takes inside parentheses; `None` when
+/// the text is not such a statement.
+fn explain_analyse(text: &str) -> Option<String> {
+    let mut toks = lexer::tokens(text);
+    if !toks.next()?.is_word(text, "explain") {
+        return None;
+    }
+    let t = toks.next()?;
+    if !t.is_word(text, "analyse") {
+        return None;
+    }
+    let mut out = text.to_owned();
+    out.replace_range(t.start..t.end, "ANALYZE");
+    Some(out)
 }
 
 /// Statements with more binary operators than this are Unknown (see `classify_piece`).

@@ -176,27 +176,36 @@ fn guc_name(name: &ObjectName) -> Option<String> {
     parts.map(|p| p.join("."))
 }
 
-/// `EXPLAIN (ANALYZE [true|on|1], ...)`.
+/// `EXPLAIN (ANALYZE [value], ...)`, in either spelling (`ANALYSE` too) and
+/// any case: the statement runs unless the value is one PostgreSQL reads as
+/// false. A value it can't read is an error, so it doesn't run either way.
 fn has_analyze(options: &[UtilityOption]) -> bool {
     options.iter().any(|o| {
-        o.name.value.eq_ignore_ascii_case("analyze")
+        is_analyze_word(&o.name.value)
             && match &o.arg {
                 None => true,
                 Some(Expr::Value(v)) => match &v.value {
                     Value::Boolean(b) => *b,
-                    Value::Number(n, _) => n != "0",
-                    Value::SingleQuotedString(s) => {
-                        !matches!(s.to_ascii_lowercase().as_str(), "off" | "false" | "0")
-                    }
+                    Value::Number(n, _) => !means_false(n),
+                    Value::SingleQuotedString(s) => !means_false(s),
                     _ => true,
                 },
-                Some(Expr::Identifier(id)) => {
-                    !matches!(id.value.to_ascii_lowercase().as_str(), "off" | "false")
-                }
+                Some(Expr::Identifier(id)) => !means_false(&id.value),
                 // Anything else: assume it runs.
                 Some(_) => true,
             }
     })
+}
+
+pub(crate) fn is_analyze_word(w: &str) -> bool {
+    w.eq_ignore_ascii_case("analyze") || w.eq_ignore_ascii_case("analyse")
+}
+
+/// Does PostgreSQL's boolean parser read `v` as false? It takes any prefix
+/// of `false` and `no`, `of`/`off`, and `0`.
+fn means_false(v: &str) -> bool {
+    let v = v.trim().to_ascii_lowercase();
+    (!v.is_empty() && "false".starts_with(&v)) || matches!(v.as_str(), "n" | "no" | "of" | "off" | "0")
 }
 
 /// The statement's first keyword, plus the second if it is a keyword too (`CREATE TABLE`).
