@@ -89,7 +89,7 @@ fn op(text: &str) -> Option<PreparedOp<'_>> {
 }
 
 /// The token that closes the parenthesis just opened.
-fn closing<'a>(text: &str, toks: &mut impl Iterator<Item = Token>) -> Option<Token> {
+fn closing(text: &str, toks: &mut impl Iterator<Item = Token>) -> Option<Token> {
     let mut depth = 1usize;
     for t in toks {
         if t.is_punct(text, "(") {
