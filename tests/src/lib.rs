@@ -2,7 +2,9 @@
 //! onetrip proxy in front of it, both started in-process.
 
 pub mod age;
+pub mod pipelines;
 pub mod process;
+pub mod script;
 pub mod transcript;
 
 use std::{
@@ -71,6 +73,17 @@ impl Env {
             proxy: Some(proxy),
             workers: Some(workers),
         }
+    }
+
+    /// Another proxy in front of the same server, on the same worker
+    /// threads, with its own configuration.
+    pub async fn start_proxy(&self, tweak: impl FnOnce(&mut Config)) -> Proxy {
+        let mut cfg = proxy_config(&self.pg);
+        tweak(&mut cfg);
+        let workers = self.workers.as_ref().expect("workers running");
+        Proxy::start_on(cfg, workers.handles())
+            .await
+            .expect("start proxy")
     }
 
     pub fn proxy(&self) -> &Proxy {

@@ -62,10 +62,12 @@ impl Raw {
         };
         let mut body = BytesMut::new();
         body.put_u32(196608);
-        for (k, v) in [("user", "postgres"), ("database", "postgres")]
+        // Defaults the caller's own user or database replace.
+        let defaults = [("user", "postgres"), ("database", "postgres")];
+        let defaults = defaults
             .iter()
-            .chain(params)
-        {
+            .filter(|(k, _)| params.iter().all(|(p, _)| p != k));
+        for (k, v) in defaults.chain(params) {
             cstr(&mut body, k);
             cstr(&mut body, v);
         }
@@ -128,6 +130,21 @@ impl Raw {
         self.msg(b'D', |b| {
             b.put_u8(b'P');
             cstr(b, portal);
+        })
+    }
+
+    pub fn describe_statement(&mut self, stmt: &str) -> &mut Self {
+        self.msg(b'D', |b| {
+            b.put_u8(b'S');
+            cstr(b, stmt);
+        })
+    }
+
+    /// Close of a statement (`kind` 'S') or portal ('P').
+    pub fn close(&mut self, kind: char, name: &str) -> &mut Self {
+        self.msg(b'C', |b| {
+            b.put_u8(kind as u8);
+            cstr(b, name);
         })
     }
 
