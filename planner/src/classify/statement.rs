@@ -205,7 +205,8 @@ pub(crate) fn is_analyze_word(w: &str) -> bool {
 /// of `false` and `no`, `of`/`off`, and `0`.
 fn means_false(v: &str) -> bool {
     let v = v.trim().to_ascii_lowercase();
-    (!v.is_empty() && "false".starts_with(&v)) || matches!(v.as_str(), "n" | "no" | "of" | "off" | "0")
+    (!v.is_empty() && "false".starts_with(&v))
+        || matches!(v.as_str(), "n" | "no" | "of" | "off" | "0")
 }
 
 /// The statement's first keyword, plus the second if it is a keyword too (`CREATE TABLE`).

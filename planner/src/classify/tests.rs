@@ -301,15 +301,51 @@ const TABLE: &[(&str, StatementClass, &str)] = &[
     // Every spelling PostgreSQL accepts for running the statement.
     ("EXPLAIN (ANALYSE) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
     ("explain analyse delete from t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN ANALYSE VERBOSE DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("explain analyze verbose delete from t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (ANALYZE true) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (ANALYZE on) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (ANALYZE 1) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (analyse yes) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (\"analyze\") DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (costs off, \"analyse\" 'true') DELETE FROM t", Write, "EXPLAIN ANALYZE"),
-    ("EXPLAIN (format json, ANALYZE) DELETE FROM t", Write, "EXPLAIN ANALYZE"),
+    (
+        "EXPLAIN ANALYSE VERBOSE DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "explain analyze verbose delete from t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (ANALYZE true) DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (ANALYZE on) DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (ANALYZE 1) DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (analyse yes) DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (\"analyze\") DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (costs off, \"analyse\" 'true') DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
+    (
+        "EXPLAIN (format json, ANALYZE) DELETE FROM t",
+        Write,
+        "EXPLAIN ANALYZE",
+    ),
     ("EXPLAIN (ANALYZE) EXECUTE w", Unsafe, "EXPLAIN ANALYZE"),
     // transaction control
     ("BEGIN", TransactionControl, "BEGIN"),
