@@ -1,6 +1,6 @@
 //! The few words the proxy looks for in every statement's text (Cypher
-//! calls, catalog changes, isolation changes, deallocation), found in one
-//! pass: this runs on every Query and Parse.
+//! calls, catalog changes, isolation and search path changes, prepared
+//! statements), found in one pass: this runs on every Query and Parse.
 
 /// A set of the words below found in a statement, case-insensitively and
 /// anywhere (inside identifiers and literals too: a hint, never a parse).
@@ -17,6 +17,15 @@ impl Words {
     pub const DEALLOCATE: Words = Words(1 << 6);
     pub const ISOLATION: Words = Words(1 << 7);
     pub const RESET: Words = Words(1 << 8);
+    pub const PREPARE: Words = Words(1 << 9);
+    /// `execute` (found as "xecute": "ex" starts "extension").
+    pub const EXECUTE: Words = Words(1 << 10);
+    pub const SEARCH_PATH: Words = Words(1 << 11);
+    /// `SET SCHEMA` sets the search path.
+    pub const SCHEMA: Words = Words(1 << 12);
+    /// `set_config`.
+    pub const CONFIG: Words = Words(1 << 13);
+    pub const LOAD: Words = Words(1 << 14);
 
     pub fn scan(text: &str) -> Words {
         let h = text.as_bytes();
@@ -107,16 +116,22 @@ mod wide {
     }
 }
 
-const WORDS: [(Words, &[u8]); 9] = [
+const WORDS: [(Words, &[u8]); 15] = [
     (Words::AGE, b"age"),
     (Words::CYPHER, b"cypher"),
+    (Words::CONFIG, b"config"),
     (Words::DISCARD, b"discard"),
     (Words::DEALLOCATE, b"deallocate"),
     (Words::EXTENSION, b"extension"),
+    (Words::EXECUTE, b"xecute"),
     (Words::GRAPH, b"graph"),
     (Words::ISOLATION, b"isolation"),
     (Words::LABEL, b"label"),
+    (Words::LOAD, b"load"),
+    (Words::PREPARE, b"prepare"),
     (Words::RESET, b"reset"),
+    (Words::SCHEMA, b"schema"),
+    (Words::SEARCH_PATH, b"search_path"),
 ];
 
 const FIRST: u8 = 1;

@@ -12,12 +12,13 @@
 use std::sync::OnceLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use onetrip_planner::classify::{IsolationChange, IsolationLevel};
+use onetrip_planner::classify::{IsolationChange, IsolationLevel, PreparedOp, prepared_ops};
 use rustc_hash::FxHashSet;
 
 use super::{
+    flight::{Flight, Own},
     judge::{Judge, Verdict},
-    sql::{Prepared, Sql, may_set_isolation},
+    sql::{Sql, may_set_isolation},
 };
 use crate::{
     server::Shared,
@@ -28,8 +29,14 @@ use crate::{
 
 /// What the session knows when a message passes the coalescer.
 pub struct Ctx<'a> {
-    pub prepared: &'a Prepared,
+    /// What the upstream owes, and the prepared statements.
+    pub flight: &'a Flight,
+    /// Transaction status from the last ReadyForQuery.
     pub txn_status: u8,
+    /// Syncs, Queries or FunctionCalls sent upstream still wait for their
+    /// ReadyForQuery: `txn_status` is about to change, and the next
+    /// ReadyForQuery is theirs.
+    pub awaiting_ready: bool,
     pub in_copy: bool,
     pub info: &'a SessionInfo,
     pub shared: &'a Shared,
@@ -40,7 +47,8 @@ pub struct Ctx<'a> {
 #[derive(Default)]
 pub struct Out {
     pub to_client: Vec<Bytes>,
-    pub to_upstream: Vec<Bytes>,
+    /// With the statement of the proxy's own they belong to, if any.
+    pub to_upstream: Vec<(Bytes, Option<Own>)>,
 }
 
 impl Out {
@@ -117,8 +125,12 @@ pub struct Coalescer {
     /// `Sync Flush`, after the Sync was answered here).
     swallow_flush: bool,
     judge: Judge,
-    /// Isolation the session started with; `None` when unknown.
+    /// The session's default isolation as the server reported it (what
+    /// RESET returns to); `None` until known.
     startup_isolation: Option<IsolationLevel>,
+    /// The client changed the session's isolation before the server's
+    /// report of the default came.
+    isolation_touched: bool,
     session_isolation: Option<IsolationLevel>,
     txn_isolation: Option<IsolationLevel>,
     /// Statements whose probe failed once: not probed again.
@@ -133,9 +145,8 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    pub fn new(shared: &Shared, startup_params: &[(String, String)]) -> Self {
+    pub fn new(shared: &Shared) -> Self {
         let cfg = &shared.config.coalesce;
-        let startup_isolation = startup_isolation(startup_params);
         Self {
             enabled: cfg.single_read,
             probe_enabled: cfg.write_probe,
@@ -145,14 +156,23 @@ impl Coalescer {
             held: Held::default(),
             swallow_flush: false,
             judge: Judge::new(&cfg.read_only_functions),
-            startup_isolation,
-            session_isolation: startup_isolation,
+            startup_isolation: None,
+            isolation_touched: false,
+            session_isolation: None,
             txn_isolation: None,
             no_probe: FxHashSet::default(),
             no_coalesce: FxHashSet::default(),
             probe_prepare: probe_prepare(true),
             probe_run: probe_run(),
             probe_prepared: false,
+        }
+    }
+
+    /// The server's answer: the session's default isolation level.
+    pub fn on_default_isolation(&mut self, level: Option<IsolationLevel>) {
+        self.startup_isolation = level;
+        if !self.isolation_touched {
+            self.session_isolation = level;
         }
     }
 
@@ -212,6 +232,9 @@ impl Coalescer {
 
     fn apply_isolation(&mut self, changes: &[IsolationChange], in_block: bool) {
         for c in changes {
+            if !matches!(c, IsolationChange::Transaction(_)) {
+                self.isolation_touched = true;
+            }
             match *c {
                 IsolationChange::Transaction(l) => self.txn_isolation = Some(l.effective()),
                 // A session-level change inside a block is undone if the
@@ -249,7 +272,12 @@ impl Coalescer {
                 tag::FLUSH => return false,
                 // The server would discard these until the Sync; so do we.
                 _ if failed && t != tag::TERMINATE => return false,
-                _ => self.state = State::Normal,
+                _ => {
+                    self.state = State::Normal;
+                    if status == b'I' && t != tag::TERMINATE {
+                        self.snapshot(out);
+                    }
+                }
             },
         }
         match t {
@@ -257,7 +285,7 @@ impl Coalescer {
             tag::BIND => {
                 self.batch.binds += 1;
                 self.batch.statement =
-                    frontend::bind(msg).and_then(|(_, s)| ctx.prepared.get(s).cloned());
+                    frontend::bind(msg).and_then(|(_, s)| ctx.flight.statement(s).cloned());
                 self.batch.frames.push(msg.clone());
             }
             tag::EXECUTE => {
@@ -289,11 +317,22 @@ impl Coalescer {
         true
     }
 
+    /// The batch so far has the shape of one to coalesce; whether it may be
+    /// depends on the session too.
+    pub fn may_coalesce_batch(&self) -> bool {
+        let b = &self.batch;
+        self.enabled && b.binds == 1 && b.executes == 1 && !b.others && b.unlimited
+    }
+
     /// Whether the batch ending in this Flush may be coalesced, and if so
     /// whether it needs the write probe.
     fn qualifies(&mut self, ctx: &Ctx) -> Option<bool> {
         let b = &self.batch;
+        // Only a batch that nothing sent before it is still waiting on: then
+        // the next ReadyForQuery is the early Sync's, and `txn_status` is
+        // the one the batch runs in.
         if !self.enabled
+            || ctx.awaiting_ready
             || b.binds != 1
             || b.executes != 1
             || b.others
@@ -308,7 +347,7 @@ impl Coalescer {
         if self.no_coalesce.contains(&sql) {
             return None;
         }
-        let verdict = self.judge.judge(sql.as_str()).verdict;
+        let verdict = self.verdict(&sql, ctx.flight);
         let shared = ctx.shared;
         let decision = if ctx.txn_status == b'T' {
             // Inside a block a Sync commits nothing: anything but transaction
@@ -329,16 +368,43 @@ impl Coalescer {
         decision
     }
 
+    /// The statement's verdict; `EXECUTE name(args)` gets the prepared
+    /// statement's, or its arguments' when those are worse.
+    fn verdict(&mut self, sql: &Sql, flight: &Flight) -> Verdict {
+        let own = self.judge.judge(sql.as_str()).verdict;
+        if !sql.words().any(Words::EXECUTE) {
+            return own;
+        }
+        let ops = prepared_ops(sql.as_str());
+        let [PreparedOp::Execute { name, args }] = ops.as_slice() else {
+            return own;
+        };
+        if self.judge.judge(sql.as_str()).statements != 1 {
+            return own;
+        }
+        let Some(target) = flight.statement(name) else {
+            return own;
+        };
+        let runs = self.judge.judge(target.as_str()).verdict;
+        if args.trim().is_empty() {
+            return runs;
+        }
+        let args = self.judge.judge(&format!("SELECT {args}")).verdict;
+        Verdict::worse(runs, args)
+    }
+
     fn early_sync(&mut self, probe: bool, ctx: &Ctx, out: &mut Out) {
         Counters::add(&ctx.info.counters.coalesced_batches, 1);
         if probe {
             if !self.probe_prepared {
-                out.to_upstream.push(self.probe_prepare.clone());
+                out.to_upstream
+                    .push((self.probe_prepare.clone(), Some(Own::Probe)));
             }
-            out.to_upstream.push(self.probe_run.clone());
+            out.to_upstream
+                .push((self.probe_run.clone(), Some(Own::Probe)));
             self.held = Held::default();
         }
-        out.to_upstream.push(sync_frame());
+        out.to_upstream.push((sync_frame(), None));
         self.state = State::Early {
             probe,
             failed: false,
@@ -346,6 +412,17 @@ impl Coalescer {
         if !probe {
             self.batch.clear();
         }
+    }
+
+    /// The client sends more before its Sync, after an early Sync ended its
+    /// implicit transaction. Had the Sync not come early, what it sends now
+    /// would run in the transaction of the statement before it, where a
+    /// query has run: SET TRANSACTION ISOLATION LEVEL, for one, fails there.
+    /// A statement of the proxy's own that takes a snapshot goes first, so
+    /// what the client sends runs after a query, as it would have.
+    fn snapshot(&mut self, out: &mut Out) {
+        out.to_upstream
+            .push((snapshot_frames(), Some(Own::Snapshot)));
     }
 
     /// An upstream message read whole; true when it goes to the client as
@@ -454,13 +531,50 @@ impl Coalescer {
             }
         }
         for f in frames {
-            out.to_upstream.push(f.clone());
+            out.to_upstream.push((f.clone(), None));
             rerun.frames.push(f.clone());
         }
-        out.to_upstream.push(flush_frame());
+        out.to_upstream.push((flush_frame(), None));
         self.batch = rerun;
         self.state = State::Normal;
     }
+}
+
+const SNAPSHOT: &str = "onetrip_snapshot";
+
+/// Close, Parse, Bind and Execute of `SELECT` as a named statement and
+/// portal of the proxy's own (the client may still use the unnamed ones).
+fn snapshot_frames() -> Bytes {
+    static FRAMES: OnceLock<&'static [u8]> = OnceLock::new();
+    built(&FRAMES, || {
+        let mut out = BytesMut::new();
+        write::message(&mut out, tag::CLOSE, |b| {
+            b.put_u8(b'S');
+            b.put_slice(SNAPSHOT.as_bytes());
+            b.put_u8(0);
+        });
+        write::message(&mut out, tag::PARSE, |b| {
+            b.put_slice(SNAPSHOT.as_bytes());
+            b.put_u8(0);
+            b.put_slice(b"SELECT\0");
+            b.put_i16(0);
+        });
+        write::message(&mut out, tag::BIND, |b| {
+            for _ in 0..2 {
+                b.put_slice(SNAPSHOT.as_bytes());
+                b.put_u8(0);
+            }
+            b.put_i16(0);
+            b.put_i16(0);
+            b.put_i16(0);
+        });
+        write::message(&mut out, tag::EXECUTE, |b| {
+            b.put_slice(SNAPSHOT.as_bytes());
+            b.put_u8(0);
+            b.put_i32(0);
+        });
+        out
+    })
 }
 
 fn sync_frame() -> Bytes {
@@ -536,62 +650,4 @@ fn build_probe_run() -> BytesMut {
         b.put_i32(0);
     });
     out
-}
-
-/// The isolation a session starts with: its `default_transaction_isolation`
-/// startup parameter or `-c` option, else READ COMMITTED (PostgreSQL's
-/// default; a role or database default set on the server is not visible
-/// to the proxy).
-fn startup_isolation(params: &[(String, String)]) -> Option<IsolationLevel> {
-    use onetrip_planner::classify::parse_isolation_name;
-    let mut level = Some(IsolationLevel::ReadCommitted);
-    for (k, v) in params {
-        if k == "default_transaction_isolation" {
-            level = parse_isolation_name(v).map(IsolationLevel::effective);
-        } else if k == "options" && v.contains("transaction") && v.contains("isolation") {
-            level = options_isolation(v);
-        }
-    }
-    level
-}
-
-fn options_isolation(options: &str) -> Option<IsolationLevel> {
-    let norm = options.replace("--", "-c ").replace('-', "_");
-    let at = norm.find("default_transaction_isolation=")?;
-    let rest = &norm[at + "default_transaction_isolation=".len()..];
-    let value: String = rest
-        .split("_c ")
-        .next()?
-        .replace("\\ ", " ")
-        .replace('_', " ");
-    onetrip_planner::classify::parse_isolation_name(value.trim()).map(IsolationLevel::effective)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn isolation_from_startup() {
-        let p = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
-        assert_eq!(startup_isolation(&[]), Some(IsolationLevel::ReadCommitted));
-        assert_eq!(
-            startup_isolation(&p("default_transaction_isolation", "repeatable read")),
-            Some(IsolationLevel::RepeatableRead)
-        );
-        assert_eq!(
-            startup_isolation(&p(
-                "options",
-                "-c default_transaction_isolation=serializable"
-            )),
-            Some(IsolationLevel::Serializable)
-        );
-        assert_eq!(
-            startup_isolation(&p(
-                "options",
-                "-c default_transaction_isolation=repeatable\\ read"
-            )),
-            Some(IsolationLevel::RepeatableRead)
-        );
-    }
 }

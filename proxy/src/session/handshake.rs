@@ -121,6 +121,9 @@ pub struct Authed {
     pub plain_trust: bool,
     /// When the upstream connection was opened.
     pub opened: Instant,
+    /// The connection's settings, when a kept connection's earlier client
+    /// learned them.
+    pub settings: Option<super::settings::Settings>,
 }
 
 /// A cancel key registered for a session still being set up. Forgotten
@@ -231,6 +234,7 @@ pub async fn relay_auth(
                     key,
                     plain_trust,
                     opened,
+                    settings: None,
                 });
             }
             tag::ERROR_RESPONSE => {

@@ -16,6 +16,18 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Of two statements run together, the one that allows less.
+    pub fn worse(a: Verdict, b: Verdict) -> Verdict {
+        let rank = |v: Verdict| match v {
+            Verdict::Read => 0,
+            Verdict::MaybeWrite => 1,
+            Verdict::Never(_) => 2,
+            Verdict::TransactionControl => 3,
+            Verdict::Unknown => 4,
+        };
+        if rank(b) > rank(a) { b } else { a }
+    }
+
     /// The reason counted when a batch is not coalesced because of its class.
     pub fn fallback_reason(self) -> &'static str {
         match self {
@@ -33,6 +45,8 @@ impl Verdict {
 pub struct Judged {
     pub verdict: Verdict,
     pub isolation: Vec<onetrip_planner::classify::IsolationChange>,
+    /// Statements in the text.
+    pub statements: usize,
 }
 
 pub struct Judge {
@@ -58,6 +72,7 @@ impl Judge {
         Judged {
             verdict,
             isolation: c.isolation,
+            statements: c.statement_count,
         }
     }
 }

@@ -4,12 +4,14 @@
 mod coalesce;
 mod cypher;
 pub(crate) mod fast;
+mod flight;
 mod handshake;
 pub mod io;
 mod judge;
 mod relay;
 pub mod reuse;
 mod runtime;
+mod settings;
 mod spin;
 pub mod spread;
 mod sql;

@@ -65,6 +65,9 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     let info = proto.info.clone();
     let proto = match ready {
         Some((io, cin, uin)) => {
+            let mut proto = proto;
+            let mut bufs = Bufs::new(cin, uin);
+            proto.start(&mut bufs.to_up);
             // A TLS stream's state lives in this task: it stays here.
             let may_move = !io.client.is_tls() && !io.upstream.is_tls();
             // Sessions start on the worker that accepted them, the first.
@@ -74,7 +77,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 shared: shared.clone(),
                 span: span.clone(),
             };
-            live(Streams::Runtime(io), proto, Bufs::new(cin, uin), seat, s).await
+            live(Streams::Runtime(io), proto, bufs, seat, s).await
         }
         None => Some(proto),
     };
@@ -214,10 +217,16 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
         // next client may have registered it again.
         let key = forget_key(&mut proto, shared);
         if let Some(upstream) = upstream {
-            let params = std::mem::take(&mut proto.server_params);
-            let opened = proto.upstream_opened;
-            let raw = s.startup_raw.clone();
-            match reuse::park(upstream, raw, params, key, opened, shared).await {
+            let leaving = reuse::Leaving {
+                upstream,
+                startup: s.startup_raw.clone(),
+                params: std::mem::take(&mut proto.server_params),
+                key,
+                opened: proto.upstream_opened,
+                settings: proto.settings.after_reset(),
+                owed: proto.flight.readies(),
+            };
+            match reuse::park(leaving, shared).await {
                 Ok(()) => debug!("upstream connection kept for the next client"),
                 Err(e) => debug!("upstream connection not kept: {e}"),
             }
@@ -417,7 +426,7 @@ async fn open(
         }
         false => None,
     };
-    let mut proto = Protocol::new(shared.clone(), info.clone(), &params);
+    let mut proto = Protocol::new(shared.clone(), info.clone());
     let limit = shared.config.limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
@@ -446,6 +455,9 @@ async fn open(
     match authed {
         Ok((io, a)) => {
             proto.on_server_params(&a.params);
+            if let Some(settings) = a.settings {
+                proto.settings = settings;
+            }
             if let Some((pid, _)) = a.key.as_deref().and_then(backend::backend_key) {
                 info.upstream_pid
                     .store(pid as u64, std::sync::atomic::Ordering::Relaxed);

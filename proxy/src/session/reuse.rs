@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use super::{
     handshake::{Authed, HandshakeEnd, KeyGuard, Pair},
     io::read_message,
+    settings::Settings,
 };
 use crate::{
     net::Stream,
@@ -38,6 +39,9 @@ pub struct Kept {
     tcp: std::net::TcpStream,
     params: Vec<(String, String)>,
     key: Option<Bytes>,
+    /// The connection's settings after its reset, when a client learned
+    /// them: the next client need not ask.
+    settings: Option<Settings>,
     /// When it was opened, and when it was kept.
     opened: Instant,
     since: Instant,
@@ -284,14 +288,30 @@ pub enum ParkError {
 /// Resets the upstream connection of a session whose client has left
 /// cleanly and keeps it for the next client sending `startup`; closes it
 /// when that fails. `params` are the session's latest ParameterStatus values.
-pub async fn park(
-    upstream: Stream,
-    startup: Bytes,
-    mut params: Vec<(String, String)>,
-    key: Option<Bytes>,
-    opened: Instant,
-    shared: &Shared,
-) -> Result<(), ParkError> {
+/// What a session leaves with its upstream connection.
+pub struct Leaving {
+    pub upstream: Stream,
+    pub startup: Bytes,
+    pub params: Vec<(String, String)>,
+    pub key: Option<Bytes>,
+    pub opened: Instant,
+    pub settings: Option<Settings>,
+    /// ReadyForQuery messages still owed for queries of the proxy's own
+    /// (the session's settings, asked at its start): read and dropped
+    /// before the reset's.
+    pub owed: usize,
+}
+
+pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
+    let Leaving {
+        upstream,
+        startup,
+        mut params,
+        key,
+        opened,
+        settings,
+        owed,
+    } = leaving;
     let Stream::Plain(mut tcp) = upstream else {
         return Err(ParkError::Tls);
     };
@@ -307,6 +327,7 @@ pub async fn park(
         &mut tcp,
         &mut params,
         shared.config.limits.max_message_bytes,
+        owed,
     );
     let result = match crate::timers::timeout(limit, reset).await {
         Ok(r) => r,
@@ -323,6 +344,7 @@ pub async fn park(
         tcp,
         params,
         key,
+        settings,
         opened,
         since: Instant::now(),
     };
@@ -336,11 +358,13 @@ pub async fn park(
 
 /// DISCARD ALL, read to its ReadyForQuery. ParameterStatus messages (RESET
 /// ALL reports the values it restores) update `params`; notices and
-/// notifications still on their way to the old client are dropped.
+/// notifications still on their way to the old client are dropped, and so
+/// are the answers to `owed` queries of the proxy's own sent before.
 async fn reset(
     tcp: &mut tokio::net::TcpStream,
     params: &mut Vec<(String, String)>,
     max: usize,
+    mut owed: usize,
 ) -> Result<(), ParkError> {
     let mut query = BytesMut::with_capacity(17);
     write::message(&mut query, tag::QUERY, |b| {
@@ -350,6 +374,12 @@ async fn reset(
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         let msg = read_message(tcp, &mut buf, max).await?;
+        if owed > 0 {
+            if msg[0] == tag::READY_FOR_QUERY {
+                owed -= 1;
+            }
+            continue;
+        }
         match msg[0] {
             tag::COMMAND_COMPLETE | tag::NOTICE_RESPONSE | tag::NOTIFICATION => {}
             tag::PARAMETER_STATUS => {
@@ -391,6 +421,7 @@ pub async fn adopt(
         params,
         key,
         opened,
+        settings,
         ..
     } = kept;
     // Registered before the client can know the key.
@@ -407,6 +438,7 @@ pub async fn adopt(
         key,
         plain_trust: true,
         opened,
+        settings,
     };
     Ok((io, authed))
 }

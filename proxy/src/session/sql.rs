@@ -33,22 +33,32 @@ impl Sql {
     pub fn words(&self) -> Words {
         self.1
     }
+
+    /// `part`, which lies inside this text, as a statement of its own.
+    pub fn part(&self, part: &str) -> Sql {
+        Sql(self.0.slice_ref(part.as_bytes()), Words::scan(part))
+    }
 }
 
-/// The session's prepared statements by name.
+/// The prepared statements the server is known to hold, by name. What the
+/// session has sent and not yet seen accepted is in the `Flight`.
 #[derive(Debug, Default)]
 pub struct Prepared {
-    /// The unnamed statement, replaced by nearly every Parse: kept as a slice.
+    /// The unnamed one, replaced by nearly every Parse: kept as a slice.
     unnamed: Option<Sql>,
     named: FxHashMap<String, Sql>,
 }
 
 impl Prepared {
-    pub fn parsed(&mut self, name: &str, sql: Sql) {
-        if name.is_empty() {
-            self.unnamed = Some(sql);
-        } else {
-            self.named.insert(name.to_owned(), sql.detached());
+    /// The server accepted `name` (`None`: something sent after it
+    /// dropped the name again).
+    pub fn record(&mut self, accepted: Option<(String, Sql)>) {
+        match accepted {
+            Some((name, sql)) if name.is_empty() => self.unnamed = Some(sql),
+            Some((name, sql)) => {
+                self.named.insert(name, sql.detached());
+            }
+            None => {}
         }
     }
 
@@ -101,9 +111,10 @@ mod tests {
     #[test]
     fn prepared_keeps_named_copies() {
         let msg = Bytes::from_static(b"select 1");
+        let sql = || Sql::within(&msg, "select 1", None);
         let mut p = Prepared::default();
-        p.parsed("", Sql::within(&msg, "select 1", None));
-        p.parsed("s", Sql::within(&msg, "select 1", None));
+        p.record(Some((String::new(), sql())));
+        p.record(Some(("s".into(), sql())));
         assert_eq!(p.get("").map(Sql::as_str), Some("select 1"));
         assert_eq!(p.get("s").map(Sql::as_str), Some("select 1"));
         p.closed("s");

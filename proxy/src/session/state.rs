@@ -8,8 +8,10 @@ use bytes::{Bytes, BytesMut};
 use super::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, may_route, statement_text},
+    flight::{Flight, Op, Own, Owner},
     io::WriteQueue,
-    sql::{Prepared, Sql},
+    settings::Settings,
+    sql::Sql,
     statements::Statements,
 };
 use crate::{
@@ -22,6 +24,7 @@ use crate::{
     },
     words::Words,
 };
+use onetrip_planner::classify::{PreparedOp, prepared_ops};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -64,16 +67,22 @@ pub struct Protocol {
     pub txn_status: u8,
     /// Between CopyIn/CopyOut and the end of the COPY.
     pub in_copy: bool,
-    /// Prepared statements by name (the unnamed one under "").
-    pub prepared: Prepared,
+    /// What the upstream owes, and the prepared statements it holds.
+    pub flight: Flight,
+    /// What a client message about to go upstream does to the prepared
+    /// statements.
+    client_op: Op,
+    /// The session's settings, as learned from the server.
+    pub settings: Settings,
+    /// A Flush that may end a batch to coalesce waits for the settings'
+    /// answer, which is on its way (the session's first batch, sent
+    /// before the answer came).
+    flush_waits_for_settings: bool,
     /// Round trips per statement.
     pub statements: Statements,
     work_since_idle: bool,
     pub co: Coalescer,
     pub cy: CypherSession,
-    /// Syncs, Queries and FunctionCalls sent upstream whose ReadyForQuery
-    /// has not come back.
-    pending_ready: u32,
     /// Reused output lists of the coalescer (no allocation per message).
     out: Out,
     /// Client messages read but not yet handled when the client was paused.
@@ -107,12 +116,8 @@ enum Routed {
 }
 
 impl Protocol {
-    pub fn new(
-        shared: Arc<Shared>,
-        info: Arc<SessionInfo>,
-        startup_params: &[(String, String)],
-    ) -> Self {
-        let co = Coalescer::new(&shared, startup_params);
+    pub fn new(shared: Arc<Shared>, info: Arc<SessionInfo>) -> Self {
+        let co = Coalescer::new(&shared);
         let cy = CypherSession::new(&shared, &info.database);
         Self {
             shared,
@@ -126,12 +131,14 @@ impl Protocol {
             rt_delayed: false,
             txn_status: b'I',
             in_copy: false,
-            prepared: Prepared::default(),
+            flight: Flight::default(),
+            client_op: Op::None,
+            settings: Settings::default(),
+            flush_waits_for_settings: false,
             statements: Statements::default(),
             work_since_idle: false,
             co,
             cy,
-            pending_ready: 0,
             out: Out::default(),
             client_rest: Bytes::new(),
             last_plain: None,
@@ -149,10 +156,12 @@ impl Protocol {
     }
 
     /// Nothing in flight either way, no transaction open, nothing held: the
-    /// upstream connection is where a new one would be after DISCARD ALL.
+    /// upstream connection is where a new one would be after DISCARD ALL
+    /// (once the answers to the proxy's own queries, which may still be on
+    /// their way, are read).
     pub fn quiet(&self) -> bool {
         self.txn_status == b'I'
-            && self.pending_ready == 0
+            && self.flight.client_answered()
             && !self.unsynced
             && !self.in_copy
             && self.co.idle()
@@ -178,7 +187,7 @@ impl Protocol {
 
     /// Client input waits while a coalesced batch's outcome is unknown.
     pub fn client_paused(&self) -> bool {
-        self.co.pauses_client() || self.cy.blocks_client()
+        self.co.pauses_client() || self.cy.blocks_client() || self.flush_waits_for_settings
     }
 
     // ---- client -> upstream ----
@@ -260,14 +269,20 @@ impl Protocol {
             let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) else {
                 break;
             };
+            if h.tag == tag::FLUSH && self.settings.waiting() && self.co.may_coalesce_batch() {
+                self.flush_waits_for_settings = true;
+                self.client_rest = chunk.slice(at..);
+                break;
+            }
             let end = at + h.wire_len;
             let forward = if h.tag == tag::COPY_DATA {
                 !self.co.discarding()
             } else {
                 self.on_client_message(h.tag, &chunk.slice(at..end), to_up, to_client)
             };
+            let op = std::mem::replace(&mut self.client_op, Op::None);
             if forward {
-                self.forward_up(to_up, &chunk, at, end);
+                self.forward_up(to_up, &chunk, at, end, op);
                 forwarded += h.wire_len;
             }
             at = end;
@@ -277,10 +292,17 @@ impl Protocol {
 
     /// Queues `buf[start..end]`, one message as the client sent it (the
     /// caller counts its bytes).
-    fn forward_up(&mut self, to_up: &mut WriteQueue, buf: &Bytes, start: usize, end: usize) {
+    fn forward_up(
+        &mut self,
+        to_up: &mut WriteQueue,
+        buf: &Bytes,
+        start: usize,
+        end: usize,
+        op: Op,
+    ) {
         let t = buf[start];
         to_up.push_part(buf, start, end);
-        self.note_sent_up(t, wire::is_flush_request(t));
+        self.note_sent_up(t, wire::is_flush_request(t), None, op);
     }
 
     /// Handles one client message; true when it goes upstream as it came
@@ -303,7 +325,7 @@ impl Protocol {
                 Routed::Rewritten(m) => rewritten = Some(m),
                 Routed::Held(query) => {
                     if let Some(q) = query {
-                        self.send_up(to_up, q, true);
+                        self.send_own_up(to_up, q, Own::Cypher, true);
                     }
                     return false;
                 }
@@ -315,28 +337,12 @@ impl Protocol {
         }
         match t {
             tag::QUERY => {
-                let sql = sql
+                sql = sql
                     .or_else(|| frontend::query_text(msg).map(|text| Sql::within(msg, text, None)));
                 if let Some(sql) = &sql {
                     self.co.on_simple_query(sql);
                 }
-                self.note_statement(sql);
-            }
-            tag::PARSE => match sql {
-                // The unnamed statement (an empty name: a NUL right after
-                // the header), whose text routing found already.
-                Some(sql) if msg.get(5) == Some(&0) => self.prepared.parsed("", sql),
-                _ => {
-                    if let Some((name, text)) = frontend::parse(msg) {
-                        let sql = sql.unwrap_or_else(|| Sql::within(msg, text, None));
-                        self.prepared.parsed(name, sql);
-                    }
-                }
-            },
-            tag::CLOSE => {
-                if let Some((b'S', name)) = frontend::target(msg) {
-                    self.prepared.closed(name);
-                }
+                self.note_statement(sql.clone());
             }
             tag::EXECUTE => {
                 let sql = self.co.batch_statement();
@@ -351,15 +357,92 @@ impl Protocol {
             }
             _ => {}
         }
-        // The coalescer decides what, if anything, goes upstream.
+        // The coalescer decides what, if anything, goes upstream; what it
+        // sends of its own goes first.
         let forward = self.coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
         self.drain_out(to_client, to_up);
+        let op = self.follow_prepared(t, msg, sql);
         match rewritten {
             Some(m) if forward => {
-                self.send_up(to_up, m, wire::is_flush_request(t));
+                self.send_up(to_up, m, wire::is_flush_request(t), op);
                 false
             }
-            _ => forward,
+            _ => {
+                self.client_op = op;
+                forward
+            }
+        }
+    }
+
+    /// Relaying starts: the session's settings are asked for at once, so
+    /// the answer is in before the client's first statement needs it (the
+    /// client is still reading its greeting). No round trip is counted: the
+    /// client waits for nothing.
+    pub fn start(&mut self, to_up: &mut WriteQueue) {
+        if self.settings.asked() {
+            // A kept connection's, learned by an earlier client.
+            self.co
+                .on_default_isolation(self.settings.default_isolation());
+        } else {
+            let q = self.settings.ask();
+            self.send_own_up(to_up, q, Own::Settings, false);
+        }
+    }
+
+    /// What a client message on its way does to the prepared statements
+    /// (`sql`: its statement, when routing found it). Drops take effect at
+    /// once (an unknown statement is never coalesced); what is created is
+    /// recorded when the server accepts it.
+    fn follow_prepared(&mut self, t: u8, msg: &Bytes, sql: Option<Sql>) -> Op {
+        match t {
+            tag::PARSE => {
+                if let Some((name, text)) = frontend::parse(msg) {
+                    let sql = sql.unwrap_or_else(|| Sql::within(msg, text, None));
+                    return Op::Parse(name.to_owned(), sql);
+                }
+            }
+            tag::CLOSE => {
+                if let Some((b'S', name)) = frontend::target(msg) {
+                    self.flight.forget(name);
+                }
+            }
+            tag::QUERY => {
+                if let Some(sql) = &sql {
+                    return self.follow_sql_prepared(sql);
+                }
+            }
+            tag::EXECUTE => {
+                if let Some(sql) = self.co.batch_statement() {
+                    return self.follow_sql_prepared(&sql);
+                }
+            }
+            _ => {}
+        }
+        Op::None
+    }
+
+    /// SQL's PREPARE, DEALLOCATE and DISCARD ALL act on the same statements
+    /// as Parse and Close.
+    fn follow_sql_prepared(&mut self, sql: &Sql) -> Op {
+        if !sql
+            .words()
+            .any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD)
+        {
+            return Op::None;
+        }
+        let mut prepares = Vec::new();
+        for op in prepared_ops(sql.as_str()) {
+            match op {
+                PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
+                PreparedOp::Deallocate(name) => self.flight.forget(&name),
+                PreparedOp::DeallocateAll | PreparedOp::Unknown => self.flight.forget_all(),
+                PreparedOp::Execute { .. } => {}
+            }
+        }
+        if prepares.is_empty() {
+            Op::None
+        } else {
+            Op::Prepare(prepares)
         }
     }
 
@@ -383,8 +466,13 @@ impl Protocol {
             self.last_plain = Some((msg.clone(), sql.clone()));
             return Routed::Plain(Some(sql));
         }
-        let quiet =
-            self.txn_status == b'I' && self.pending_ready == 0 && !self.in_copy && self.co.idle();
+        // The session's own settings query may still be on its way: it
+        // leaves the transaction status as it is.
+        let quiet = self.txn_status == b'I'
+            && self.flight.client_answered()
+            && !self.unsynced
+            && !self.in_copy
+            && self.co.idle();
         match self
             .cy
             .route(msg, text, words, quiet, &self.shared, &self.info)
@@ -402,10 +490,22 @@ impl Protocol {
         self.info.set_state(SessionState::Active);
     }
 
-    fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool) {
+    /// Sends one client message, made or changed here.
+    fn send_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, flush: bool, op: Op) {
         let t = bytes.first().copied().unwrap_or_default();
         self.queue_up(to_up, bytes);
-        self.note_sent_up(t, flush);
+        self.note_sent_up(t, flush, None, op);
+    }
+
+    /// Sends messages of the proxy's own (`bytes` may hold several); their
+    /// answers are not the client's. `flush`: the client waits for them
+    /// (otherwise they go with a client message, whose flush request
+    /// starts the round trip).
+    fn send_own_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, own: Own, flush: bool) {
+        for h in frame::headers(&bytes) {
+            self.note_sent_up(h.tag, flush, Some(own), Op::None);
+        }
+        self.queue_up(to_up, bytes);
     }
 
     /// Queues bytes for the upstream and counts them.
@@ -416,12 +516,10 @@ impl Protocol {
 
     /// A message of type `t` went upstream; `flush`: the server answers
     /// what it has now, which starts an upstream round trip if none is on.
-    fn note_sent_up(&mut self, t: u8, flush: bool) {
+    fn note_sent_up(&mut self, t: u8, flush: bool, own: Option<Own>, op: Op) {
+        self.flight.sent(t, own, op);
         match t {
-            tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => {
-                self.pending_ready += 1;
-                self.unsynced = false;
-            }
+            tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => self.unsynced = false,
             tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL | tag::FLUSH => {}
             _ => self.unsynced = true,
         }
@@ -491,13 +589,22 @@ impl Protocol {
             // The first message is not whole yet: one the session reads
             // waits for the rest; any other streams through as it comes
             // (a large DataRow is never buffered whole).
-            let holding = self.co.holds_all() || self.cy.reads_whole();
+            let holding = self.co.holds_all()
+                || self.cy.reads_whole()
+                || self.flight.next_owner() != Owner::Client;
             let piece = self
                 .usplit
                 .next(uin, max, |t| holding || wants_whole(t))
                 .map_err(ProtocolError::Backend)?;
             match piece {
-                Some(Piece::Pass(_, bytes)) => self.emit(to_client, bytes),
+                Some(Piece::Pass(h, bytes)) => {
+                    if let Some(h) = h {
+                        // A message too large to wait for: the client's, and
+                        // no completion whose text matters.
+                        self.flight.on_answer(h.tag, &[]);
+                    }
+                    self.emit(to_client, bytes)
+                }
                 Some(Piece::Whole(_, msg)) => self.on_upstream_chunk(&msg, to_client, to_up),
                 None => break,
             }
@@ -517,8 +624,13 @@ impl Protocol {
         let mut relayed = 0;
         while let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) {
             let end = at + h.wire_len;
-            let relay = if wants_whole(h.tag) || self.co.holds_all() || self.cy.reads_whole() {
-                self.on_upstream_message(h.tag, &chunk.slice(at..end), to_client, to_up)
+            let owner = self.flight.on_answer(h.tag, &chunk[at..end]);
+            let relay = if owner != Owner::Client
+                || wants_whole(h.tag)
+                || self.co.holds_all()
+                || self.cy.reads_whole()
+            {
+                self.on_upstream_message(h.tag, &chunk.slice(at..end), owner, to_client, to_up)
             } else {
                 true
             };
@@ -538,22 +650,38 @@ impl Protocol {
         &mut self,
         t: u8,
         msg: &Bytes,
+        owner: Owner,
         to_client: &mut WriteQueue,
         to_up: &mut WriteQueue,
     ) -> bool {
-        if t == tag::READY_FOR_QUERY {
-            self.pending_ready = self.pending_ready.saturating_sub(1);
-        }
-        if self.cy.hides_upstream() {
-            // A query of our own: its answers are not the client's.
-            let next = self.cy.on_hidden_answer(t, msg, &self.shared);
-            if t == tag::READY_FOR_QUERY {
-                self.txn_status = backend::ready_status(msg);
+        match owner {
+            // Swallowed, but for an error (which a bare SELECT can't give
+            // short of the connection failing): the client should know
+            // that what it sent next is skipped.
+            Owner::Own(Own::Snapshot) => return t == tag::ERROR_RESPONSE,
+            Owner::Own(Own::Settings) => {
+                if t == tag::READY_FOR_QUERY {
+                    self.txn_status = backend::ready_status(msg);
+                }
+                if let Some(isolation) = self.settings.on_answer(t, msg) {
+                    self.co.on_default_isolation(isolation);
+                    self.flush_waits_for_settings = false;
+                }
+                return false;
             }
-            if let Some(q) = next {
-                self.send_up(to_up, q, true);
+            Owner::Own(Own::Cypher) => {
+                // A query of our own: its answers are not the client's.
+                let next = self.cy.on_hidden_answer(t, msg, &self.shared);
+                if t == tag::READY_FOR_QUERY {
+                    self.txn_status = backend::ready_status(msg);
+                }
+                if let Some(q) = next {
+                    // The client's own statement, run after the compiled one.
+                    self.send_up(to_up, q, true, Op::None);
+                }
+                return false;
             }
-            return false;
+            Owner::Own(Own::Probe) | Owner::Client => {}
         }
         self.cy.observe_relayed(t, msg, &self.shared, &self.info);
         match t {
@@ -592,8 +720,9 @@ impl Protocol {
     /// Runs `f` on the coalescer with what the session knows.
     fn coalescer<R>(&mut self, f: impl FnOnce(&mut Coalescer, &Ctx, &mut Out) -> R) -> R {
         let ctx = Ctx {
-            prepared: &self.prepared,
+            flight: &self.flight,
             txn_status: self.txn_status,
+            awaiting_ready: self.flight.awaiting_ready(),
             in_copy: self.in_copy,
             info: &self.info,
             shared: &self.shared,
@@ -609,9 +738,14 @@ impl Protocol {
         for bytes in out.to_client.drain(..) {
             self.emit(to_client, bytes);
         }
-        for bytes in out.to_upstream.drain(..) {
-            let flush = bytes.first().is_some_and(|t| wire::is_flush_request(*t));
-            self.send_up(to_up, bytes, flush);
+        for (bytes, own) in out.to_upstream.drain(..) {
+            match own {
+                Some(own) => self.send_own_up(to_up, bytes, own, false),
+                None => {
+                    let flush = bytes.first().is_some_and(|t| wire::is_flush_request(*t));
+                    self.send_up(to_up, bytes, flush, Op::None);
+                }
+            }
         }
         self.out = out;
     }
@@ -623,6 +757,7 @@ fn wants_whole(t: u8) -> bool {
     matches!(
         t,
         tag::READY_FOR_QUERY
+            | tag::PARSE_COMPLETE
             | tag::ERROR_RESPONSE
             | tag::COPY_IN_RESPONSE
             | tag::COPY_OUT_RESPONSE

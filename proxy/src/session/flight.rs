@@ -1,0 +1,309 @@
+//! What the upstream owes the session, in order.
+//!
+//! Every message that goes upstream and gets an answer is an item here:
+//! each extended-protocol message (Parse, Bind, Describe, Execute, Close)
+//! ends with one completion (ParseComplete, BindComplete, CloseComplete,
+//! RowDescription or NoData, CommandComplete, EmptyQueryResponse or
+//! PortalSuspended) or an error; each Sync, Query and FunctionCall with a
+//! ReadyForQuery. After an error in an extended-protocol message the
+//! server skips everything up to the next Sync, Queries included, and so
+//! does this queue. So the session always knows whose an answer is (the
+//! client's, or a statement the proxy sent on its own), whether anything
+//! sent is still unanswered, and which prepared statements the server
+//! holds: a Parse is recorded at its ParseComplete, never before.
+
+use std::collections::VecDeque;
+
+use super::sql::{Prepared, Sql};
+use crate::wire::{backend, tag};
+
+/// Statements the proxy sends on its own; their answers are not the
+/// client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// The coalescer's write probe (its answers are held with the batch's).
+    Probe,
+    /// The statement that takes a snapshot after an early Sync.
+    Snapshot,
+    /// The query that learns the session's settings.
+    Settings,
+    /// The AGE catalog fetch, or the compiled statement in verify mode.
+    Cypher,
+}
+
+/// Whose an answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    Client,
+    Own(Own),
+}
+
+impl Owner {
+    fn of(own: Option<Own>) -> Owner {
+        own.map_or(Owner::Client, Owner::Own)
+    }
+}
+
+/// What a message sent upstream does to the prepared statements.
+pub enum Op {
+    None,
+    /// A Parse of (name, statement).
+    Parse(String, Sql),
+    /// An Execute or Query whose text holds SQL `PREPARE`s, in order.
+    Prepare(Vec<(String, Sql)>),
+}
+
+#[derive(Debug)]
+enum Item {
+    /// An extended-protocol message, and what its completion records.
+    Ext { own: Option<Own>, records: Records },
+    /// A Sync, Query or FunctionCall: answered through ReadyForQuery.
+    Ready {
+        own: Option<Own>,
+        sync: bool,
+        records: Records,
+    },
+}
+
+/// Statements a message makes once the server accepts them; an entry is
+/// `None` once something sent after it dropped the name.
+#[derive(Debug, Default)]
+enum Records {
+    #[default]
+    Nothing,
+    Parse(Option<(String, Sql)>),
+    /// SQL PREPAREs, recorded one by one at each CommandComplete `PREPARE`.
+    Prepare(VecDeque<Option<(String, Sql)>>),
+}
+
+impl Records {
+    fn from(op: Op) -> Records {
+        match op {
+            Op::None => Records::Nothing,
+            Op::Parse(name, sql) => Records::Parse(Some((name, sql))),
+            Op::Prepare(list) => Records::Prepare(list.into_iter().map(Some).collect()),
+        }
+    }
+
+    fn entries(&mut self) -> impl Iterator<Item = &mut Option<(String, Sql)>> {
+        let (one, many) = match self {
+            Records::Nothing => (None, None),
+            Records::Parse(p) => (Some(p), None),
+            Records::Prepare(list) => (None, Some(list.iter_mut())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Flight {
+    items: VecDeque<Item>,
+    /// Sync, Query and FunctionCall items in `items`.
+    readies: usize,
+    /// The server skips what comes until a Sync, and none is on its way.
+    skipping: bool,
+    prepared: Prepared,
+}
+
+impl Flight {
+    /// A message of type `t` went upstream, the client's or (`own`) the
+    /// proxy's.
+    pub fn sent(&mut self, t: u8, own: Option<Own>, op: Op) {
+        match t {
+            tag::SYNC => {
+                self.skipping = false;
+                self.push_ready(own, true, op);
+            }
+            // Skipped by the server: no answer will come.
+            _ if self.skipping => {}
+            tag::QUERY | tag::FUNCTION_CALL => self.push_ready(own, false, op),
+            tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE => {
+                self.items.push_back(Item::Ext {
+                    own,
+                    records: Records::from(op),
+                })
+            }
+            _ => {}
+        }
+    }
+
+    fn push_ready(&mut self, own: Option<Own>, sync: bool, op: Op) {
+        self.readies += 1;
+        self.items.push_back(Item::Ready {
+            own,
+            sync,
+            records: Records::from(op),
+        });
+    }
+
+    /// Sent Syncs, Queries or FunctionCalls await their ReadyForQuery.
+    pub fn awaiting_ready(&self) -> bool {
+        self.readies > 0
+    }
+
+    /// ReadyForQuery messages owed.
+    pub fn readies(&self) -> usize {
+        self.readies
+    }
+
+    /// Nothing sent is unanswered.
+    #[cfg(test)]
+    pub fn answered(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Nothing the client sent is unanswered (the proxy's own statements
+    /// may be).
+    pub fn client_answered(&self) -> bool {
+        self.items.iter().all(|i| {
+            matches!(
+                i,
+                Item::Ext { own: Some(_), .. } | Item::Ready { own: Some(_), .. }
+            )
+        })
+    }
+
+    /// Whose the next answer will be.
+    pub fn next_owner(&self) -> Owner {
+        match self.items.front() {
+            Some(Item::Ext { own, .. } | Item::Ready { own, .. }) => Owner::of(*own),
+            None => Owner::Client,
+        }
+    }
+
+    /// An answer of type `t` came (`msg`, the whole message, for the
+    /// CommandComplete of a PREPARE); returns whose it is.
+    pub fn on_answer(&mut self, t: u8, msg: &[u8]) -> Owner {
+        if matches!(
+            t,
+            tag::NOTICE_RESPONSE | tag::NOTIFICATION | tag::PARAMETER_STATUS
+        ) {
+            // Not an answer to anything: the server says it when it will.
+            return Owner::Client;
+        }
+        let prepared = &mut self.prepared;
+        let Some(front) = self.items.front_mut() else {
+            return Owner::Client;
+        };
+        match front {
+            Item::Ext { own, records } => {
+                let owner = Owner::of(*own);
+                match t {
+                    tag::ERROR_RESPONSE => {
+                        if let Records::Parse(Some((name, _))) = records
+                            && name.is_empty()
+                        {
+                            // PostgreSQL drops the unnamed statement before
+                            // it parses the new one.
+                            prepared.closed("");
+                        }
+                        self.items.pop_front();
+                        self.skip_to_sync();
+                    }
+                    tag::PARSE_COMPLETE
+                    | tag::BIND_COMPLETE
+                    | tag::CLOSE_COMPLETE
+                    | tag::ROW_DESCRIPTION
+                    | tag::NO_DATA
+                    | tag::COMMAND_COMPLETE
+                    | tag::EMPTY_QUERY
+                    | tag::PORTAL_SUSPENDED => {
+                        match records {
+                            Records::Parse(p) => prepared.record(p.take()),
+                            Records::Prepare(list) if is_prepare_complete(t, msg) => {
+                                prepared.record(list.pop_front().flatten())
+                            }
+                            _ => {}
+                        }
+                        self.items.pop_front();
+                    }
+                    _ => {}
+                }
+                owner
+            }
+            Item::Ready { own, records, .. } => {
+                let owner = Owner::of(*own);
+                match t {
+                    tag::READY_FOR_QUERY => {
+                        self.items.pop_front();
+                        self.readies -= 1;
+                    }
+                    _ if is_prepare_complete(t, msg) => {
+                        if let Records::Prepare(list) = records {
+                            prepared.record(list.pop_front().flatten());
+                        }
+                    }
+                    _ => {}
+                }
+                owner
+            }
+        }
+    }
+
+    /// An extended-protocol message failed: the server skips to the Sync.
+    fn skip_to_sync(&mut self) {
+        while let Some(item) = self.items.front() {
+            match item {
+                Item::Ready { sync: true, .. } => return,
+                Item::Ready { .. } => self.readies -= 1,
+                Item::Ext { .. } => {}
+            }
+            self.items.pop_front();
+        }
+        self.skipping = true;
+    }
+
+    /// The statement a Bind of `name` sent now runs: the last Parse or
+    /// PREPARE of it still on its way (if that fails, so does the Bind),
+    /// else the one the server has.
+    pub fn statement(&self, name: &str) -> Option<&Sql> {
+        for item in self.items.iter().rev() {
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            match records {
+                Records::Nothing | Records::Parse(None) => {}
+                Records::Parse(Some((n, sql))) => {
+                    if n == name {
+                        return Some(sql);
+                    }
+                }
+                Records::Prepare(list) => {
+                    if let Some((_, sql)) = list.iter().rev().flatten().find(|(n, _)| n == name) {
+                        return Some(sql);
+                    }
+                }
+            }
+        }
+        self.prepared.get(name)
+    }
+
+    /// A Close or `DEALLOCATE` of `name` went upstream.
+    pub fn forget(&mut self, name: &str) {
+        self.prepared.closed(name);
+        for item in &mut self.items {
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            for e in records.entries() {
+                if e.as_ref().is_some_and(|(n, _)| n == name) {
+                    *e = None;
+                }
+            }
+        }
+    }
+
+    /// `DEALLOCATE ALL`, `DISCARD ALL`, or a change to a name not read.
+    pub fn forget_all(&mut self) {
+        self.prepared = Prepared::default();
+        for item in &mut self.items {
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            for e in records.entries() {
+                *e = None;
+            }
+        }
+    }
+}
+
+fn is_prepare_complete(t: u8, msg: &[u8]) -> bool {
+    t == tag::COMMAND_COMPLETE && backend::body(msg).starts_with(b"PREPARE\0")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! Message sequences sent to PostgreSQL and through onetrip side by side,
+//! with coalescing on and off: the same answers, in the same order, at the
+//! same points, and the same tables afterwards.
+
+use onetrip::Proxy;
+use onetrip_tests::{
+    Env,
+    script::{Script, Setup, Target, compare},
+};
+
+const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
+const CHECK: &str = "select id, v from t order by id";
+
+/// PostgreSQL, onetrip with its defaults and onetrip without coalescing.
+struct Sides {
+    env: Env,
+    plain: Proxy,
+}
+
+impl Sides {
+    async fn start() -> Self {
+        let env = Env::start().await;
+        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
+        let plain = env.start_proxy(|c| c.coalesce.single_read = false).await;
+        Self { env, plain }
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        vec![
+            Target::new("PostgreSQL", self.env.pg.port()),
+            Target::new("onetrip", self.env.proxy_port()),
+            Target::new("onetrip without coalescing", self.plain.local_addr().port()),
+        ]
+    }
+
+    /// Requires `script` to give the same transcript everywhere, and
+    /// returns it as text.
+    async fn same(&self, script: Script) -> String {
+        let setup = Setup {
+            params: Vec::new(),
+            reset: RESET.into(),
+            check: CHECK.into(),
+        };
+        match compare(&self.targets(), &setup, &script).await {
+            Ok(t) => t.to_string(),
+            Err(m) => panic!("{m}"),
+        }
+    }
+}
+
+/// A batch behind an unanswered Sync or Query must not take that one's
+/// ReadyForQuery as the answer to its own early Sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_behind_unanswered_requests_keeps_their_order() {
+    let s = Sides::start().await;
+
+    let t = s
+        .same(
+            Script::new()
+                .pbe("select 1")
+                .sync()
+                .write()
+                .pbe("select 2")
+                .flush()
+                .wait()
+                .sync()
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "1 2 D C ZI 1 2 D C | ZI");
+
+    let t = s
+        .same(
+            Script::new()
+                .pbe("select 1/0")
+                .sync()
+                .write()
+                .pbe("select 2")
+                .flush()
+                .wait()
+                .sync()
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "1 E22012 ZI 1 2 D C | ZI");
+
+    let t = s
+        .same(
+            Script::new()
+                .query("select pg_sleep(0.05)")
+                .pbe("select 2")
+                .flush()
+                .wait()
+                .sync()
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "T D C ZI 1 2 D C | ZI");
+
+    let t = s
+        .same(
+            Script::new()
+                .query("create temp table tt(x int)")
+                .query("begin")
+                .query("insert into tt values (1)")
+                .query("commit")
+                .pbe("select 2")
+                .flush()
+                .wait()
+                .sync()
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "C ZI C ZT C ZT C ZI 1 2 D C | ZI");
+}
+
+/// A write right behind an unanswered COMMIT runs in an implicit
+/// transaction of its own, which a failing statement before its Sync rolls
+/// back: it must not be coalesced as if it were still inside the block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_behind_an_unanswered_commit_is_not_in_the_block() {
+    let s = Sides::start().await;
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .query("update t set v = 0 where id = 1")
+            .query("commit")
+            .pbe("insert into t values (6, 60)")
+            .flush()
+            .wait()
+            .pbe("select 1/0")
+            .sync()
+            .wait(),
+    )
+    .await;
+}
+
+/// The statement a Bind names is the one the server holds: a Parse that
+/// failed, a DEALLOCATE and a PREPARE in SQL all change what that is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_are_the_servers() {
+    let s = Sides::start().await;
+
+    // A Parse that fails (the name is taken) leaves the old statement, a
+    // write; the read it would have been must not be coalesced.
+    let write_then_fail = |script: Script| {
+        script
+            .bind("", "s1", &[])
+            .execute("", 0)
+            .flush()
+            .wait()
+            .pbe("select 1/0")
+            .sync()
+            .wait()
+    };
+    s.same(write_then_fail(
+        Script::new()
+            .parse("s1", "insert into t values (7, 70)")
+            .sync()
+            .wait()
+            .parse("s1", "select 1")
+            .sync()
+            .wait(),
+    ))
+    .await;
+
+    // A Parse that fails for its own text, then a Bind of the name.
+    s.same(
+        Script::new()
+            .parse("s2", "select * from no_such_table")
+            .sync()
+            .wait()
+            .bind("", "s2", &[])
+            .execute("", 0)
+            .flush()
+            .wait()
+            .sync()
+            .wait(),
+    )
+    .await;
+
+    // DEALLOCATE and PREPARE in SQL replace the statement.
+    s.same(write_then_fail(
+        Script::new()
+            .parse("s1", "select 1")
+            .sync()
+            .wait()
+            .query("deallocate s1")
+            .wait()
+            .query("prepare s1 as insert into t values (8, 80)")
+            .wait(),
+    ))
+    .await;
+
+    // DISCARD ALL drops every prepared statement.
+    s.same(write_then_fail(
+        Script::new()
+            .parse("s1", "select 1")
+            .sync()
+            .wait()
+            .query("discard all")
+            .query("prepare s1 as insert into t values (9, 90)")
+            .wait(),
+    ))
+    .await;
+
+    // EXECUTE runs the prepared statement: a write, whatever it is called.
+    s.same(
+        Script::new()
+            .query("prepare w as insert into t values (10, 100)")
+            .wait()
+            .pbe("execute w")
+            .flush()
+            .wait()
+            .pbe("select 1/0")
+            .sync()
+            .wait(),
+    )
+    .await;
+}
