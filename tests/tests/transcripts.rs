@@ -219,3 +219,36 @@ async fn prepared_statements_are_the_servers() {
     )
     .await;
 }
+
+/// After a batch coalesced with the write probe, what the client sends
+/// before its Sync runs after the snapshot statement, whose answers it
+/// never sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_after_a_probed_batch() {
+    let s = Sides::start().await;
+    let cte = "with u as (update t set v = v where false returning id) select count(*) from u";
+    s.same(
+        Script::new()
+            .read(cte)
+            .flush()
+            .wait()
+            .parse("s1", "select v from t where id = $1")
+            .flush()
+            .sync()
+            .wait(),
+    )
+    .await;
+    s.same(
+        Script::new()
+            .pbe("commit")
+            .sync()
+            .read(cte)
+            .flush()
+            .wait()
+            .parse("s1", "select v from t where id = $1")
+            .flush()
+            .sync()
+            .wait(),
+    )
+    .await;
+}

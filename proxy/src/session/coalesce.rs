@@ -311,6 +311,11 @@ impl Coalescer {
                     self.early_sync(probe, ctx, out);
                     return false;
                 }
+                if self.batch.executes > 0 {
+                    // Its Execute is answered now: a later Flush before the
+                    // Sync can't make this batch one round trip any more.
+                    self.batch.others = true;
+                }
             }
             _ => self.batch.others = true,
         }
