@@ -3,9 +3,12 @@
 //! holds no credentials of its own) and compiled plans by (catalog version,
 //! statement text).
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicU64, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use dashmap::DashMap;
@@ -17,25 +20,41 @@ use crate::words::Words;
 /// Most compiled plans kept; the cache starts over when full.
 const MAX_PLANS: usize = 10_000;
 
+/// The first wait after a catalog fetch failed; each failure in a row
+/// doubles it, up to `MAX_RETRY`.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(60);
+
 /// What a session learns when it asks for a database's catalog.
 pub enum Lookup {
     /// Loaded; `None` when the database has no AGE.
     Ready(u64, Option<Arc<Catalog>>),
     /// Another session is fetching it; wait for the watch to change.
     Loading(watch::Receiver<u64>),
-    /// Nobody has it: the caller must fetch it, then `finish` or `abandon`.
+    /// Nobody has it: the caller must fetch it, then `finish`, `failed` or
+    /// `abandon`.
     MustLoad,
+    /// The last fetch failed and the next is not due yet: nothing is
+    /// compiled meanwhile.
+    Failed,
 }
 
 enum State {
     Empty,
     Loading,
     Ready(u64, Option<Arc<Catalog>>),
+    /// The last fetch failed; fetch again once `retry_at` has passed.
+    Failed {
+        retry_at: Instant,
+        wait: Duration,
+    },
 }
 
 struct Slot {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// How long to wait if the fetch under way fails.
+    next_wait: Mutex<Duration>,
 }
 
 #[derive(Default)]
@@ -56,6 +75,7 @@ impl CypherShared {
                 Arc::new(Slot {
                     state: Mutex::new(State::Empty),
                     changed: watch::channel(0).0,
+                    next_wait: Mutex::new(FIRST_RETRY),
                 })
             })
             .clone()
@@ -69,11 +89,30 @@ impl CypherShared {
         match &*st {
             State::Ready(v, c) => Lookup::Ready(*v, c.clone()),
             State::Loading => Lookup::Loading(slot.changed.subscribe()),
-            State::Empty => {
+            State::Failed { retry_at, .. } if Instant::now() < *retry_at => Lookup::Failed,
+            State::Empty | State::Failed { .. } => {
+                let wait = match &*st {
+                    State::Failed { wait, .. } => (*wait * 2).min(MAX_RETRY),
+                    _ => FIRST_RETRY,
+                };
                 *st = State::Loading;
+                *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner()) = wait;
                 Lookup::MustLoad
             }
         }
+    }
+
+    /// The fetch failed (for a reason other than AGE's absence): sessions
+    /// forward their statements unchanged until a retry, after a wait
+    /// that doubles with each failure in a row.
+    pub fn failed(&self, db: &str) {
+        let slot = self.slot(db);
+        let wait = *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner());
+        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Failed {
+            retry_at: Instant::now() + wait,
+            wait,
+        };
+        slot.changed.send_modify(|_| {});
     }
 
     /// Stores a fetched catalog (`None`: no AGE in this database).
@@ -100,7 +139,7 @@ impl CypherShared {
     pub fn invalidate(&self, db: &str) {
         let slot = self.slot(db);
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*st, State::Ready(..)) {
+        if matches!(*st, State::Ready(..) | State::Failed { .. }) {
             *st = State::Empty;
         }
     }

@@ -36,9 +36,17 @@ pub fn age_src(test: &str) -> Option<PathBuf> {
 /// database, or `None` (skip line printed) when AGE is not configured.
 /// Fails when `ONETRIP_AGE_SRC` is set but the extension is not installed.
 pub async fn start_age_pg(test: &str) -> Option<PgServer> {
+    start_age_pg_preloaded(test, true).await
+}
+
+/// Like [`start_age_pg`]; without `preload`, sessions must `LOAD 'age'`
+/// themselves before `cypher()` works.
+pub async fn start_age_pg_preloaded(test: &str, preload: bool) -> Option<PgServer> {
     age_src(test)?;
     let mut opts = PgOptions::default();
-    opts.conf.push("shared_preload_libraries = 'age'".into());
+    if preload {
+        opts.conf.push("shared_preload_libraries = 'age'".into());
+    }
     let pg = start_pg(opts).await;
     let (client, conn) = tokio_postgres::connect(&pg.dsn("postgres"), tokio_postgres::NoTls)
         .await

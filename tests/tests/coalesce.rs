@@ -257,4 +257,26 @@ async fn repeatable_read_sessions_are_not_coalesced() {
     })
     .await;
     assert_eq!(spent.1, 1, "only after RESET: {spent:?}");
+
+    // A role's default, which only the server knows.
+    env.psql_ok(
+        false,
+        &[
+            "-c",
+            "create role rr login; grant all on table t to rr; \
+             alter role rr set default_transaction_isolation = 'repeatable read'",
+        ],
+    );
+    let (_, spent) = both(&env, &[("user", "rr")], async |r: &mut Raw| {
+        r.read_batch("select 1");
+        let mut v = flush_then_sync(r, 'C').await;
+        r.read_batch("select v from t where id = 1");
+        v.extend(flush_then_sync(r, 'C').await);
+        v
+    })
+    .await;
+    assert_eq!(
+        spent.1, 0,
+        "repeatable read by the role's default: {spent:?}"
+    );
 }

@@ -3,6 +3,9 @@
 //! sessions, and statements are forwarded unchanged whenever the catalog is
 //! missing. A stand-in `ag_catalog` (plain tables, no agtype) lets the test
 //! see a rewrite happen: the compiled SQL then fails on the missing type.
+//! Sessions of the stand-in get `ag_catalog` on their search path and the
+//! setting AGE's library defines when it loads (a placeholder here), or
+//! nothing would be compiled.
 
 use onetrip_tests::{Env, connect};
 
@@ -58,6 +61,8 @@ async fn catalog_fetched_once_and_shared() {
     admin
         .batch_execute(
             "create sequence catalog_fetches;
+             alter database postgres set search_path = ag_catalog, \"$user\", public;
+             alter database postgres set age.enable_containment = on;
              create schema ag_catalog;
              create table ag_catalog.graphs(graphid oid, name name, namespace regnamespace);
              create view ag_catalog.ag_graph as
@@ -123,7 +128,9 @@ async fn verify_mode_returns_ages_answer_and_counts_differences() {
     let admin = connect(&env.direct_dsn()).await;
     admin
         .batch_execute(
-            "create schema ag_catalog;
+            "alter database postgres set search_path = ag_catalog, \"$user\", public;
+             alter database postgres set age.enable_containment = on;
+             create schema ag_catalog;
              create table ag_catalog.ag_graph(graphid oid, name name, namespace regnamespace);
              create table ag_catalog.ag_label(name name, graph oid, id int, kind \"char\", relation regclass);
              create schema g;
@@ -193,4 +200,50 @@ async fn catalog_changing_statements_are_forwarded_at_once() {
             "{sql}"
         );
     }
+}
+
+/// A catalog fetch that fails for another reason than AGE's absence (here
+/// an error in the stand-in's view) leaves statements unchanged for a
+/// while, is counted, and is tried again: rewriting comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_catalog_fetch_is_retried() {
+    let env = Env::start().await;
+    let admin = connect(&env.direct_dsn()).await;
+    admin
+        .batch_execute(
+            "alter database postgres set search_path = ag_catalog, \"$user\", public;
+             alter database postgres set age.enable_containment = on;
+             create table healthy(ok int);
+             create schema ag_catalog;
+             create table ag_catalog.graphs(graphid oid, name name, namespace regnamespace);
+             create view ag_catalog.ag_graph as
+               select * from ag_catalog.graphs where 1 / (select count(*) from healthy) > 0;
+             create table ag_catalog.ag_label(name name, graph oid, id int, kind \"char\", relation regclass);
+             create schema g;
+             create table g.\"Person\"(id bigint, properties text);
+             insert into ag_catalog.graphs values (4242, 'g', 'g'::regnamespace);
+             insert into ag_catalog.ag_label values ('Person', 4242, 1, 'v', 'g.\"Person\"'::regclass);",
+        )
+        .await
+        .unwrap();
+    let proxied = connect(&env.proxy_dsn()).await;
+    let unchanged = error_of(admin.simple_query(CYPHER).await);
+    assert_eq!(error_of(proxied.simple_query(CYPHER).await), unchanged);
+    let reasons = env.proxy().stats().fallback_reasons();
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, _)| r == "cypher: catalog fetch failed (22012)"),
+        "{reasons:?}"
+    );
+    // Before the retry is due, statements go on unchanged without a fetch.
+    assert_eq!(error_of(proxied.simple_query(CYPHER).await), unchanged);
+    admin
+        .batch_execute("insert into healthy values (1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let compiled = error_of(proxied.simple_query(CYPHER).await);
+    assert_ne!(compiled, unchanged, "compiled once the fetch succeeds");
+    assert_eq!(env.proxy().stats().total().rewritten_queries, 1);
 }

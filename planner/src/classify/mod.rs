@@ -49,7 +49,7 @@ use sqlparser::parser::Parser;
 
 pub use cache::{ClassCache, MAX_CACHED_LEN};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
-pub use prepared::{PreparedOp, prepared_ops};
+pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
 /// multi-statement string gets the greatest class of its statements).

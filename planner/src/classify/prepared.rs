@@ -31,6 +31,28 @@ pub fn prepared_ops(sql: &str) -> Vec<PreparedOp<'_>> {
         .collect()
 }
 
+/// The libraries `LOAD` statements among those of `sql` name, in order.
+pub fn loaded_libraries(sql: &str) -> Vec<String> {
+    lexer::split_statements(sql)
+        .iter()
+        .filter_map(|p| sql.get(p.start..p.end))
+        .filter_map(|text| {
+            let mut toks = lexer::tokens(text);
+            if !toks.next()?.is_word(text, "load") {
+                return None;
+            }
+            let lib = toks.next()?;
+            let raw = lib.text(text);
+            // A plain '...' string only (not E'...' with its escapes).
+            (lib.kind == Kind::String
+                && raw.starts_with('\'')
+                && raw.len() >= 2
+                && !lib.unterminated)
+                .then(|| raw[1..raw.len() - 1].replace("''", "'"))
+        })
+        .collect()
+}
+
 fn op(text: &str) -> Option<PreparedOp<'_>> {
     let mut toks = lexer::tokens(text).peekable();
     let first = toks.next()?;
@@ -132,6 +154,15 @@ fn name(text: &str, t: &Token) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::{PreparedOp::*, prepared_ops};
+
+    #[test]
+    fn reads_load() {
+        assert_eq!(
+            super::loaded_libraries("LOAD 'age'; select 'load ''x'''; load '$libdir/plugins/age'"),
+            ["age", "$libdir/plugins/age"]
+        );
+        assert!(super::loaded_libraries("load e'age'").is_empty());
+    }
 
     #[test]
     fn reads_each_form() {

@@ -21,8 +21,13 @@ type Row = [Option<String>; 6];
 #[derive(Default)]
 struct Fetch {
     rows: Vec<Row>,
-    failed: bool,
+    /// Why it failed: the SQLSTATE, or "" for an answer not understood.
+    failed: Option<String>,
 }
+
+/// SQLSTATEs of the catalog query on a database without AGE: no schema
+/// `ag_catalog`, or no table `ag_graph` in it.
+const NO_AGE: [&str; 2] = ["3F000", "42P01"];
 
 /// Most bytes of rows kept per side when verifying; past it the run is
 /// reported as too large to compare.
@@ -68,6 +73,9 @@ pub struct CypherSession {
     fetch: Option<Fetch>,
     verify_mode: bool,
     verify: Option<Verify>,
+    /// Verify mode's judge of which statements may run twice.
+    classifier: Option<onetrip_planner::classify::Classifier>,
+    read_only_functions: Vec<String>,
     /// This session owns the database's catalog fetch.
     loading: bool,
     /// A statement that may change labels ran: refetch after it completes.
@@ -75,6 +83,17 @@ pub struct CypherSession {
     /// The session's span: the relay loop runs outside it (see relay.rs),
     /// so a line logged from here enters it.
     span: tracing::Span,
+}
+
+/// What routing needs to know of the session.
+pub struct SessionView {
+    /// Nothing is outstanding upstream and no transaction is open, so a
+    /// query of the proxy's own can run unseen.
+    pub quiet: bool,
+    /// `ag_catalog` is on the search path, when known.
+    pub ag_catalog_on_path: Option<bool>,
+    /// AGE's library is loaded in the backend.
+    pub age_loaded: bool,
 }
 
 /// What the session should do with a client message.
@@ -97,11 +116,26 @@ impl CypherSession {
             fetch: None,
             verify_mode: shared.config.planner.verify,
             verify: None,
+            classifier: None,
+            read_only_functions: shared.config.coalesce.read_only_functions.clone(),
             loading: false,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
             span: tracing::Span::current(),
         }
+    }
+
+    /// The classifier's verdict: a read, which may run twice.
+    fn is_read(&mut self, sql: &str) -> bool {
+        let classifier = self.classifier.get_or_insert_with(|| {
+            onetrip_planner::classify::Classifier::new(&self.read_only_functions)
+        });
+        classifier.classify(sql).class == onetrip_planner::classify::StatementClass::Read
+    }
+
+    /// `[planner] cypher_rewrite` is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Client input waits while the catalog is fetched or awaited.
@@ -145,17 +179,17 @@ impl CypherSession {
     }
 
     /// Routes a Query or Parse (`msg`) whose statement text is `sql`, with
-    /// `words`. `quiet`: nothing is outstanding upstream and no transaction
-    /// is open, so a query of our own can run unseen.
+    /// `words`.
     pub fn route(
         &mut self,
         msg: &Bytes,
         sql: &str,
         words: Words,
-        quiet: bool,
+        view: &SessionView,
         shared: &Shared,
         info: &SessionInfo,
     ) -> Route {
+        let quiet = view.quiet;
         let t = msg.first().copied().unwrap_or_default();
         if may_change_catalog(sql, words) {
             // The change happens when the statement runs: the catalog is
@@ -173,6 +207,34 @@ impl CypherSession {
             Lookup::Ready(version, Some(catalog)) => {
                 let plan = shared.cypher.plan(version, sql, &catalog);
                 match &*plan {
+                    Rewrite::Rewritten(_) if view.ag_catalog_on_path != Some(true) => {
+                        // An unqualified cypher() is AGE's only with
+                        // ag_catalog on the search path, and the compiled
+                        // SQL names AGE's operators unqualified too.
+                        Counters::add(&info.counters.fallbacks, 1);
+                        shared.stats.note_fallback(match view.ag_catalog_on_path {
+                            Some(_) => "cypher: ag_catalog not on the search_path",
+                            None => "cypher: search_path not known",
+                        });
+                        Route::Forward
+                    }
+                    Rewrite::Rewritten(_) if !view.age_loaded => {
+                        // Without AGE's library loaded (LOAD 'age', or a
+                        // preload), cypher() fails where compiled SQL runs.
+                        Counters::add(&info.counters.fallbacks, 1);
+                        shared
+                            .stats
+                            .note_fallback("cypher: AGE not known to be loaded in the session");
+                        Route::Forward
+                    }
+                    Rewrite::Rewritten(_) if self.verify_mode && !self.is_read(sql) => {
+                        // Verify mode runs the statement twice: only a read
+                        // may run twice.
+                        shared
+                            .stats
+                            .note_fallback("cypher verify: skipped (not a read)");
+                        Route::Forward
+                    }
                     Rewrite::Rewritten(new_sql) if self.verify_mode => {
                         if t != tag::QUERY || !quiet {
                             // Only a quiet simple Query can run twice unseen;
@@ -225,6 +287,13 @@ impl CypherSession {
                 shared.cypher.abandon(&self.database);
                 Counters::add(&info.counters.fallbacks, 1);
                 shared.stats.note_fallback("cypher: catalog_not_loaded");
+                Route::Forward
+            }
+            Lookup::Failed => {
+                Counters::add(&info.counters.fallbacks, 1);
+                shared
+                    .stats
+                    .note_fallback("cypher: catalog fetch failed, retry not due");
                 Route::Forward
             }
         }
@@ -293,12 +362,26 @@ impl CypherSession {
         match t {
             tag::DATA_ROW => match data_row(msg) {
                 Some(row) => f.rows.push(row),
-                None => f.failed = true,
+                None => f.failed = Some(String::new()),
             },
-            tag::ERROR_RESPONSE => f.failed = true,
+            tag::ERROR_RESPONSE => {
+                f.failed = Some(backend::error_field(msg, b'C').unwrap_or("").to_owned())
+            }
             tag::READY_FOR_QUERY => {
                 let f = self.fetch.take().unwrap_or_default();
-                let catalog = (!f.failed).then(|| {
+                self.loading = false;
+                if let Some(code) = f.failed.as_deref()
+                    && !NO_AGE.contains(&code)
+                {
+                    // Not AGE's absence: a permission, a timeout, a
+                    // connection's trouble. Tried again later.
+                    shared
+                        .stats
+                        .note_fallback(&format!("cypher: catalog fetch failed ({code})"));
+                    shared.cypher.failed(&self.database);
+                    return true;
+                }
+                let catalog = f.failed.is_none().then(|| {
                     Catalog::from_rows(f.rows.iter().map(|r| {
                         let s = |i: usize| r[i].as_deref();
                         let oid = s(2).and_then(|o| o.parse().ok()).unwrap_or(0);
@@ -312,7 +395,6 @@ impl CypherSession {
                         )
                     }))
                 });
-                self.loading = false;
                 shared.cypher.finish(&self.database, catalog);
                 return true;
             }

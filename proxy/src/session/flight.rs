@@ -51,6 +51,8 @@ pub enum Op {
     Parse(String, Sql),
     /// An Execute or Query whose text holds SQL `PREPARE`s, in order.
     Prepare(Vec<(String, Sql)>),
+    /// An Execute or Query that loads AGE's library.
+    LoadAge,
 }
 
 #[derive(Debug)]
@@ -74,6 +76,8 @@ enum Records {
     Parse(Option<(String, Sql)>),
     /// SQL PREPAREs, recorded one by one at each CommandComplete `PREPARE`.
     Prepare(VecDeque<Option<(String, Sql)>>),
+    /// A LOAD of AGE's library, done at its CommandComplete `LOAD`.
+    LoadAge,
 }
 
 impl Records {
@@ -82,12 +86,13 @@ impl Records {
             Op::None => Records::Nothing,
             Op::Parse(name, sql) => Records::Parse(Some((name, sql))),
             Op::Prepare(list) => Records::Prepare(list.into_iter().map(Some).collect()),
+            Op::LoadAge => Records::LoadAge,
         }
     }
 
     fn entries(&mut self) -> impl Iterator<Item = &mut Option<(String, Sql)>> {
         let (one, many) = match self {
-            Records::Nothing => (None, None),
+            Records::Nothing | Records::LoadAge => (None, None),
             Records::Parse(p) => (Some(p), None),
             Records::Prepare(list) => (None, Some(list.iter_mut())),
         };
@@ -103,6 +108,8 @@ pub struct Flight {
     /// The server skips what comes until a Sync, and none is on its way.
     skipping: bool,
     prepared: Prepared,
+    /// A LOAD of AGE's library has completed in this backend.
+    pub age_loaded: bool,
 }
 
 impl Flight {
@@ -213,6 +220,7 @@ impl Flight {
                             Records::Prepare(list) if is_prepare_complete(t, msg) => {
                                 prepared.record(list.pop_front().flatten())
                             }
+                            Records::LoadAge if is_load_complete(t, msg) => self.age_loaded = true,
                             _ => {}
                         }
                         self.items.pop_front();
@@ -231,6 +239,11 @@ impl Flight {
                     _ if is_prepare_complete(t, msg) => {
                         if let Records::Prepare(list) = records {
                             prepared.record(list.pop_front().flatten());
+                        }
+                    }
+                    _ if is_load_complete(t, msg) => {
+                        if let Records::LoadAge = records {
+                            self.age_loaded = true;
                         }
                     }
                     _ => {}
@@ -260,7 +273,7 @@ impl Flight {
         for item in self.items.iter().rev() {
             let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
             match records {
-                Records::Nothing | Records::Parse(None) => {}
+                Records::Nothing | Records::LoadAge | Records::Parse(None) => {}
                 Records::Parse(Some((n, sql))) => {
                     if n == name {
                         return Some(sql);
@@ -303,6 +316,10 @@ impl Flight {
 
 fn is_prepare_complete(t: u8, msg: &[u8]) -> bool {
     t == tag::COMMAND_COMPLETE && backend::body(msg).starts_with(b"PREPARE\0")
+}
+
+fn is_load_complete(t: u8, msg: &[u8]) -> bool {
+    t == tag::COMMAND_COMPLETE && backend::body(msg).starts_with(b"LOAD\0")
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! The session's settings that decide what the proxy may do for it: the
-//! default isolation level (coalescing is exact only under READ COMMITTED)
-//! and the search path (a compiled `cypher()` call resolves names as the
-//! original would only with `ag_catalog` on it).
+//! default isolation level (coalescing is exact only under READ COMMITTED),
+//! the search path (a compiled `cypher()` call resolves names as the
+//! original would only with `ag_catalog` on it) and whether AGE's library
+//! is loaded in the backend (without it, `cypher()` fails where compiled
+//! SQL would run: AGE's parser hook is installed when its library loads,
+//! by a preload or by LOAD).
 //!
 //! PostgreSQL reports neither to the client, and a role, a database or
 //! `postgresql.conf` may set both, so the proxy asks: a query of its own,
@@ -14,8 +17,11 @@ use onetrip_planner::classify::{IsolationLevel, parse_isolation_name};
 
 use crate::wire::{backend, tag, write};
 
+/// AGE's library, once loaded, defines the setting `age.enable_containment`:
+/// anyone may read it, where the preload lists are for superusers only.
 const QUERY: &str = "SELECT pg_catalog.current_setting('default_transaction_isolation'), \
-                     pg_catalog.current_setting('search_path')";
+     pg_catalog.current_setting('search_path'), \
+     pg_catalog.current_setting('age.enable_containment', true)";
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum Asked {
@@ -29,14 +35,20 @@ enum Asked {
 #[derive(Debug, Default, Clone)]
 pub struct Settings {
     asked: Asked,
-    /// The answer's row: default isolation, search path.
-    row: Option<(String, String)>,
+    /// The answer's row.
+    row: Option<Vec<Option<String>>>,
     /// Whether `ag_catalog` is on the search path; `None` when unknown
     /// (not asked yet, or changed since).
     ag_catalog_on_path: Option<bool>,
     /// What the first answer said: the values RESET and DISCARD ALL return
     /// to.
     defaults: Option<(Option<IsolationLevel>, Option<bool>)>,
+    /// AGE's library is loaded in the backend (preloaded, or loaded by a
+    /// LOAD the session ran); it stays loaded for the backend's life.
+    age_loaded: bool,
+    /// A statement sent after the query may have changed the search path:
+    /// the answer tells what it was before.
+    stale: bool,
 }
 
 impl Settings {
@@ -59,6 +71,7 @@ impl Settings {
     pub fn ask(&mut self) -> Bytes {
         self.asked = Asked::Waiting;
         self.row = None;
+        self.stale = false;
         let mut q = BytesMut::with_capacity(QUERY.len() + 6);
         write::message(&mut q, tag::QUERY, |b| {
             b.put_slice(QUERY.as_bytes());
@@ -72,16 +85,24 @@ impl Settings {
     /// has).
     pub fn on_answer(&mut self, t: u8, msg: &[u8]) -> Option<Option<IsolationLevel>> {
         match t {
-            tag::DATA_ROW => self.row = two_text_columns(backend::body(msg)),
+            tag::DATA_ROW => self.row = text_columns(backend::body(msg), 3),
             tag::READY_FOR_QUERY => {
                 self.asked = Asked::Answered;
-                let (isolation, path) = self.row.take().unzip();
-                self.ag_catalog_on_path = path.map(|p| on_path(&p, "ag_catalog"));
+                let mut row = self.row.take().unwrap_or_default().into_iter();
+                let mut next = || row.next().flatten();
+                let (isolation, path, age_setting) = (next(), next(), next());
+                self.age_loaded |= age_setting.is_some();
+                let on = path.map(|p| on_path(&p, "ag_catalog"));
+                self.ag_catalog_on_path = if self.stale { None } else { on };
                 let isolation = isolation
                     .and_then(|i| parse_isolation_name(&i))
                     .map(IsolationLevel::effective);
-                self.defaults
-                    .get_or_insert((isolation, self.ag_catalog_on_path));
+                if self.defaults.is_some() {
+                    // Asked again for the search path: the default isolation
+                    // is the first answer's (the client may have set it since).
+                    return None;
+                }
+                self.defaults = Some((isolation, on));
                 return Some(isolation);
             }
             _ => {}
@@ -92,6 +113,7 @@ impl Settings {
     /// A statement may have changed the search path.
     pub fn search_path_may_change(&mut self) {
         self.ag_catalog_on_path = None;
+        self.stale |= self.asked == Asked::Waiting;
     }
 
     pub fn ag_catalog_on_path(&self) -> Option<bool> {
@@ -107,7 +129,19 @@ impl Settings {
             row: None,
             ag_catalog_on_path: defaults.1,
             defaults: Some(defaults),
+            age_loaded: self.age_loaded,
+            stale: false,
         })
+    }
+
+    /// AGE's library is known to be loaded in the backend.
+    pub fn age_loaded(&self) -> bool {
+        self.age_loaded
+    }
+
+    /// The session loaded AGE's library (a LOAD completed).
+    pub fn loaded_age(&mut self) {
+        self.age_loaded = true;
     }
 
     /// The default isolation level, when learned.
@@ -130,22 +164,35 @@ fn on_path(search_path: &str, schema: &str) -> bool {
         .any(|s| s == schema)
 }
 
-/// A DataRow body of two non-NULL text columns.
-fn two_text_columns(body: &[u8]) -> Option<(String, String)> {
-    let n = i16::from_be_bytes(body.get(..2)?.try_into().ok()?);
-    if n != 2 {
+/// Does a LOAD's or a preload list's library name (comma-separated, names
+/// possibly quoted or with a directory) name AGE's library?
+pub fn lists_age(list: &str) -> bool {
+    list.split(',')
+        .map(|l| l.trim().trim_matches('"'))
+        .map(|l| l.rsplit('/').next().unwrap_or(l))
+        .any(|l| l == "age" || l == "age.so")
+}
+
+/// A DataRow body of `n` text columns (NULL as `None`).
+fn text_columns(body: &[u8], n: usize) -> Option<Vec<Option<String>>> {
+    let count = i16::from_be_bytes(body.get(..2)?.try_into().ok()?);
+    if usize::try_from(count).ok()? != n {
         return None;
     }
     let mut at = 2;
-    let mut col = || {
+    let mut cols = Vec::with_capacity(n);
+    for _ in 0..n {
         let len = i32::from_be_bytes(body.get(at..at + 4)?.try_into().ok()?);
-        let len = usize::try_from(len).ok()?;
         at += 4;
+        let Ok(len) = usize::try_from(len) else {
+            cols.push(None);
+            continue;
+        };
         let s = std::str::from_utf8(body.get(at..at + len)?).ok()?;
         at += len;
-        Some(s.to_owned())
-    };
-    Some((col()?, col()?))
+        cols.push(Some(s.to_owned()));
+    }
+    Some(cols)
 }
 
 #[cfg(test)]
@@ -164,14 +211,36 @@ mod tests {
             &[
                 Some("repeatable read"),
                 Some("\"$user\", public, AG_CATALOG"),
+                None,
             ],
         );
         assert_eq!(s.on_answer(tag::DATA_ROW, &row), None);
         let level = s.on_answer(tag::READY_FOR_QUERY, &write::ready_frame(b'I'));
         assert_eq!(level, Some(Some(IsolationLevel::RepeatableRead)));
         assert_eq!(s.ag_catalog_on_path(), Some(true));
+        assert!(!s.age_loaded());
         s.search_path_may_change();
         assert!(s.wants_search_path());
+
+        // A change sent after the question makes the answer stale.
+        let _ = s.ask();
+        s.search_path_may_change();
+        s.on_answer(tag::DATA_ROW, &row);
+        assert_eq!(
+            s.on_answer(tag::READY_FOR_QUERY, &write::ready_frame(b'I')),
+            None
+        );
+        assert_eq!(s.ag_catalog_on_path(), None);
+        assert_eq!(s.default_isolation(), Some(IsolationLevel::RepeatableRead));
+    }
+
+    #[test]
+    fn preload_lists() {
+        assert!(lists_age("age"));
+        assert!(lists_age("pg_stat_statements, \"$libdir/age\""));
+        assert!(lists_age("$libdir/plugins/age.so"));
+        assert!(!lists_age("agensgraph, page"));
+        assert!(!lists_age(""));
     }
 
     #[test]

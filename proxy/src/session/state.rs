@@ -7,10 +7,10 @@ use bytes::{Bytes, BytesMut};
 
 use super::{
     coalesce::{Coalescer, Ctx, Out},
-    cypher::{CypherSession, Route, may_route, statement_text},
+    cypher::{CypherSession, Route, SessionView, may_route, statement_text},
     flight::{Flight, Op, Own, Owner},
     io::WriteQueue,
-    settings::Settings,
+    settings::{Settings, lists_age},
     sql::Sql,
     statements::Statements,
 };
@@ -24,7 +24,7 @@ use crate::{
     },
     words::Words,
 };
-use onetrip_planner::classify::{PreparedOp, prepared_ops};
+use onetrip_planner::classify::{PreparedOp, loaded_libraries, prepared_ops};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -74,10 +74,9 @@ pub struct Protocol {
     client_op: Op,
     /// The session's settings, as learned from the server.
     pub settings: Settings,
-    /// A Flush that may end a batch to coalesce waits for the settings'
-    /// answer, which is on its way (the session's first batch, sent
-    /// before the answer came).
-    flush_waits_for_settings: bool,
+    /// A message waits for the settings' answer, which is on its way (the
+    /// session's first, sent before the answer came; see `needs_settings`).
+    held_for_settings: bool,
     /// Round trips per statement.
     pub statements: Statements,
     work_since_idle: bool,
@@ -134,7 +133,7 @@ impl Protocol {
             flight: Flight::default(),
             client_op: Op::None,
             settings: Settings::default(),
-            flush_waits_for_settings: false,
+            held_for_settings: false,
             statements: Statements::default(),
             work_since_idle: false,
             co,
@@ -187,7 +186,7 @@ impl Protocol {
 
     /// Client input waits while a coalesced batch's outcome is unknown.
     pub fn client_paused(&self) -> bool {
-        self.co.pauses_client() || self.cy.blocks_client() || self.flush_waits_for_settings
+        self.co.pauses_client() || self.cy.blocks_client() || self.held_for_settings
     }
 
     // ---- client -> upstream ----
@@ -269,12 +268,11 @@ impl Protocol {
             let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) else {
                 break;
             };
-            if h.tag == tag::FLUSH && self.settings.waiting() && self.co.may_coalesce_batch() {
-                self.flush_waits_for_settings = true;
+            let end = at + h.wire_len;
+            if self.waits_for_settings(h.tag, &chunk[at..end], to_up) {
                 self.client_rest = chunk.slice(at..);
                 break;
             }
-            let end = at + h.wire_len;
             let forward = if h.tag == tag::COPY_DATA {
                 !self.co.discarding()
             } else {
@@ -288,6 +286,46 @@ impl Protocol {
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);
+    }
+
+    /// Does the client's next message wait for the session's settings? A
+    /// Flush that may end a batch to coalesce, and a statement that may
+    /// call cypher(), wait for an answer on its way (it comes within the
+    /// server's time for a trivial query) rather than do without; a
+    /// cypher() statement after a change to the search path has it asked
+    /// for again, and waits too.
+    fn waits_for_settings(&mut self, t: u8, msg: &[u8], to_up: &mut WriteQueue) -> bool {
+        let waiting = self.settings.waiting();
+        if !waiting && !self.settings.wants_search_path() {
+            return false;
+        }
+        let needs = match t {
+            tag::FLUSH => waiting && self.co.may_coalesce_batch(),
+            tag::QUERY | tag::PARSE => {
+                self.cy.enabled()
+                    && statement_text(t, msg).is_some_and(|s| Words::scan(s).any(Words::CYPHER))
+            }
+            _ => false,
+        };
+        if needs && !waiting {
+            if !self.quiet_upstream() {
+                return false;
+            }
+            let q = self.settings.ask();
+            self.send_own_up(to_up, q, Own::Settings, false);
+        }
+        self.held_for_settings = needs;
+        needs
+    }
+
+    /// Nothing of the client's is on its way upstream and no transaction
+    /// is open: a query of the proxy's own can run now, unseen.
+    fn quiet_upstream(&self) -> bool {
+        self.txn_status == b'I'
+            && self.flight.client_answered()
+            && !self.unsynced
+            && !self.in_copy
+            && self.co.idle()
     }
 
     /// Queues `buf[start..end]`, one message as the client sent it (the
@@ -341,11 +379,15 @@ impl Protocol {
                     .or_else(|| frontend::query_text(msg).map(|text| Sql::within(msg, text, None)));
                 if let Some(sql) = &sql {
                     self.co.on_simple_query(sql);
+                    self.note_settings_change(sql.words());
                 }
                 self.note_statement(sql.clone());
             }
             tag::EXECUTE => {
                 let sql = self.co.batch_statement();
+                if let Some(sql) = &sql {
+                    self.note_settings_change(sql.words());
+                }
                 self.note_statement(sql);
             }
             tag::TERMINATE => {
@@ -389,6 +431,15 @@ impl Protocol {
         }
     }
 
+    /// A statement with these words may change the search path (SET
+    /// search_path or SCHEMA, set_config, RESET, DISCARD ALL).
+    fn note_settings_change(&mut self, w: Words) {
+        if w.any(Words::SEARCH_PATH | Words::SCHEMA | Words::CONFIG | Words::RESET | Words::DISCARD)
+        {
+            self.settings.search_path_may_change();
+        }
+    }
+
     /// What a client message on its way does to the prepared statements
     /// (`sql`: its statement, when routing found it). Drops take effect at
     /// once (an unknown statement is never coalesced); what is created is
@@ -424,10 +475,14 @@ impl Protocol {
     /// SQL's PREPARE, DEALLOCATE and DISCARD ALL act on the same statements
     /// as Parse and Close.
     fn follow_sql_prepared(&mut self, sql: &Sql) -> Op {
-        if !sql
-            .words()
-            .any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD)
+        let w = sql.words();
+        if w.all(Words::LOAD | Words::AGE)
+            && !w.any(Words::PREPARE)
+            && loaded_libraries(sql.as_str()).iter().any(|l| lists_age(l))
         {
+            return Op::LoadAge;
+        }
+        if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
             return Op::None;
         }
         let mut prepares = Vec::new();
@@ -468,14 +523,15 @@ impl Protocol {
         }
         // The session's own settings query may still be on its way: it
         // leaves the transaction status as it is.
-        let quiet = self.txn_status == b'I'
-            && self.flight.client_answered()
-            && !self.unsynced
-            && !self.in_copy
-            && self.co.idle();
+        let quiet = self.quiet_upstream();
+        let view = SessionView {
+            quiet,
+            ag_catalog_on_path: self.settings.ag_catalog_on_path(),
+            age_loaded: self.settings.age_loaded() || self.flight.age_loaded,
+        };
         match self
             .cy
-            .route(msg, text, words, quiet, &self.shared, &self.info)
+            .route(msg, text, words, &view, &self.shared, &self.info)
         {
             Route::Forward => Routed::Plain(Some(sql)),
             Route::Rewritten(m) => Routed::Rewritten(m),
@@ -665,7 +721,9 @@ impl Protocol {
                 }
                 if let Some(isolation) = self.settings.on_answer(t, msg) {
                     self.co.on_default_isolation(isolation);
-                    self.flush_waits_for_settings = false;
+                }
+                if t == tag::READY_FOR_QUERY {
+                    self.held_for_settings = false;
                 }
                 return false;
             }
