@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 export ONETRIP_PIPELINE_CASES=${1:-20000}
 export ONETRIP_PIPELINE_SEED=${2:-$(date +%s)}
 echo "random pipelines: $ONETRIP_PIPELINE_CASES cases of seed $ONETRIP_PIPELINE_SEED"
-cargo test --release -p onetrip-tests --test pipelines -- --nocapture
+cargo test -p onetrip-tests --test pipelines -- --nocapture

@@ -7,7 +7,8 @@ use crate::script::{Fe, Script, Step};
 
 /// The statements a pipeline is made of: reads, a failing read, writes,
 /// data-modifying CTEs that write nothing and that write, transaction
-/// control, a setting, a statement that takes time.
+/// control and savepoints, settings, a statement that takes time, and SQL's
+/// own prepared statements.
 pub const VOCABULARY: &[&str] = &[
     "select v from t where id = 2",
     "select id, v from t order by id",
@@ -24,6 +25,15 @@ pub const VOCABULARY: &[&str] = &[
     "set application_name = 'pipeline'",
     "set transaction isolation level repeatable read",
     "select pg_sleep(0.01)",
+    "savepoint a",
+    "rollback to savepoint a",
+    "release savepoint a",
+    "prepare q as update t set v = v + 1 where id = 2",
+    "prepare r as select v from t where id = 4",
+    "execute q",
+    "execute r",
+    "deallocate q",
+    "deallocate all",
 ];
 
 /// The named statement pipelines prepare once and run again.
@@ -107,11 +117,32 @@ impl Pipeline {
 /// or run.
 fn statement(rng: &mut Rng) -> Vec<Step> {
     let send = |fe| Step::Send(fe);
-    match rng.below(100) {
+    match rng.below(110) {
         0..10 => vec![send(Fe::Parse {
             name: "s1".into(),
             sql: NAMED.into(),
         })],
+        100..103 => vec![send(Fe::CloseStatement("s1".into()))],
+        103..106 => vec![send(Fe::DescribeStatement("s1".into()))],
+        106..110 => {
+            // A named portal read a row at a time, then to its end.
+            let id = (1 + rng.below(6)).to_string();
+            vec![
+                send(Fe::Bind {
+                    portal: "p1".into(),
+                    stmt: "s1".into(),
+                    params: vec![Some(id)],
+                }),
+                send(Fe::Execute {
+                    portal: "p1".into(),
+                    max_rows: 1,
+                }),
+                send(Fe::Execute {
+                    portal: "p1".into(),
+                    max_rows: 0,
+                }),
+            ]
+        }
         10..20 => {
             let id = (1 + rng.below(6)).to_string();
             vec![

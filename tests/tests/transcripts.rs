@@ -252,3 +252,37 @@ async fn more_after_a_probed_batch() {
     )
     .await;
 }
+
+/// A batch that writes after all runs again after the probe; a named
+/// statement it prepared, wherever in the batch, is prepared again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_prepares_its_named_statements_again() {
+    let s = Sides::start().await;
+    let writes = "with u as (update t set v = v + 1 where id = 3 returning id, v) select * from u";
+    s.same(
+        Script::new()
+            .pbe(writes)
+            .parse("s1", "select v from t where id = $1")
+            .flush()
+            .sync()
+            .wait(),
+    )
+    .await;
+    s.same(
+        Script::new()
+            .parse("w", writes)
+            .bind("", "w", &[])
+            .describe_portal("")
+            .execute("", 0)
+            .parse("s2", "select 2")
+            .flush()
+            .wait()
+            .sync()
+            .wait()
+            .bind("", "s2", &[])
+            .execute("", 0)
+            .sync()
+            .wait(),
+    )
+    .await;
+}

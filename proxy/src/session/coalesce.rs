@@ -508,34 +508,30 @@ impl Coalescer {
             return;
         }
         // The statement wrote, and the server rolled it back. Run the batch
-        // again as the client sent it; a named statement's Parse already
-        // succeeded and survives the rollback, so only its answer is replayed.
+        // again as the client sent it.
         Counters::add(&ctx.info.counters.probes_failed, 1);
         if let Some(sql) = &batch.statement {
             self.no_probe.insert(sql.detached());
         }
-        let mut frames = batch.frames.iter();
+        // Not to be coalesced again: its Execute is flushed.
         let mut rerun = Batch {
             statement: batch.statement.clone(),
             binds: 1,
             executes: 1,
             unlimited: true,
+            others: true,
             ..Batch::default()
         };
-        if let Some(first) = batch.frames.first()
-            && first[0] == tag::PARSE
-            && frontend::parse(first).is_some_and(|(name, _)| !name.is_empty())
-        {
-            frames.next();
-            if let Some(pc) = held
-                .messages
-                .first()
-                .filter(|m| m[0] == tag::PARSE_COMPLETE)
+        for f in &batch.frames {
+            // A named statement's Parse succeeded the first time and
+            // survives the rollback: closed first (unseen), it succeeds
+            // again, and the client gets its answer in its place.
+            if f[0] == tag::PARSE
+                && let Some((name, _)) = frontend::parse(f).filter(|(n, _)| !n.is_empty())
             {
-                out.to_client.push(pc.clone());
+                out.to_upstream
+                    .push((close_statement(name), Some(Own::Rerun)));
             }
-        }
-        for f in frames {
             out.to_upstream.push((f.clone(), None));
             rerun.frames.push(f.clone());
         }
@@ -543,6 +539,17 @@ impl Coalescer {
         self.batch = rerun;
         self.state = State::Normal;
     }
+}
+
+/// Close of the prepared statement `name`.
+fn close_statement(name: &str) -> Bytes {
+    let mut out = BytesMut::with_capacity(name.len() + 7);
+    write::message(&mut out, tag::CLOSE, |b| {
+        b.put_u8(b'S');
+        b.put_slice(name.as_bytes());
+        b.put_u8(0);
+    });
+    out.freeze()
 }
 
 const SNAPSHOT: &str = "onetrip_snapshot";

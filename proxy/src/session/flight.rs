@@ -25,6 +25,8 @@ pub enum Own {
     Probe,
     /// The statement that takes a snapshot after an early Sync.
     Snapshot,
+    /// A Close sent before a batch runs again after a failed probe.
+    Rerun,
     /// The query that learns the session's settings.
     Settings,
     /// The AGE catalog fetch, or the compiled statement in verify mode.

@@ -714,7 +714,7 @@ impl Protocol {
             // Swallowed, but for an error (which a bare SELECT can't give
             // short of the connection failing): the client should know
             // that what it sent next is skipped.
-            Owner::Own(Own::Snapshot) => return t == tag::ERROR_RESPONSE,
+            Owner::Own(Own::Snapshot | Own::Rerun) => return t == tag::ERROR_RESPONSE,
             Owner::Own(Own::Settings) => {
                 if t == tag::READY_FOR_QUERY {
                     self.txn_status = backend::ready_status(msg);
