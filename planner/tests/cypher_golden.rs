@@ -146,6 +146,14 @@ const GOLDEN: &[(&str, &str)] = &[
         "MATCH (n:Person) WHERE n.name STARTS WITH 'A' OR n.name CONTAINS n.x RETURN n.age",
         "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((ag_catalog.agtype_string_match_starts_with(_n0.properties -> 'name'::text, '\"A\"'::agtype))::boolean OR (ag_catalog.agtype_string_match_contains(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype), NULLIF(_n0.properties -> 'x'::text, 'null'::agtype)))::boolean)",
     ),
+    (
+        "MATCH () MATCH (n:Person) RETURN n.name",
+        "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"_ag_label_vertex\" AS _n0, \"g\".\"Person\" AS _n1",
+    ),
+    (
+        "RETURN 010, 0x10, 010.5",
+        "SELECT '8'::agtype AS c1, '16'::agtype AS c2, '10.5'::agtype AS c3",
+    ),
 ];
 
 #[test]
@@ -186,6 +194,12 @@ const DECLINED: &[(&str, &str)] = &[
         "MATCH (a:Person)-[:KNOWS]->(a:City) RETURN a",
         "multiple_labels",
     ),
+    (
+        "MATCH (a)-[:KNOWS]->(b)-[:KNOWS]->(a:Person) RETURN a",
+        "multiple_labels",
+    ),
+    ("MATCH (a) MATCH (a:Person) RETURN a", "multiple_labels"),
+    ("RETURN 09", "syntax_error"),
     (
         "MATCH (a:Person)-[:KNOWS|LIVES_IN]->(b) RETURN b",
         "multiple_rel_types",

@@ -175,8 +175,10 @@ impl Compiler<'_> {
     }
 
     fn match_clause(&mut self, m: &Match) -> Result<(), D> {
-        // Labels per node variable across the clause: AGE allows one.
-        let mut labels: HashMap<&str, &str> = HashMap::new();
+        // The label of each node variable, from the occurrence that binds
+        // it: a later occurrence may repeat it or leave it out, and AGE
+        // rejects any other label ("multiple labels for variable").
+        let mut labels: HashMap<&str, Option<&str>> = HashMap::new();
         for p in &m.patterns {
             if p.path_var.is_some() {
                 return Err(D::PathVariable);
@@ -189,19 +191,28 @@ impl Compiler<'_> {
                 if n.labels.len() > 1 {
                     return Err(D::MultipleLabels);
                 }
-                if let (Some(v), Some(l)) = (&n.var, n.labels.first())
-                    && let Some(prev) = labels.insert(v, l)
-                    && prev != l
-                {
-                    return Err(D::MultipleLabels);
+                let Some(v) = &n.var else { continue };
+                let bound = match self.vars.get(v) {
+                    Some(Binding::Node { label, .. }) => Some(label.as_deref()),
+                    _ => labels.get(v.as_str()).copied(),
+                };
+                match (bound, n.labels.first()) {
+                    (None, l) => {
+                        labels.insert(v, l.map(String::as_str));
+                    }
+                    (Some(b), Some(l)) if b != Some(l.as_str()) => {
+                        return Err(D::MultipleLabels);
+                    }
+                    (Some(_), _) => {}
                 }
             }
         }
         for p in &m.patterns {
             let mut edges: Vec<(String, Option<String>)> = Vec::new();
-            let mut left = self.node(&p.start, &labels)?;
+            let lone = p.chain.is_empty();
+            let mut left = self.node(&p.start, &labels, lone)?;
             for (rel, node) in &p.chain {
-                let right = self.node(node, &labels)?;
+                let right = self.node(node, &labels, false)?;
                 let (alias, label) = self.rel(rel, &left, &right)?;
                 edges.push((alias, label));
                 left = right;
@@ -223,10 +234,21 @@ impl Compiler<'_> {
     }
 
     /// Binds or re-uses a node; returns the variable name it is bound to
-    /// (anonymous nodes get a private name).
-    fn node(&mut self, n: &NodePattern, labels: &HashMap<&str, &str>) -> Result<String, D> {
+    /// (anonymous nodes get a private name). A `lone` node (a pattern
+    /// without relationships) ranges over its vertices even when nothing
+    /// reads it; an edge's endpoint is implied by the edge.
+    fn node(
+        &mut self,
+        n: &NodePattern,
+        labels: &HashMap<&str, Option<&str>>,
+        lone: bool,
+    ) -> Result<String, D> {
         let label = match (&n.var, n.labels.first()) {
-            (Some(v), _) => labels.get(v.as_str()).map(|s| s.to_string()),
+            (Some(v), _) => labels
+                .get(v.as_str())
+                .copied()
+                .flatten()
+                .map(str::to_string),
             (None, l) => l.cloned(),
         };
         let name = match &n.var {
@@ -240,16 +262,9 @@ impl Compiler<'_> {
         };
         match self.vars.get(&name) {
             Some(Binding::Edge { .. }) => return Err(D::VariableReuse),
-            Some(Binding::Node {
-                alias,
-                label: bound,
-                ..
-            }) => {
+            Some(Binding::Node { alias, .. }) => {
                 // Named nodes seen twice always have a table (see `refs`).
                 let a = alias.clone().ok_or(D::VariableReuse)?;
-                if label.is_some() && *bound != label {
-                    return Err(D::MultipleLabels);
-                }
                 if let Some(props) = &n.props {
                     let c = self.props_filter(&a, props)?;
                     self.conds.push(c);
@@ -262,7 +277,7 @@ impl Compiler<'_> {
             .var
             .as_ref()
             .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 1);
-        let needs_table = label.is_some() || n.props.is_some() || referenced;
+        let needs_table = lone || label.is_some() || n.props.is_some() || referenced;
         let alias = if needs_table {
             let a = format!("_n{}", self.n_node);
             let t = self.table(label.as_deref(), LabelKind::Vertex)?;
