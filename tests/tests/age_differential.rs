@@ -239,11 +239,12 @@ async fn cypher_differential() {
         }
     }
     let share = 100.0 * accepted_compiled as f64 / accepted.max(1) as f64;
-    println!(
+    onetrip_tests::age::report(&format!(
         "cypher differential: {} queries, {identical} identical, {compiled} compiled \
-         ({accepted_compiled} of {accepted} AGE accepts, {share:.1}%); declined {declined:?}",
+         ({accepted_compiled} of {accepted} AGE accepts, {share:.1}%)",
         qs.len()
-    );
+    ));
+    println!("declined: {declined:?}");
     for f in &failures {
         println!("MISMATCH {f}");
     }

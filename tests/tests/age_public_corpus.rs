@@ -83,7 +83,9 @@ async fn public_corpus_through_onetrip() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let compiled = proxy.stats().total().rewritten_queries;
     let last = stdout.lines().last().unwrap_or_default();
-    println!("public corpus: {last} ({compiled} compiled by onetrip)");
+    onetrip_tests::age::report(&format!(
+        "public corpus: {last} ({compiled} compiled by onetrip)"
+    ));
     assert!(
         out.status.success() && last == format!("{total} passed, 0 failed"),
         "check.py through onetrip:\n{stdout}\n{}",

@@ -176,11 +176,11 @@ async fn age_regress_through_onetrip() {
         }
     }
     let n = tests.len();
-    println!(
+    onetrip_tests::age::report(&format!(
         "AGE regress through onetrip: {} of {n} tests identical to direct ({} statements compiled)",
         n - differing.len(),
         proxy.stats().total().rewritten_queries
-    );
+    ));
     for d in &differing {
         println!("DIFFERENT {d}");
     }
