@@ -1,0 +1,137 @@
+//! Golden SQL of the clauses and expressions beyond MATCH ... RETURN:
+//! WITH, UNWIND, OPTIONAL MATCH, UNION, named paths, `exists()`, list
+//! comprehensions, slices, chained comparisons, AGE's functions.
+
+mod common;
+
+use common::check_golden;
+/// WITH
+const WITH: &[(&str, &str)] = &[
+    (
+        "MATCH (a:Person) WITH a.name AS n, a WHERE n = 'Ann' RETURN n, a.age",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0 WHERE (NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) = '\"Ann\"'::agtype)",
+    ),
+    (
+        "MATCH (a:Person)-[:KNOWS]->(b) WITH a, count(b) AS n WHERE n > 2 RETURN a.name, n",
+        "SELECT NULLIF(_w2.c2 -> 'name'::text, 'null'::agtype) AS c1, _w2.c3 AS c2 FROM (SELECT _n0.id AS c1, _n0.properties AS c2, count(_n1.id)::agtype AS c3 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id GROUP BY _n0.id, _n0.properties) AS _w2 WHERE (_w2.c3 > '2'::agtype)",
+    ),
+    (
+        "MATCH (a:Person) WITH DISTINCT a.city AS c ORDER BY a.city SKIP 1 LIMIT 2 RETURN c",
+        "SELECT _w1.c1 AS c1 FROM (SELECT DISTINCT NULLIF(_n0.properties -> 'city'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 ORDER BY NULLIF(_n0.properties -> 'city'::text, 'null'::agtype) OFFSET 1 LIMIT 2) AS _w1",
+    ),
+];
+
+#[test]
+fn golden_with() {
+    check_golden(WITH);
+}
+
+/// UNWIND
+const UNWIND: &[(&str, &str)] = &[
+    (
+        "UNWIND [1, null] AS x RETURN x",
+        "SELECT _u1.v AS c1 FROM ag_catalog.age_unnest(ag_catalog.agtype_build_list('1'::agtype, NULL::agtype)) AS _u1(v)",
+    ),
+    (
+        "MATCH (a:Person) UNWIND a.tags AS t RETURN t, count(*)",
+        "SELECT _u1.v AS c1, count(*)::agtype AS c2 FROM \"g\".\"Person\" AS _n0, LATERAL ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _u1(v) GROUP BY _u1.v",
+    ),
+];
+
+#[test]
+fn golden_unwind() {
+    check_golden(UNWIND);
+}
+
+/// OPTIONAL MATCH
+const OPTIONAL_MATCH: &[(&str, &str)] = &[
+    (
+        "MATCH (a:Person) OPTIONAL MATCH (a)-[r:KNOWS]->(b) WHERE b.age > 3 RETURN a.name, b, r.since",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, CASE WHEN _o1.c1 IS NULL THEN NULL ELSE ag_catalog._agtype_build_vertex(_o1.c1, ag_catalog._label_name('42'::oid, _o1.c1), _o1.c2) END AS c2, NULLIF(_o1.c4 -> 'since'::text, 'null'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0 LEFT JOIN LATERAL (SELECT _n1.id AS c1, _n1.properties AS c2, _e0.id AS c3, _e0.properties AS c4, _e0.start_id AS c5, _e0.end_id AS c6 FROM \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n1.properties -> 'age'::text) > '3'::agtype AND (_n1.properties -> 'age'::text) < 'null'::agtype)) AS _o1 ON true",
+    ),
+    (
+        "OPTIONAL MATCH (a:Person) RETURN a.name",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0",
+    ),
+];
+
+#[test]
+fn golden_optional_match() {
+    check_golden(OPTIONAL_MATCH);
+}
+
+/// UNION
+const UNION: &[(&str, &str)] = &[(
+    "RETURN 1 UNION RETURN 2 UNION ALL RETURN 3",
+    "(SELECT '1'::agtype AS c1) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1)",
+)];
+
+#[test]
+fn golden_union() {
+    check_golden(UNION);
+}
+
+/// named paths
+const NAMED_PATHS: &[(&str, &str)] = &[(
+    "MATCH p = (a:Person)-[:KNOWS]->(b) RETURN p, length(p)",
+    "SELECT ag_catalog._agtype_build_path(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties), ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties), ag_catalog._agtype_build_vertex(_n1.id, ag_catalog._label_name('42'::oid, _n1.id), _n1.properties)) AS c1, ag_catalog.age_length(ag_catalog._agtype_build_path(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties), ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties), ag_catalog._agtype_build_vertex(_n1.id, ag_catalog._label_name('42'::oid, _n1.id), _n1.properties))) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id",
+)];
+
+#[test]
+fn golden_named_paths() {
+    check_golden(NAMED_PATHS);
+}
+
+/// exists
+const EXISTS: &[(&str, &str)] = &[(
+    "MATCH (a:Person) WHERE exists((a)-[:KNOWS]->(:Person)) AND exists(a.name) RETURN a.name",
+    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (EXISTS (SELECT 1 FROM \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id) AND ag_catalog.age_exists(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)))",
+)];
+
+#[test]
+fn golden_exists() {
+    check_golden(EXISTS);
+}
+
+/// list comprehension, slices
+const LIST_COMPREHENSION_SLICES: &[(&str, &str)] = &[(
+    "MATCH (a:Person) RETURN [x IN a.tags WHERE x <> 'a' | toUpper(x)], a.tags[1..-1], a.tags[..2]",
+    "SELECT (ARRAY(SELECT ag_catalog.age_toupper(_l1.v) FROM ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _l1(v) WHERE (_l1.v <> '\"a\"'::agtype)))::agtype AS c1, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), '1'::agtype, (- '1'::agtype)) AS c2, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), NULL::agtype, '2'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0",
+)];
+
+#[test]
+fn golden_list_comprehension_slices() {
+    check_golden(LIST_COMPREHENSION_SLICES);
+}
+
+/// chained comparison
+const CHAINED_COMPARISON: &[(&str, &str)] = &[(
+    "MATCH (a:Person) WHERE 1 < a.age <= 9 RETURN a.age",
+    "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (('1'::agtype < (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) < 'null'::agtype) AND ((_n0.properties -> 'age'::text) <= '9'::agtype))",
+)];
+
+#[test]
+fn golden_chained_comparison() {
+    check_golden(CHAINED_COMPARISON);
+}
+
+/// functions and aggregates
+const FUNCTIONS_AND_AGGREGATES: &[(&str, &str)] = &[
+    (
+        "MATCH (n:Person) RETURN n.name, properties(n)",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, _n0.properties AS c2 FROM \"g\".\"Person\" AS _n0",
+    ),
+    (
+        "MATCH (a:Person)-[r:KNOWS]->(b) RETURN startNode(r), type(r), keys(a), isEmpty(a.tags), stDev(a.age)",
+        "SELECT ag_catalog.age_startnode('\"g\"'::agtype, ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c1, ag_catalog.age_type(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c2, ag_catalog.age_keys(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)) AS c3, (ag_catalog.age_isempty(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)))::agtype AS c4, ag_catalog.age_stdev(NULLIF(_n0.properties -> 'age'::text, 'null'::agtype)) AS c5 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id GROUP BY ag_catalog.age_startnode('\"g\"'::agtype, ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)), ag_catalog.age_type(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)), ag_catalog.age_keys(ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties)), (ag_catalog.age_isempty(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)))::agtype",
+    ),
+    (
+        "MATCH (a:Person) RETURN count(*) + 1, percentileCont(a.age, 0.5)",
+        "SELECT (count(*)::agtype + '1'::agtype) AS c1, ag_catalog.age_percentilecont(NULLIF(_n0.properties -> 'age'::text, 'null'::agtype), '0.5'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0",
+    ),
+];
+
+#[test]
+fn golden_functions_and_aggregates() {
+    check_golden(FUNCTIONS_AND_AGGREGATES);
+}
