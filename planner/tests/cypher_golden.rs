@@ -203,8 +203,8 @@ const DECLINED: &[(&str, &str)] = &[
         "aggregate_shape",
     ),
     ("MATCH (a:Person) WHERE a.x IN [] RETURN a", "in_empty_list"),
-    ("MATCH (a:Person) RETURN a LIMIT $n", "skip_limit_expr"),
-    ("MATCH (a:Person) RETURN a SKIP 1 + 1", "skip_limit_expr"),
+    ("MATCH (a:Person) RETURN a LIMIT a.x", "skip_limit_expr"),
+    ("MATCH (a:Person) RETURN a SKIP count(*)", "skip_limit_expr"),
     (
         "MATCH (a:Person) RETURN CASE WHEN a.x THEN a.y > 1 END",
         "case",

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::check_golden;
+use common::{catalog, check_golden};
+use onetrip_planner::cypher::compile_cypher;
 /// WITH
 const WITH: &[(&str, &str)] = &[
     (
@@ -134,4 +135,25 @@ const FUNCTIONS_AND_AGGREGATES: &[(&str, &str)] = &[
 #[test]
 fn golden_functions_and_aggregates() {
     check_golden(FUNCTIONS_AND_AGGREGATES);
+}
+
+/// Parameters
+const PARAMETERS: &[(&str, &str)] = &[(
+    "MATCH (a:Person $p) RETURN a.name SKIP 1 + 1 LIMIT $n",
+    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE _n0.properties @> ag_catalog.agtype_access_operator(VARIADIC ARRAY[($1)::agtype, '\"p\"'::agtype]) OFFSET (('1'::agtype + '1'::agtype))::bigint LIMIT (ag_catalog.agtype_access_operator(VARIADIC ARRAY[($1)::agtype, '\"n\"'::agtype]))::bigint",
+)];
+
+#[test]
+fn golden_parameters() {
+    check_golden(PARAMETERS);
+}
+
+/// A parameter argument the Cypher text never reads still gets its type.
+#[test]
+fn golden_unused_parameter_argument() {
+    let g = catalog().graph("g").expect("graph");
+    assert_eq!(
+        compile_cypher("RETURN 1", &g, false, Some("$1"), 1).as_deref(),
+        Ok("WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1")
+    );
 }

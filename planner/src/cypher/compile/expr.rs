@@ -154,8 +154,9 @@ impl Compiler<'_> {
         self.expr(e)
     }
 
-    pub(super) fn param(&self, name: &str) -> Result<String, D> {
+    pub(super) fn param(&mut self, name: &str) -> Result<String, D> {
         let p = self.params.ok_or(D::Params)?;
+        self.params_used = true;
         Ok(format!(
             "ag_catalog.agtype_access_operator(VARIADIC ARRAY[({p})::agtype, {}])",
             agtype_const(&Literal::String(name.to_string()))

@@ -59,6 +59,7 @@ pub fn compile_cypher(
     }
     let refs = count_refs(&st);
     let mut sql = String::new();
+    let mut params_used = false;
     for (i, part) in st.parts.iter().enumerate() {
         let mut cx = Compiler {
             graph,
@@ -70,11 +71,10 @@ pub fn compile_cypher(
             n_edge: 0,
             n_other: 0,
             refs: &refs,
+            params_used: false,
         };
         let part_sql = cx.single(part, ncols)?;
-        if st.parts.len() == 1 {
-            return Ok(part_sql);
-        }
+        params_used |= cx.params_used;
         if i > 0 {
             sql.push_str(if st.union_all[i - 1] {
                 " UNION ALL "
@@ -82,10 +82,20 @@ pub fn compile_cypher(
                 " UNION "
             });
         }
-        // Each part keeps its own ORDER BY, SKIP and LIMIT, as in AGE.
-        sql.push('(');
-        sql.push_str(&part_sql);
-        sql.push(')');
+        if st.parts.len() == 1 {
+            sql = part_sql;
+        } else {
+            // Each part keeps its own ORDER BY, SKIP and LIMIT, as in AGE.
+            sql.push('(');
+            sql.push_str(&part_sql);
+            sql.push(')');
+        }
+    }
+    // The parameter argument stays part of the statement even when the
+    // Cypher text reads none, so that its type is still known (agtype) and
+    // a client binding it gets no "could not determine data type".
+    if let (Some(p), false) = (params, params_used) {
+        sql = format!("WITH _params AS (SELECT ({p})::agtype) {sql}");
     }
     Ok(sql)
 }
@@ -105,6 +115,8 @@ pub(super) struct Compiler<'a> {
     /// How often each variable name occurs in the statement (node
     /// patterns and expressions); a node read once needs no table.
     refs: &'a HashMap<String, usize>,
+    /// Whether the SQL reads the parameter argument.
+    params_used: bool,
 }
 
 impl Compiler<'_> {

@@ -255,10 +255,12 @@ impl Compiler<'_> {
         Ok(name)
     }
 
-    /// `props @> map`, AGE's inline property constraint.
+    /// `props @> map`, AGE's inline property constraint (a map literal, or
+    /// a parameter holding the map).
     fn props_filter(&mut self, props: &str, m: &Expr) -> Result<String, D> {
         let m = match m {
             Expr::Map(_) => self.map(m, true)?,
+            Expr::Param(p) => self.param(p)?,
             _ => return Err(D::Params),
         };
         Ok(format!("{props} @> {m}"))

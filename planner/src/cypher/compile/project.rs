@@ -178,15 +178,15 @@ impl Compiler<'_> {
     }
 
     fn select_sql(
-        &self,
+        &mut self,
         p: &Projection,
         cols: &[String],
         aggregating: bool,
         group: &[String],
         order: &[String],
     ) -> Result<String, D> {
-        let skip = p.skip.as_ref().map(int_literal).transpose()?;
-        let limit = p.limit.as_ref().map(int_literal).transpose()?;
+        let skip = p.skip.as_ref().map(|e| self.count_expr(e)).transpose()?;
+        let limit = p.limit.as_ref().map(|e| self.count_expr(e)).transpose()?;
         let mut sql = String::from("SELECT ");
         if p.distinct {
             sql.push_str("DISTINCT ");
@@ -234,15 +234,27 @@ fn item_names(p: &Projection, with: bool) -> Result<Vec<String>, D> {
     Ok(names)
 }
 
-/// SKIP/LIMIT must be integer literals (a negative one reaches PostgreSQL,
-/// which raises the same error AGE does).
-fn int_literal(e: &Expr) -> Result<i64, D> {
-    match e {
-        Expr::Literal(Literal::Int(v)) => Ok(*v),
-        Expr::Unary(UnaryOp::Neg, x) => match **x {
-            Expr::Literal(Literal::Int(v)) => Ok(-v),
-            _ => Err(D::SkipLimitExpr),
-        },
-        _ => Err(D::SkipLimitExpr),
+impl Compiler<'_> {
+    /// A SKIP or LIMIT count: an integer literal as it is (a negative one
+    /// reaches PostgreSQL, which raises the same error AGE does), anything
+    /// else through agtype's cast to bigint, as AGE coerces it. Variables
+    /// are left to AGE, whose error points into the Cypher text.
+    fn count_expr(&mut self, e: &Expr) -> Result<String, D> {
+        match e {
+            Expr::Literal(Literal::Int(v)) => return Ok(v.to_string()),
+            Expr::Unary(UnaryOp::Neg, x) => {
+                if let Expr::Literal(Literal::Int(v)) = **x {
+                    return Ok((-v).to_string());
+                }
+            }
+            _ => {}
+        }
+        let mut has_var = false;
+        e.walk(&mut |x| has_var |= matches!(x, Expr::Var(_)) || contains_aggregate(x));
+        if has_var {
+            return Err(D::SkipLimitExpr);
+        }
+        let v = self.expr(e)?.agtype_only()?;
+        Ok(format!("({v})::bigint"))
     }
 }
