@@ -140,9 +140,18 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) DETACH DELETE a", "write"),
     ("MERGE (a:Person {id: 1}) RETURN a", "write"),
     (
-        "MATCH (a:Person)-[:KNOWS*1..3]->(b) RETURN b",
+        "MATCH (a:Person)-[:KNOWS*]->(b) RETURN b",
         "variable_length",
     ),
+    (
+        "MATCH (a:Person)-[:KNOWS*1..2 {w: 1.5}]->(b) RETURN b",
+        "variable_length",
+    ),
+    (
+        "MATCH p = (a:Person)-[:KNOWS*1..2]->(b) RETURN p",
+        "variable_length",
+    ),
+    ("MATCH (a:Person)-[:KNOWS*1..11]->(b) RETURN b", "too_large"),
     (
         "MATCH (a:Person) RETURN a.name ORDER BY a.name MATCH (b) RETURN b",
         "clause_shape",

@@ -1,6 +1,7 @@
 //! Golden SQL of the clauses and expressions beyond MATCH ... RETURN:
 //! WITH, UNWIND, OPTIONAL MATCH, UNION, named paths, `exists()`, list
-//! comprehensions, slices, chained comparisons, AGE's functions.
+//! comprehensions, slices, chained comparisons, AGE's functions,
+//! variable-length relationships.
 
 mod common;
 
@@ -156,4 +157,21 @@ fn golden_unused_parameter_argument() {
         compile_cypher("RETURN 1", &g, false, Some("$1"), 1).as_deref(),
         Ok("WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1")
     );
+}
+
+/// Variable-length relationships
+const VARIABLE_LENGTH: &[(&str, &str)] = &[
+    (
+        "MATCH (a:Person)-[r:KNOWS*1..2]->(b:Person) RETURN r, b.name",
+        "SELECT (ARRAY(SELECT ag_catalog._agtype_build_edge(x.id, x.start_id, x.end_id, ag_catalog._label_name('42'::oid, x.id), x.properties) FROM unnest(_v1.ids) WITH ORDINALITY AS u(id, n) JOIN \"g\".\"KNOWS\" AS x ON x.id = u.id ORDER BY u.n))::agtype AS c1, NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, LATERAL (WITH RECURSIVE _r(vid, ids) AS (SELECT _n0.id, ARRAY[]::ag_catalog.graphid[] UNION ALL SELECT e.end_id, _r.ids || e.id FROM _r, \"g\".\"KNOWS\" AS e WHERE e.start_id = _r.vid AND cardinality(_r.ids) < 2 AND e.id <> ALL(_r.ids)) SELECT vid, ids FROM _r WHERE cardinality(ids) >= 1) AS _v1 WHERE _v1.vid = _n1.id",
+    ),
+    (
+        "MATCH (a:Person)-[:KNOWS]-(x)-[*0..2 {w: 1}]-(b) RETURN b.name",
+        "SELECT NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _r FROM \"g\".\"KNOWS\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"KNOWS\") AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, LATERAL (WITH RECURSIVE _r(vid, ids) AS (SELECT _e0._o, ARRAY[]::ag_catalog.graphid[] UNION ALL SELECT e._o, _r.ids || e.id FROM _r, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _rev FROM \"g\".\"_ag_label_edge\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"_ag_label_edge\") AS e WHERE e._s = _r.vid AND NOT (e._rev AND e.start_id = e.end_id) AND cardinality(_r.ids) < 2 AND e.id <> ALL(_r.ids) AND e.properties @> ag_catalog.agtype_build_map_nonull('w'::text, '1'::agtype)) SELECT vid, ids FROM _r WHERE cardinality(ids) >= 0) AS _v2 WHERE NOT (_e0._r AND _e0.start_id = _e0.end_id) AND _e0._s = _n0.id AND _v2.vid = _n2.id AND _e0.id <> ALL(_v2.ids)",
+    ),
+];
+
+#[test]
+fn golden_variable_length() {
+    check_golden(VARIABLE_LENGTH);
 }

@@ -29,6 +29,7 @@ mod pattern;
 mod project;
 mod scope;
 mod stage;
+mod vle;
 
 use expr::Sql;
 use scope::Binding;

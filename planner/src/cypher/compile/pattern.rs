@@ -156,16 +156,28 @@ impl Compiler<'_> {
             None => false,
         };
         let lone = p.chain.is_empty();
+        let var_length = p.chain.iter().any(|(r, _)| r.var_length.is_some());
+        if var_length && path_read {
+            return Err(D::VariableLength);
+        }
+        // A variable-length walk starts from its left node's id.
+        let starts_walk = p.chain.first().is_some_and(|(r, _)| r.var_length.is_some());
         let mut elems = Vec::new();
-        let mut left = self.node(&p.start, labels, lone || path_read)?;
+        let mut left = self.node(&p.start, labels, lone || path_read || starts_walk)?;
         elems.push(left.clone());
-        let mut edges: Vec<(String, Option<String>)> = Vec::new();
+        let mut edges: Vec<(EdgeIds, Option<String>)> = Vec::new();
         for (rel, node) in &p.chain {
             let right = self.node(node, labels, path_read)?;
-            let (name, label) = self.rel(rel, &left, &right)?;
-            let id = self.entity_id(&name).ok_or(D::UnsupportedExpr)?;
-            edges.push((id, label));
-            elems.push(name);
+            let label = rel.types.first().cloned();
+            if rel.var_length.is_some() {
+                let ids = self.var_length_rel(rel, &left, &right)?;
+                edges.push((EdgeIds::Many(ids), label));
+            } else {
+                let (name, label) = self.rel(rel, &left, &right)?;
+                let id = self.entity_id(&name).ok_or(D::UnsupportedExpr)?;
+                edges.push((EdgeIds::One(id), label));
+                elems.push(name);
+            }
             elems.push(right.clone());
             left = right;
         }
@@ -177,7 +189,7 @@ impl Compiler<'_> {
                 let (a, la) = &edges[i];
                 let (b, lb) = &edges[j];
                 if la.is_none() || lb.is_none() || la == lb {
-                    self.stage.conds.push(format!("{a} <> {b}"));
+                    self.stage.conds.push(distinct_edges(a, b));
                 }
             }
         }
@@ -268,7 +280,7 @@ impl Compiler<'_> {
 
     /// Ties an endpoint column to a node: equality with its id, or the
     /// node's identity when it has no table yet.
-    fn bind_endpoint(&mut self, node: &str, col: String) {
+    pub(super) fn bind_endpoint(&mut self, node: &str, col: String) {
         if let Some(Binding::Node(e)) = self.scope.get_mut(node) {
             match &e.id {
                 Some(id) => {
@@ -343,6 +355,24 @@ impl Compiler<'_> {
         };
         self.scope.insert(name.clone(), Binding::Edge(ent));
         Ok((name, label))
+    }
+}
+
+/// The edges a relationship of a path binds: one, or a variable-length
+/// walk's array of edge ids.
+enum EdgeIds {
+    One(String),
+    Many(String),
+}
+
+/// The condition that two relationships of one path share no edge.
+fn distinct_edges(a: &EdgeIds, b: &EdgeIds) -> String {
+    match (a, b) {
+        (EdgeIds::One(a), EdgeIds::One(b)) => format!("{a} <> {b}"),
+        (EdgeIds::One(a), EdgeIds::Many(b)) | (EdgeIds::Many(b), EdgeIds::One(a)) => {
+            format!("{a} <> ALL({b})")
+        }
+        (EdgeIds::Many(a), EdgeIds::Many(b)) => format!("NOT ({a} && {b})"),
     }
 }
 
