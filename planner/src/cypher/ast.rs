@@ -179,8 +179,10 @@ pub enum Expr {
         where_: Option<Box<Expr>>,
         map: Option<Box<Expr>>,
     },
-    /// `EXISTS((a)-[]->())` or a bare pattern used as a predicate.
+    /// `EXISTS((a)-[]->())`.
     ExistsPattern(Box<PatternPart>),
+    /// A bare pattern used as a predicate: `WHERE (a)-[]->()`.
+    PatternPredicate(Box<PatternPart>),
     /// `EXISTS(n.prop)`
     Exists(Box<Expr>),
 }
@@ -188,39 +190,51 @@ pub enum Expr {
 impl Expr {
     /// Calls `f` on this expression and every sub-expression (pre-order).
     pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
-        f(self);
+        self.walk_pruned(&mut |x| {
+            f(x);
+            true
+        });
+    }
+
+    /// Like [`Expr::walk`], but skips the sub-expressions of any
+    /// expression for which `f` returns false.
+    pub fn walk_pruned<'a>(&'a self, f: &mut dyn FnMut(&'a Expr) -> bool) {
+        if !f(self) {
+            return;
+        }
+        let mut walk = |e: &'a Expr| e.walk_pruned(f);
         match self {
             Expr::Literal(_) | Expr::Param(_) | Expr::Var(_) | Expr::CountStar => {}
-            Expr::ExistsPattern(_) => {}
-            Expr::Property(e, _) | Expr::HasLabel(e, _) | Expr::Unary(_, e) => e.walk(f),
-            Expr::IsNull(e, _) | Expr::Exists(e) => e.walk(f),
+            Expr::ExistsPattern(_) | Expr::PatternPredicate(_) => {}
+            Expr::Property(e, _) | Expr::HasLabel(e, _) | Expr::Unary(_, e) => walk(e),
+            Expr::IsNull(e, _) | Expr::Exists(e) => walk(e),
             Expr::Index(a, b) | Expr::Binary(_, a, b) => {
-                a.walk(f);
-                b.walk(f);
+                walk(a);
+                walk(b);
             }
             Expr::Slice(a, b, c) => {
-                a.walk(f);
+                walk(a);
                 if let Some(b) = b {
-                    b.walk(f);
+                    walk(b);
                 }
                 if let Some(c) = c {
-                    c.walk(f);
+                    walk(c);
                 }
             }
             Expr::Chain(a, rest) => {
-                a.walk(f);
+                walk(a);
                 for (_, e) in rest {
-                    e.walk(f);
+                    walk(e);
                 }
             }
             Expr::Function { args, .. } | Expr::List(args) => {
                 for a in args {
-                    a.walk(f);
+                    walk(a);
                 }
             }
             Expr::Map(kv) => {
                 for (_, v) in kv {
-                    v.walk(f);
+                    walk(v);
                 }
             }
             Expr::Case {
@@ -229,25 +243,25 @@ impl Expr {
                 else_,
             } => {
                 if let Some(o) = operand {
-                    o.walk(f);
+                    walk(o);
                 }
                 for (w, t) in whens {
-                    w.walk(f);
-                    t.walk(f);
+                    walk(w);
+                    walk(t);
                 }
                 if let Some(e) = else_ {
-                    e.walk(f);
+                    walk(e);
                 }
             }
             Expr::ListComprehension {
                 list, where_, map, ..
             } => {
-                list.walk(f);
+                walk(list);
                 if let Some(w) = where_ {
-                    w.walk(f);
+                    walk(w);
                 }
                 if let Some(m) = map {
-                    m.walk(f);
+                    walk(m);
                 }
             }
         }

@@ -176,6 +176,7 @@ impl Display for Expr {
                 f.write_str("]")
             }
             Expr::ExistsPattern(p) => write!(f, "EXISTS({p})"),
+            Expr::PatternPredicate(p) => write!(f, "({p})"),
             Expr::Exists(e) => write!(f, "EXISTS({e})"),
         }
     }

@@ -165,14 +165,30 @@ fn ident_len(src: &str, i: usize) -> usize {
     n
 }
 
+/// A number as AGE's scanner reads it: `0x` hexadecimal, a leading `0`
+/// octal (`010` is 8), otherwise decimal; a dot (not a range's `..`) or an
+/// exponent makes a float (`1.` included). Integers beyond `i64` become
+/// floats in AGE; they are refused here.
 fn lex_number(src: &str, i: usize) -> Result<(Tok, usize), ParseError> {
     let b = src.as_bytes();
+    let ident_follows = |j: usize| j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_');
+    if b[i] == b'0' && matches!(b.get(i + 1), Some(b'x' | b'X')) {
+        let mut j = i + 2;
+        while j < b.len() && b[j].is_ascii_hexdigit() {
+            j += 1;
+        }
+        if j == i + 2 || ident_follows(j) {
+            return Err(ParseError::new(i, "invalid hexadecimal integer literal"));
+        }
+        return int_token(&src[i + 2..j], 16, i).map(|t| (t, j - i));
+    }
     let mut j = i;
     while j < b.len() && b[j].is_ascii_digit() {
         j += 1;
     }
+    let digits_end = j;
     let mut is_float = false;
-    if j < b.len() && b[j] == b'.' && b.get(j + 1).is_some_and(u8::is_ascii_digit) {
+    if j < b.len() && b[j] == b'.' && b.get(j + 1) != Some(&b'.') {
         is_float = true;
         j += 1;
         while j < b.len() && b[j].is_ascii_digit() {
@@ -192,23 +208,34 @@ fn lex_number(src: &str, i: usize) -> Result<(Tok, usize), ParseError> {
             }
         }
     }
-    // `0x1F`, `12abc`: forms whose meaning in AGE is not worth guessing.
-    if j < b.len() && (b[j].is_ascii_alphabetic() || b[j] == b'_') {
+    // `12abc`, `1.5x`, `1e`: AGE rejects these too.
+    if ident_follows(j) {
         return Err(ParseError::new(i, "malformed number"));
     }
     let text = &src[i..j];
-    let tok = if is_float {
-        match text.parse::<f64>() {
-            Ok(f) if f.is_finite() => Tok::Float(f),
-            _ => return Err(ParseError::new(i, "float literal out of range")),
+    if is_float {
+        return match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok((Tok::Float(f), j - i)),
+            _ => Err(ParseError::new(i, "float literal out of range")),
+        };
+    }
+    let digits = &src[i..digits_end];
+    let tok = match digits.strip_prefix('0') {
+        Some(oct) if !oct.is_empty() => {
+            if !oct.bytes().all(|d| (b'0'..=b'7').contains(&d)) {
+                return Err(ParseError::new(i, "invalid octal integer literal"));
+            }
+            int_token(oct, 8, i)?
         }
-    } else {
-        match text.parse::<i64>() {
-            Ok(v) => Tok::Int(v),
-            Err(_) => return Err(ParseError::new(i, "integer literal out of range")),
-        }
+        _ => int_token(digits, 10, i)?,
     };
     Ok((tok, j - i))
+}
+
+fn int_token(digits: &str, radix: u32, pos: usize) -> Result<Tok, ParseError> {
+    i64::from_str_radix(digits, radix)
+        .map(Tok::Int)
+        .map_err(|_| ParseError::new(pos, "integer literal out of range"))
 }
 
 fn lex_string(src: &str, i: usize) -> Result<(Tok, usize), ParseError> {
@@ -283,5 +310,29 @@ mod tests {
         let e = tokenize("RETURN 'abc").unwrap_err();
         assert_eq!(e.pos, 7);
         assert!(tokenize("RETURN 99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn octal_hex_and_trailing_dot_as_age_reads_them() {
+        let one = |s: &str| tokenize(s).map(|t| t[0].tok.clone());
+        assert_eq!(one("010"), Ok(Tok::Int(8)));
+        assert_eq!(one("017777777777"), Ok(Tok::Int(2147483647)));
+        assert_eq!(one("00"), Ok(Tok::Int(0)));
+        assert_eq!(one("0"), Ok(Tok::Int(0)));
+        assert_eq!(one("0x1F"), Ok(Tok::Int(31)));
+        assert_eq!(one("0XaB"), Ok(Tok::Int(171)));
+        assert_eq!(one("0.5"), Ok(Tok::Float(0.5)));
+        assert_eq!(one("010.5"), Ok(Tok::Float(10.5)));
+        assert_eq!(one("07e1"), Ok(Tok::Float(70.0)));
+        assert_eq!(one("1."), Ok(Tok::Float(1.0)));
+        assert!(one("09").is_err());
+        assert!(one("012345678").is_err());
+        assert!(one("0x").is_err());
+        assert!(one("0x1G").is_err());
+        assert!(one("1.x").is_err());
+        let t = tokenize("*01..07").unwrap();
+        assert_eq!(t[1].tok, Tok::Int(1));
+        assert_eq!(t[2].tok, Tok::DotDot);
+        assert_eq!(t[3].tok, Tok::Int(7));
     }
 }

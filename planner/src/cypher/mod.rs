@@ -7,12 +7,13 @@
 //! the answer is AGE's own; otherwise the statement is left to AGE and the
 //! [`DeclineReason`] says why.
 //!
-//! Compiled: one or more MATCH clauses (comma-separated patterns, labeled
-//! or unlabeled nodes and edges, inline property maps, directed and
-//! undirected fixed-length relationships) with WHERE, then RETURN with
-//! DISTINCT, ORDER BY, SKIP, LIMIT, aggregates (count, sum, avg, min, max,
-//! collect) and implicit grouping; expressions over properties, parameters,
-//! literals, lists, maps, CASE and a list of scalar functions.
+//! Compiled: MATCH (comma-separated patterns, labeled or unlabeled nodes
+//! and edges, inline property maps, directed and undirected fixed-length
+//! relationships, named paths) with WHERE, OPTIONAL MATCH, WITH (with
+//! grouping, DISTINCT, WHERE, ORDER BY, SKIP, LIMIT), UNWIND, UNION [ALL],
+//! and RETURN with DISTINCT, ORDER BY, SKIP, LIMIT, aggregates and implicit
+//! grouping; expressions over properties, parameters, literals, lists,
+//! maps, CASE, list comprehensions, slices, `exists()` and AGE's functions.
 //!
 //! AGE semantics kept (each checked against AGE 1.6 by the differential
 //! test): a stored JSON null reads as SQL NULL; inline maps are containment
@@ -61,14 +62,10 @@ impl ParseError {
 pub enum DeclineReason {
     /// The Cypher text does not parse (AGE reports its own error).
     Syntax,
-    OptionalMatch,
     With,
-    Unwind,
-    Union,
     Call,
     Write,
     VariableLength,
-    PathVariable,
     /// A clause order other than MATCH... RETURN.
     ClauseShape,
     MultipleLabels,
@@ -91,9 +88,7 @@ pub enum DeclineReason {
     Case,
     ListComprehension,
     Exists,
-    ListSlice,
     LabelPredicate,
-    ChainedComparison,
     /// A property or map key that is a Cypher keyword (AGE's grammar differs).
     KeywordKey,
     /// `$name` without a parameter argument, or an unusual parameter argument.
@@ -114,14 +109,10 @@ impl DeclineReason {
         use DeclineReason::*;
         match self {
             Syntax => "syntax_error",
-            OptionalMatch => "optional_match",
             With => "with",
-            Unwind => "unwind",
-            Union => "union",
             Call => "call",
             Write => "write",
             VariableLength => "variable_length",
-            PathVariable => "path_variable",
             ClauseShape => "clause_shape",
             MultipleLabels => "multiple_labels",
             MultipleRelTypes => "multiple_rel_types",
@@ -141,9 +132,7 @@ impl DeclineReason {
             Case => "case",
             ListComprehension => "list_comprehension",
             Exists => "exists",
-            ListSlice => "list_slice",
             LabelPredicate => "label_predicate",
-            ChainedComparison => "chained_comparison",
             KeywordKey => "keyword_key",
             Params => "params",
             BooleanOperand => "boolean_operand",

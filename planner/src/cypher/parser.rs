@@ -673,7 +673,7 @@ impl Parser {
             Tok::LParen => {
                 // A parenthesised pattern `(a)-[]->(b)` is a predicate.
                 if self.looks_like_pattern() {
-                    return Ok(Expr::ExistsPattern(Box::new(self.pattern_part()?)));
+                    return Ok(Expr::PatternPredicate(Box::new(self.pattern_part()?)));
                 }
                 self.bump();
                 let e = self.expr()?;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the public Cypher corpus (../shared/testdata/cypher) the way the
+"""Runs the public Cypher corpus (tests/data/cypher_public) the way the
 proxy would: each statement goes through `plan-cypher`; a rewritten one is
 sent as compiled SQL, a declined one as written. Rows, column names and
 errors are compared with AGE's expected answers by the corpus's own
@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CATALOG_QUERY = ("SELECT g.name::text, g.namespace::regnamespace::text, g.graphid::oid::int8, "
                  "l.name::text, l.kind::text, l.relation::regclass::text "
                  "FROM ag_catalog.ag_graph g LEFT JOIN ag_catalog.ag_label l ON l.graph = g.graphid")
-DEFAULT_CORPUS = os.path.normpath(os.path.join(HERE, "../../../../shared/testdata/cypher"))
+DEFAULT_CORPUS = os.path.normpath(os.path.join(HERE, "../../../tests/data/cypher_public"))
 
 
 def main():

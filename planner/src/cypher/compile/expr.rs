@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, sql_string};
-use super::{Binding, Compiler};
+use super::Compiler;
+use super::functions::AGGREGATES;
+use super::scope::Binding;
 
 /// Words that AGE's grammar treats as keywords; as property or map keys
 /// they behave differently from openCypher, so such keys are declined.
@@ -62,44 +64,6 @@ const KEYWORDS: &[&str] = &[
     "xor",
     "yield",
 ];
-
-/// Scalar functions compiled to AGE's `age_<name>` with the same
-/// arguments: (lower-case name, min args, max args).
-const SCALAR_FNS: &[(&str, usize, usize)] = &[
-    ("toupper", 1, 1),
-    ("tolower", 1, 1),
-    ("trim", 1, 1),
-    ("ltrim", 1, 1),
-    ("rtrim", 1, 1),
-    ("size", 1, 1),
-    ("head", 1, 1),
-    ("last", 1, 1),
-    ("tail", 1, 1),
-    ("keys", 1, 1),
-    ("reverse", 1, 1),
-    ("tostring", 1, 1),
-    ("tointeger", 1, 1),
-    ("tofloat", 1, 1),
-    ("toboolean", 1, 1),
-    ("abs", 1, 1),
-    ("ceil", 1, 1),
-    ("floor", 1, 1),
-    ("sign", 1, 1),
-    ("sqrt", 1, 1),
-    ("exp", 1, 1),
-    ("log", 1, 1),
-    ("log10", 1, 1),
-    ("left", 2, 2),
-    ("right", 2, 2),
-    ("substring", 2, 3),
-    ("replace", 3, 3),
-    ("split", 2, 2),
-];
-
-/// Functions whose one argument is a whole vertex or edge.
-const ENTITY_FNS: &[&str] = &["id", "label", "type", "properties"];
-
-const AGGREGATES: &[&str] = &["count", "sum", "avg", "min", "max", "collect"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -158,7 +122,7 @@ pub(super) fn contains_aggregate(e: &Expr) -> bool {
     found
 }
 
-fn is_aggregate(e: &Expr) -> bool {
+pub(super) fn is_aggregate(e: &Expr) -> bool {
     match e {
         Expr::CountStar => true,
         Expr::Function { name, .. } => AGGREGATES.contains(&name.to_ascii_lowercase().as_str()),
@@ -166,96 +130,42 @@ fn is_aggregate(e: &Expr) -> bool {
     }
 }
 
+/// Whether a variable occurs outside every aggregate call: such an item
+/// would need grouping keys that SQL and AGE choose differently.
+pub(super) fn var_outside_aggregate(e: &Expr) -> bool {
+    let mut found = false;
+    e.walk_pruned(&mut |x| {
+        if matches!(x, Expr::Var(_)) {
+            found = true;
+        }
+        !is_aggregate(x)
+    });
+    found
+}
+
 pub(super) fn is_keyword(k: &str) -> bool {
     KEYWORDS.iter().any(|w| w.eq_ignore_ascii_case(k))
 }
 
 impl Compiler<'_> {
-    /// A RETURN/ORDER BY expression: aggregates allowed at the top, not
-    /// nested, and not mixed with non-aggregated values.
+    /// A RETURN/WITH/ORDER BY expression: aggregates may occur, but not
+    /// nested in one another.
     pub(super) fn expr_top(&mut self, e: &Expr) -> Result<Sql, D> {
-        if is_aggregate(e) {
-            return self.aggregate(e);
-        }
-        if contains_aggregate(e) {
-            return Err(D::AggregateShape);
-        }
         self.expr(e)
     }
 
-    pub(super) fn aggregate(&mut self, e: &Expr) -> Result<Sql, D> {
-        let (name, distinct, args) = match e {
-            Expr::CountStar => return Ok(Sql::ag("count(*)::agtype".to_string())),
-            Expr::Function {
-                name,
-                distinct,
-                args,
-            } => (name.to_ascii_lowercase(), *distinct, args),
-            _ => return Err(D::AggregateShape),
-        };
-        if args.len() != 1 || contains_aggregate(&args[0]) {
-            return Err(D::AggregateShape);
-        }
-        let d = if distinct { "DISTINCT " } else { "" };
-        // count(v) over a bound vertex/edge counts rows: its id is never null.
-        if name == "count"
-            && let Expr::Var(v) = &args[0]
-            && let Some(id) = self.entity_id(v)
-        {
-            return Ok(Sql::ag(format!("count({d}{id})::agtype")));
-        }
-        let a = self.expr(&args[0])?.agtype_only()?;
-        let text = match name.as_str() {
-            "count" => format!("count({d}{a})::agtype"),
-            "avg" => format!("ag_catalog.age_avg({d}{a})::agtype"),
-            "sum" | "min" | "max" | "collect" => format!("ag_catalog.age_{name}({d}{a})"),
-            _ => return Err(D::AggregateShape),
-        };
-        Ok(Sql::ag(text))
-    }
-
-    pub(super) fn entity_id(&self, v: &str) -> Option<String> {
-        match self.vars.get(v)? {
-            Binding::Node { id_sql, .. } => id_sql.clone(),
-            Binding::Edge { alias } => Some(format!("{alias}.id")),
-        }
-    }
-
-    /// The whole vertex or edge, built the way AGE builds it.
-    pub(super) fn entity(&self, v: &str) -> Result<String, D> {
-        let oid = self.graph_oid();
-        match self.vars.get(v) {
-            Some(Binding::Node { alias: Some(a), .. }) => Ok(format!(
-                "ag_catalog._agtype_build_vertex({a}.id, ag_catalog._label_name({oid}, {a}.id), {a}.properties)"
-            )),
-            Some(Binding::Edge { alias: a }) => Ok(format!(
-                "ag_catalog._agtype_build_edge({a}.id, {a}.start_id, {a}.end_id, ag_catalog._label_name({oid}, {a}.id), {a}.properties)"
-            )),
-            Some(Binding::Node { alias: None, .. }) => Err(D::UnsupportedExpr),
-            None => Err(D::UnboundVariable),
-        }
-    }
-
-    pub(super) fn props_alias(&self, v: &str) -> Result<String, D> {
-        match self.vars.get(v) {
-            Some(Binding::Node { alias: Some(a), .. }) | Some(Binding::Edge { alias: a }) => {
-                Ok(a.clone())
-            }
-            Some(_) => Err(D::UnsupportedExpr),
-            None => Err(D::UnboundVariable),
-        }
-    }
-
-    pub(super) fn param(&self, name: &str) -> Result<String, D> {
+    pub(super) fn param(&mut self, name: &str) -> Result<String, D> {
         let p = self.params.ok_or(D::Params)?;
+        self.params_used = true;
         Ok(format!(
             "ag_catalog.agtype_access_operator(VARIADIC ARRAY[({p})::agtype, {}])",
             agtype_const(&Literal::String(name.to_string()))
         ))
     }
 
-    /// A chain of `.key` / `[index]` rooted at a variable, flattened into
-    /// one `agtype_access_operator` call as AGE does.
+    /// A chain of `.key` / `[index]` flattened into one
+    /// `agtype_access_operator` call as AGE does; rooted at a vertex or
+    /// edge, it reads the `properties` column instead of the whole entity.
     pub(super) fn access(&mut self, e: &Expr) -> Result<Sql, D> {
         let mut steps = Vec::new();
         let mut cur = e;
@@ -277,23 +187,31 @@ impl Compiler<'_> {
             }
         }
         steps.reverse();
-        let Expr::Var(v) = cur else {
-            // Any other base (parameter, literal, function result): AGE
-            // applies one access call to the base's value.
+        let entity = match cur {
+            Expr::Var(v) => match self.scope.get(v) {
+                Some(Binding::Node(_) | Binding::Edge(_)) => Some(v),
+                Some(_) => None,
+                None => return Err(D::UnboundVariable),
+            },
+            _ => None,
+        };
+        let Some(v) = entity else {
+            // Any other base (value, parameter, literal, function result,
+            // path): AGE applies one access call to the base's value.
             let base = self.expr(cur)?.agtype_only()?;
             return Ok(Sql::ag(format!(
                 "ag_catalog.agtype_access_operator(VARIADIC ARRAY[{base}, {}])",
                 steps.join(", ")
             )));
         };
-        let a = self.props_alias(v)?;
+        let props = self.entity_props(v)?;
         // First step a plain key: `->` on the properties object is AGE's
         // access, once a stored JSON null is read as SQL NULL.
         if steps.len() == 1
             && let Expr::Property(_, k) = e
         {
             return Ok(Sql::ag(format!(
-                "NULLIF({a}.properties -> {}::text, 'null'::agtype)",
+                "NULLIF({props} -> {}::text, 'null'::agtype)",
                 sql_string(k)
             )));
         }
@@ -302,7 +220,7 @@ impl Compiler<'_> {
             return Err(D::UnsupportedExpr);
         }
         Ok(Sql::ag(format!(
-            "ag_catalog.agtype_access_operator(VARIADIC ARRAY[{a}.properties, {}])",
+            "ag_catalog.agtype_access_operator(VARIADIC ARRAY[{props}, {}])",
             steps.join(", ")
         )))
     }
@@ -311,19 +229,48 @@ impl Compiler<'_> {
         match e {
             Expr::Literal(l) => Ok(Sql::ag(agtype_const(l))),
             Expr::Param(p) => Ok(Sql::ag(self.param(p)?)),
-            Expr::Var(v) => Ok(Sql::ag(self.entity(v)?)),
+            Expr::Var(v) => match self.scope.get(v) {
+                Some(Binding::Value(s)) => Ok(s.clone()),
+                Some(_) => Ok(Sql::ag(self.entity(v)?)),
+                None => Err(D::UnboundVariable),
+            },
             Expr::Property(..) | Expr::Index(..) => self.access(e),
-            Expr::Slice(..) => Err(D::ListSlice),
+            Expr::Slice(list, lo, hi) => {
+                let list = self.expr(list)?.agtype_only()?;
+                let mut bound = |b: &Option<Box<Expr>>| match b {
+                    Some(b) => self.expr(b)?.agtype_only(),
+                    None => Ok("NULL::agtype".to_string()),
+                };
+                let (lo, hi) = (bound(lo)?, bound(hi)?);
+                Ok(Sql::ag(format!(
+                    "ag_catalog.agtype_access_slice({list}, {lo}, {hi})"
+                )))
+            }
             Expr::HasLabel(..) => Err(D::LabelPredicate),
-            Expr::Chain(..) => Err(D::ChainedComparison),
+            Expr::Chain(first, rest) => self.expr(&expand_chain(first, rest)),
             Expr::Case {
                 operand,
                 whens,
                 else_,
             } => self.case(operand.as_deref(), whens, else_.as_deref()),
-            Expr::ListComprehension { .. } => Err(D::ListComprehension),
-            Expr::ExistsPattern(_) | Expr::Exists(_) => Err(D::Exists),
-            Expr::CountStar => Err(D::AggregateShape),
+            Expr::ListComprehension {
+                var,
+                list,
+                where_,
+                map,
+            } => self.list_comprehension(var, list, where_.as_deref(), map.as_deref()),
+            Expr::ExistsPattern(p) => self.exists_pattern(p),
+            // AGE's grammar has no bare pattern predicates.
+            Expr::PatternPredicate(_) => Err(D::Exists),
+            // AGE's grammar takes one property of a variable only.
+            Expr::Exists(x) => match &**x {
+                Expr::Property(v, _) if matches!(**v, Expr::Var(_)) => {
+                    let a = self.expr(x)?.agtype_only()?;
+                    Ok(Sql::bool(format!("ag_catalog.age_exists({a})")))
+                }
+                _ => Err(D::Exists),
+            },
+            Expr::CountStar => self.aggregate(e),
             Expr::IsNull(x, neg) => {
                 let s = self.expr(x)?;
                 let not = if *neg { " NOT" } else { "" };
@@ -350,8 +297,57 @@ impl Compiler<'_> {
                 )))
             }
             Expr::Map(_) => Ok(Sql::ag(self.map(e, false)?)),
+            Expr::Function { .. } if is_aggregate(e) => self.aggregate(e),
             Expr::Function { .. } => self.function(e),
         }
+    }
+
+    /// `[x IN list WHERE p | m]`: AGE's ARRAY subquery over `age_unnest`,
+    /// cast to agtype; the variable shadows any outer one inside.
+    fn list_comprehension(
+        &mut self,
+        var: &str,
+        list: &Expr,
+        where_: Option<&Expr>,
+        map: Option<&Expr>,
+    ) -> Result<Sql, D> {
+        if var.starts_with("_age") {
+            return Err(D::ListComprehension);
+        }
+        let list = self.expr(list)?.agtype_only()?;
+        let a = self.fresh("_l");
+        let saved = self
+            .scope
+            .insert(var.to_string(), Binding::Value(Sql::ag(format!("{a}.v"))));
+        let r = (|| {
+            let m = match map {
+                Some(m) => self
+                    .expr(m)?
+                    .agtype_only()
+                    .map_err(|_| D::ListComprehension)?,
+                None => format!("{a}.v"),
+            };
+            let w = match where_ {
+                Some(w) => format!(" WHERE {}", self.expr(w)?.to_bool()),
+                None => String::new(),
+            };
+            Ok(format!(
+                "(ARRAY(SELECT {m} FROM ag_catalog.age_unnest({list}) AS {a}(v){w}))::agtype"
+            ))
+        })();
+        match saved {
+            Some(b) => self.scope.insert(var.to_string(), b),
+            None => self.scope.remove(var),
+        };
+        let text = r?;
+        let mut agg = false;
+        for e in [map, where_].into_iter().flatten() {
+            agg |= contains_aggregate(e);
+        }
+        if agg {
+            return Err(D::AggregateShape);
+        }
+        Ok(Sql::ag(text))
     }
 
     /// `CASE`: simple form compares with agtype `=`, searched form tests
@@ -484,67 +480,6 @@ impl Compiler<'_> {
             }
         }
     }
-
-    pub(super) fn function(&mut self, e: &Expr) -> Result<Sql, D> {
-        let Expr::Function {
-            name,
-            distinct,
-            args,
-        } = e
-        else {
-            return Err(D::UnsupportedExpr);
-        };
-        let lname = name.to_ascii_lowercase();
-        if AGGREGATES.contains(&lname.as_str()) {
-            return Err(D::AggregateShape);
-        }
-        if *distinct {
-            return Err(D::UnsupportedExpr);
-        }
-        if ENTITY_FNS.contains(&lname.as_str()) {
-            let [Expr::Var(v)] = args.as_slice() else {
-                return Err(D::UnknownFunction);
-            };
-            let want_edge = lname == "type";
-            let is_edge = matches!(self.vars.get(v), Some(Binding::Edge { .. }));
-            if (want_edge && !is_edge) || (lname == "label" && is_edge) {
-                return Err(D::UnsupportedExpr);
-            }
-            if lname == "id"
-                && let Some(id) = self.entity_id(v)
-            {
-                // The graphid itself, without building the whole entity.
-                return Ok(Sql::ag(format!("ag_catalog.graphid_to_agtype({id})")));
-            }
-            let ent = self.entity(v)?;
-            return Ok(Sql::ag(format!("ag_catalog.age_{lname}({ent})")));
-        }
-        if lname == "coalesce" {
-            if args.is_empty() {
-                return Err(D::UnknownFunction);
-            }
-            let mut v = Vec::new();
-            for a in args {
-                v.push(self.expr(a)?.agtype_only()?);
-            }
-            return Ok(Sql::ag(format!("COALESCE({})", v.join(", "))));
-        }
-        let Some((_, lo, hi)) = SCALAR_FNS.iter().find(|(n, _, _)| *n == lname) else {
-            return Err(D::UnknownFunction);
-        };
-        if args.len() < *lo || args.len() > *hi {
-            return Err(D::UnknownFunction);
-        }
-        let mut v = Vec::new();
-        for a in args {
-            if matches!(a, Expr::Var(_)) {
-                // Entities as arguments of value functions: left to AGE.
-                return Err(D::UnsupportedExpr);
-            }
-            v.push(self.expr(a)?.agtype_only()?);
-        }
-        Ok(Sql::ag(format!("ag_catalog.age_{lname}({})", v.join(", "))))
-    }
 }
 
 /// The SQL operator of a comparison (`Eq`, `Neq`, `Lt`, `Gt`, `Le`, `Ge`).
@@ -557,6 +492,22 @@ pub(super) fn comparison(op: BinaryOp) -> &'static str {
         BinaryOp::Le => "<=",
         _ => ">=",
     }
+}
+
+/// `a < b < c` as AGE's grammar reads it: each comparison with the next
+/// operand, joined by AND (the middle operands are evaluated twice).
+pub(super) fn expand_chain(first: &Expr, rest: &[(BinaryOp, Expr)]) -> Expr {
+    let mut left = first;
+    let mut out: Option<Expr> = None;
+    for (op, right) in rest {
+        let cmp = Expr::Binary(*op, Box::new(left.clone()), Box::new(right.clone()));
+        out = Some(match out {
+            None => cmp,
+            Some(prev) => Expr::Binary(BinaryOp::And, Box::new(prev), Box::new(cmp)),
+        });
+        left = right;
+    }
+    out.unwrap_or_else(|| first.clone())
 }
 
 fn first_step(e: &Expr) -> &Expr {

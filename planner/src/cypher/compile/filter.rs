@@ -11,7 +11,7 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, literal_value, sql_string};
 use super::Compiler;
-use super::expr::{Sql, comparison, is_keyword};
+use super::expr::{Sql, comparison, expand_chain, is_keyword};
 
 /// agtype `null` sorts above every other value, so `x < 'null'` holds for
 /// exactly the non-null values.
@@ -38,7 +38,7 @@ impl Compiler<'_> {
                 // and NULL for a SQL NULL: the same in a positive position.
                 match (plain_property(l), constant(r)) {
                     (Some((var, key)), Some(lit @ Literal::String(_))) => {
-                        let Ok(alias) = self.props_alias(var) else {
+                        let Ok(props) = self.entity_props(var) else {
                             return self.expr(e);
                         };
                         let f = match op {
@@ -47,7 +47,7 @@ impl Compiler<'_> {
                             _ => "contains",
                         };
                         Ok(Sql::ag(format!(
-                            "ag_catalog.agtype_string_match_{f}({alias}.properties -> {}::text, {})",
+                            "ag_catalog.agtype_string_match_{f}({props} -> {}::text, {})",
                             sql_string(key),
                             agtype_const(lit)
                         )))
@@ -55,6 +55,7 @@ impl Compiler<'_> {
                     _ => self.expr(e),
                 }
             }
+            Expr::Chain(first, rest) => self.filter(&expand_chain(first, rest)),
             _ => self.expr(e),
         }
     }
@@ -75,7 +76,7 @@ impl Compiler<'_> {
             },
         };
         let (var, key) = prop;
-        let Ok(alias) = self.props_alias(var) else {
+        let Ok(props) = self.entity_props(var) else {
             return Ok(None);
         };
         if op == Eq && matches!(lit, Literal::String(_) | Literal::Bool(_)) {
@@ -85,11 +86,9 @@ impl Compiler<'_> {
             let mut o = Object::new();
             o.insert(key, literal_value(lit));
             let map = sql_string(&agtype::to_text(&Value::Object(o)));
-            return Ok(Some(Sql::bool(format!(
-                "({alias}.properties @> {map}::agtype)"
-            ))));
+            return Ok(Some(Sql::bool(format!("({props} @> {map}::agtype)"))));
         }
-        let raw = format!("({alias}.properties -> {}::text)", sql_string(key));
+        let raw = format!("({props} -> {}::text)", sql_string(key));
         let c = agtype_const(lit);
         let o = comparison(op);
         let cmp = if prop_left {

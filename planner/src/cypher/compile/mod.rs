@@ -8,8 +8,13 @@
 //! and NULL agree (`filter`), and an undirected edge is a UNION ALL rather
 //! than AGE's OR join. Anything whose AGE translation is not reproduced
 //! exactly is declined.
+//!
+//! Clauses build one SELECT ([`stage::Stage`]) until a WITH needs a
+//! subquery of its own (aggregation, DISTINCT, ORDER BY, SKIP, LIMIT);
+//! OPTIONAL MATCH is a left-joined lateral subquery, UNWIND a lateral
+//! `age_unnest`, UNION a SQL UNION of the parts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::DeclineReason as D;
 use super::ast::*;
@@ -19,8 +24,16 @@ use super::parser::parse;
 
 mod expr;
 mod filter;
+mod functions;
+mod pattern;
+mod project;
+mod scope;
+mod stage;
+mod vle;
 
-use expr::{Kind, contains_aggregate};
+use expr::Sql;
+use scope::Binding;
+use stage::{Item, Stage};
 
 /// Relationships per pattern compiled at most; edge uniqueness grows
 /// quadratically, and AGE's own plan for such a pattern is no better.
@@ -37,82 +50,132 @@ pub fn compile_cypher(
     ncols: usize,
 ) -> Result<String, D> {
     let st = parse(cypher).map_err(|_| D::Syntax)?;
-    if st.parts.len() != 1 {
-        return Err(D::Union);
-    }
-    let clauses = &st.parts[0].clauses;
-    let mut matches = Vec::new();
-    let mut ret = None;
-    for (i, c) in clauses.iter().enumerate() {
-        match c {
-            Clause::Match(m) if m.optional => return Err(D::OptionalMatch),
-            Clause::Match(m) if ret.is_none() => matches.push(m),
-            Clause::Return(p) if i == clauses.len() - 1 => ret = Some(p),
-            Clause::With(_) => return Err(D::With),
-            Clause::Unwind { .. } => return Err(D::Unwind),
-            Clause::Call { .. } => return Err(D::Call),
-            Clause::Write(_) => return Err(D::Write),
-            _ => return Err(D::ClauseShape),
-        }
-    }
     // Writes anywhere win over other reasons: they must always reach AGE.
-    let Some(ret) = ret else {
-        return Err(D::ClauseShape);
-    };
-    let mut cx = Compiler {
-        graph,
-        assume: assume_labels,
-        params,
-        vars: HashMap::new(),
-        from: Vec::new(),
-        conds: Vec::new(),
-        n_node: 0,
-        n_edge: 0,
-        refs: HashMap::new(),
-    };
-    cx.count_refs(&matches, ret);
-    // Each WHERE sees only the variables bound so far, as in AGE.
-    for m in &matches {
-        cx.match_clause(m)?;
-        if let Some(w) = &m.where_ {
-            if contains_aggregate(w) {
-                return Err(D::AggregateShape);
-            }
-            let c = cx.filter(w)?;
-            cx.conds.push(c.to_bool());
+    for c in st.parts.iter().flat_map(|p| &p.clauses) {
+        match c {
+            Clause::Write(_) => return Err(D::Write),
+            Clause::Call { .. } => return Err(D::Call),
+            _ => {}
         }
     }
-    cx.projection(ret, ncols)
+    let refs = count_refs(&st);
+    let mut sql = String::new();
+    let mut params_used = false;
+    for (i, part) in st.parts.iter().enumerate() {
+        let mut cx = Compiler {
+            graph,
+            assume: assume_labels,
+            params,
+            scope: HashMap::new(),
+            stage: Stage::default(),
+            n_node: 0,
+            n_edge: 0,
+            n_other: 0,
+            refs: &refs,
+            params_used: false,
+        };
+        let part_sql = cx.single(part, ncols)?;
+        params_used |= cx.params_used;
+        if i > 0 {
+            sql.push_str(if st.union_all[i - 1] {
+                " UNION ALL "
+            } else {
+                " UNION "
+            });
+        }
+        if st.parts.len() == 1 {
+            sql = part_sql;
+        } else {
+            // Each part keeps its own ORDER BY, SKIP and LIMIT, as in AGE.
+            sql.push('(');
+            sql.push_str(&part_sql);
+            sql.push(')');
+        }
+    }
+    // The parameter argument stays part of the statement even when the
+    // Cypher text reads none, so that its type is still known (agtype) and
+    // a client binding it gets no "could not determine data type".
+    if let (Some(p), false) = (params, params_used) {
+        sql = format!("WITH _params AS (SELECT ({p})::agtype) {sql}");
+    }
+    Ok(sql)
 }
 
-#[derive(Debug, Clone)]
-enum Binding {
-    /// A vertex; `alias` is its table alias, `None` for an anonymous
-    /// vertex read only through an edge's endpoint (`id_sql`).
-    Node {
-        alias: Option<String>,
-        id_sql: Option<String>,
-        label: Option<String>,
-    },
-    Edge {
-        alias: String,
-    },
-}
-
-struct Compiler<'a> {
+pub(super) struct Compiler<'a> {
     graph: &'a Graph,
     assume: bool,
     params: Option<&'a str>,
-    vars: HashMap<String, Binding>,
-    from: Vec<String>,
-    conds: Vec<String>,
+    /// The variables visible to the next clause.
+    scope: HashMap<String, Binding>,
+    /// The SELECT being built.
+    stage: Stage,
     n_node: usize,
     n_edge: usize,
-    /// How often each variable name occurs (patterns and expressions).
-    refs: HashMap<String, usize>,
+    /// Aliases of subqueries and functions, and private names.
+    n_other: usize,
+    /// How often each variable name occurs in the statement (node
+    /// patterns and expressions); a node read once needs no table.
+    refs: &'a HashMap<String, usize>,
+    /// Whether the SQL reads the parameter argument.
+    params_used: bool,
 }
 
 impl Compiler<'_> {
+    /// Clauses in order; the last one must be RETURN.
+    fn single(&mut self, q: &SingleQuery, ncols: usize) -> Result<String, D> {
+        let Some((Clause::Return(ret), body)) = q.clauses.split_last() else {
+            return Err(D::ClauseShape);
+        };
+        for (i, c) in body.iter().enumerate() {
+            match c {
+                // AGE: "MATCH cannot follow OPTIONAL MATCH".
+                Clause::Match(m)
+                    if m.optional
+                        && matches!(q.clauses.get(i + 1), Some(Clause::Match(n)) if !n.optional) =>
+                {
+                    return Err(D::ClauseShape);
+                }
+                // With nothing before it, AGE reads OPTIONAL MATCH as MATCH.
+                Clause::Match(m) if m.optional && i > 0 => self.optional_match(m)?,
+                Clause::Match(m) => self.match_clause(m)?,
+                Clause::Unwind { expr, alias } => self.unwind(expr, alias)?,
+                Clause::With(p) => self.with(p)?,
+                _ => return Err(D::ClauseShape),
+            }
+        }
+        self.ret(ret, ncols)
+    }
+
+    /// UNWIND: one row per element, as AGE's `age_unnest` yields them.
+    fn unwind(&mut self, e: &Expr, alias: &str) -> Result<(), D> {
+        if self.scope.contains_key(alias) {
+            return Err(D::VariableReuse);
+        }
+        if expr::contains_aggregate(e) {
+            return Err(D::AggregateShape);
+        }
+        let list = self.expr(e)?.agtype_only()?;
+        let a = self.fresh("_u");
+        self.stage.items.push(Item::Lateral(format!(
+            "ag_catalog.age_unnest({list}) AS {a}(v)"
+        )));
+        self.scope
+            .insert(alias.to_string(), Binding::Value(Sql::ag(format!("{a}.v"))));
+        Ok(())
+    }
+
+    /// A new alias with `prefix`.
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.n_other += 1;
+        format!("{prefix}{}", self.n_other)
+    }
+
+    /// A name for an anonymous pattern element; see [`scope::is_private`].
+    fn private_name(&mut self) -> String {
+        self.n_other += 1;
+        format!(" anon{}", self.n_other)
+    }
+
     fn table(&self, label: Option<&str>, kind: LabelKind) -> Result<String, D> {
         let rel = match label {
             Some(l) => self
@@ -140,329 +203,53 @@ impl Compiler<'_> {
             ),
         }
     }
-
-    fn count_refs(&mut self, matches: &[&Match], ret: &Projection) {
-        let bump = |refs: &mut HashMap<String, usize>, v: &str| {
-            *refs.entry(v.to_string()).or_default() += 1;
-        };
-        let mut exprs: Vec<&Expr> = Vec::new();
-        for m in matches {
-            for p in &m.patterns {
-                let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
-                for n in nodes {
-                    if let Some(v) = &n.var {
-                        bump(&mut self.refs, v);
-                    }
-                }
-            }
-            if let Some(w) = &m.where_ {
-                exprs.push(w);
-            }
-        }
-        for it in &ret.items {
-            exprs.push(&it.expr);
-        }
-        for s in &ret.order_by {
-            exprs.push(&s.expr);
-        }
-        for e in exprs {
-            e.walk(&mut |x| {
-                if let Expr::Var(v) = x {
-                    *self.refs.entry(v.clone()).or_default() += 1;
-                }
-            });
-        }
-    }
-
-    fn match_clause(&mut self, m: &Match) -> Result<(), D> {
-        // Labels per node variable across the clause: AGE allows one.
-        let mut labels: HashMap<&str, &str> = HashMap::new();
-        for p in &m.patterns {
-            if p.path_var.is_some() {
-                return Err(D::PathVariable);
-            }
-            if p.chain.len() > MAX_HOPS {
-                return Err(D::TooLarge);
-            }
-            let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
-            for n in nodes {
-                if n.labels.len() > 1 {
-                    return Err(D::MultipleLabels);
-                }
-                if let (Some(v), Some(l)) = (&n.var, n.labels.first())
-                    && let Some(prev) = labels.insert(v, l)
-                    && prev != l
-                {
-                    return Err(D::MultipleLabels);
-                }
-            }
-        }
-        for p in &m.patterns {
-            let mut edges: Vec<(String, Option<String>)> = Vec::new();
-            let mut left = self.node(&p.start, &labels)?;
-            for (rel, node) in &p.chain {
-                let right = self.node(node, &labels)?;
-                let (alias, label) = self.rel(rel, &left, &right)?;
-                edges.push((alias, label));
-                left = right;
-            }
-            // AGE never binds one edge twice within one path (comma-separated
-            // patterns may share edges); edges of different labels cannot
-            // collide, so only overlapping ones are compared.
-            for i in 0..edges.len() {
-                for j in i + 1..edges.len() {
-                    let (a, la) = &edges[i];
-                    let (b, lb) = &edges[j];
-                    if la.is_none() || lb.is_none() || la == lb {
-                        self.conds.push(format!("{a}.id <> {b}.id"));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Binds or re-uses a node; returns the variable name it is bound to
-    /// (anonymous nodes get a private name).
-    fn node(&mut self, n: &NodePattern, labels: &HashMap<&str, &str>) -> Result<String, D> {
-        let label = match (&n.var, n.labels.first()) {
-            (Some(v), _) => labels.get(v.as_str()).map(|s| s.to_string()),
-            (None, l) => l.cloned(),
-        };
-        let name = match &n.var {
-            Some(v) => {
-                if v.starts_with("_age") || v.contains(' ') {
-                    return Err(D::UnsupportedExpr);
-                }
-                v.clone()
-            }
-            None => format!(" anon{}", self.n_node),
-        };
-        match self.vars.get(&name) {
-            Some(Binding::Edge { .. }) => return Err(D::VariableReuse),
-            Some(Binding::Node {
-                alias,
-                label: bound,
-                ..
-            }) => {
-                // Named nodes seen twice always have a table (see `refs`).
-                let a = alias.clone().ok_or(D::VariableReuse)?;
-                if label.is_some() && *bound != label {
-                    return Err(D::MultipleLabels);
-                }
-                if let Some(props) = &n.props {
-                    let c = self.props_filter(&a, props)?;
-                    self.conds.push(c);
-                }
-                return Ok(name);
-            }
-            None => {}
-        }
-        let referenced = n
-            .var
-            .as_ref()
-            .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 1);
-        let needs_table = label.is_some() || n.props.is_some() || referenced;
-        let alias = if needs_table {
-            let a = format!("_n{}", self.n_node);
-            let t = self.table(label.as_deref(), LabelKind::Vertex)?;
-            self.from.push(format!("{t} AS {a}"));
-            if let Some(props) = &n.props {
-                let c = self.props_filter(&a, props)?;
-                self.conds.push(c);
-            }
-            Some(a)
-        } else {
-            None
-        };
-        self.n_node += 1;
-        let id_sql = alias.as_ref().map(|a| format!("{a}.id"));
-        self.vars.insert(
-            name.clone(),
-            Binding::Node {
-                alias,
-                id_sql,
-                label,
-            },
-        );
-        Ok(name)
-    }
-
-    /// `alias.properties @> map`, AGE's inline property constraint.
-    fn props_filter(&mut self, alias: &str, props: &Expr) -> Result<String, D> {
-        let m = match props {
-            Expr::Map(_) => self.map(props, true)?,
-            _ => return Err(D::Params),
-        };
-        Ok(format!("{alias}.properties @> {m}"))
-    }
-
-    /// Ties an endpoint column to a node: equality with its id, or the
-    /// node's identity when it has no table yet.
-    fn bind_endpoint(&mut self, node: &str, col: String) {
-        if let Some(Binding::Node { id_sql, .. }) = self.vars.get_mut(node) {
-            match id_sql {
-                Some(id) => {
-                    let c = format!("{col} = {id}");
-                    self.conds.push(c);
-                }
-                None => *id_sql = Some(col),
-            }
-        }
-    }
-
-    fn rel(
-        &mut self,
-        r: &RelPattern,
-        left: &str,
-        right: &str,
-    ) -> Result<(String, Option<String>), D> {
-        if r.var_length.is_some() {
-            return Err(D::VariableLength);
-        }
-        if r.types.len() > 1 {
-            return Err(D::MultipleRelTypes);
-        }
-        let label = r.types.first().cloned();
-        if let Some(v) = &r.var
-            && self.vars.contains_key(v)
-        {
-            return Err(D::VariableReuse);
-        }
-        let a = format!("_e{}", self.n_edge);
-        self.n_edge += 1;
-        let t = self.table(label.as_deref(), LabelKind::Edge)?;
-        let (src, dst) = match r.dir {
-            Direction::Right => ("start_id", "end_id"),
-            Direction::Left => ("end_id", "start_id"),
-            Direction::Both => {
-                // Each edge once per orientation, a self-loop once: the same
-                // rows as AGE's OR join, but index-friendly. The self-loop
-                // test stays outside the arms: PostgreSQL only flattens a
-                // UNION ALL whose arms have no WHERE, and only a flattened
-                // one gets index scans on the join keys.
-                self.from.push(format!(
-                    "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, \
-                     false AS _r FROM {t} UNION ALL SELECT id, start_id, end_id, properties, \
-                     end_id, start_id, true FROM {t}) AS {a}"
-                ));
-                self.conds
-                    .push(format!("NOT ({a}._r AND {a}.start_id = {a}.end_id)"));
-                ("_s", "_o")
-            }
-        };
-        if r.dir != Direction::Both {
-            self.from.push(format!("{t} AS {a}"));
-        }
-        self.bind_endpoint(left, format!("{a}.{src}"));
-        self.bind_endpoint(right, format!("{a}.{dst}"));
-        if let Some(props) = &r.props {
-            let c = self.props_filter(&a, props)?;
-            self.conds.push(c);
-        }
-        if let Some(v) = &r.var {
-            self.vars
-                .insert(v.clone(), Binding::Edge { alias: a.clone() });
-        }
-        Ok((a, label))
-    }
-
-    fn projection(&mut self, p: &Projection, ncols: usize) -> Result<String, D> {
-        if p.star {
-            return Err(D::ReturnStar);
-        }
-        if p.items.len() != ncols {
-            return Err(D::ColumnMismatch);
-        }
-        let mut items = Vec::new();
-        let mut group = Vec::new();
-        let mut has_agg = false;
-        for it in &p.items {
-            let sql = self.expr_top(&it.expr)?.to_agtype();
-            if contains_aggregate(&it.expr) {
-                has_agg = true;
-            } else {
-                group.push(sql.clone());
-            }
-            items.push(sql);
-        }
-        let aliases: HashSet<&str> = p.items.iter().filter_map(|i| i.alias.as_deref()).collect();
-        let mut order = Vec::new();
-        for s in &p.order_by {
-            let mut alias_ref = false;
-            s.expr.walk(&mut |x| {
-                if let Expr::Var(v) = x
-                    && aliases.contains(v.as_str())
-                {
-                    alias_ref = true;
-                }
-            });
-            if alias_ref {
-                return Err(D::OrderByAlias);
-            }
-            let e = self.expr_top(&s.expr)?;
-            if e.kind == Kind::Bool {
-                return Err(D::OrderByShape);
-            }
-            // With DISTINCT or grouping, SQL and AGE only agree when the
-            // sort key is one of the returned values.
-            if (p.distinct || has_agg) && !items.contains(&e.text) {
-                return Err(D::OrderByShape);
-            }
-            order.push(format!(
-                "{}{}",
-                e.text,
-                if s.descending { " DESC" } else { "" }
-            ));
-        }
-        let skip = p.skip.as_ref().map(int_literal).transpose()?;
-        let limit = p.limit.as_ref().map(int_literal).transpose()?;
-
-        let mut sql = String::from("SELECT ");
-        if p.distinct {
-            sql.push_str("DISTINCT ");
-        }
-        let cols: Vec<String> = items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("{s} AS c{}", i + 1))
-            .collect();
-        sql.push_str(&cols.join(", "));
-        if !self.from.is_empty() {
-            sql.push_str(" FROM ");
-            sql.push_str(&self.from.join(", "));
-        }
-        if !self.conds.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&self.conds.join(" AND "));
-        }
-        if has_agg && !group.is_empty() {
-            sql.push_str(" GROUP BY ");
-            sql.push_str(&group.join(", "));
-        }
-        if !order.is_empty() {
-            sql.push_str(" ORDER BY ");
-            sql.push_str(&order.join(", "));
-        }
-        if let Some(s) = skip {
-            sql.push_str(&format!(" OFFSET {s}"));
-        }
-        if let Some(l) = limit {
-            sql.push_str(&format!(" LIMIT {l}"));
-        }
-        Ok(sql)
-    }
 }
 
-/// SKIP/LIMIT must be integer literals (a negative one reaches PostgreSQL,
-/// which raises the same error AGE does).
-fn int_literal(e: &Expr) -> Result<i64, D> {
-    match e {
-        Expr::Literal(Literal::Int(v)) => Ok(*v),
-        Expr::Unary(UnaryOp::Neg, x) => match **x {
-            Expr::Literal(Literal::Int(v)) => Ok(-v),
-            _ => Err(D::SkipLimitExpr),
-        },
-        _ => Err(D::SkipLimitExpr),
+/// How often each name occurs as a node variable in a pattern or as a
+/// variable in an expression, over the whole statement.
+fn count_refs(st: &Statement) -> HashMap<String, usize> {
+    let mut refs = HashMap::new();
+    let mut exprs: Vec<&Expr> = Vec::new();
+    let mut patterns: Vec<&PatternPart> = Vec::new();
+    for c in st.parts.iter().flat_map(|p| &p.clauses) {
+        match c {
+            Clause::Match(m) => {
+                patterns.extend(&m.patterns);
+                exprs.extend(&m.where_);
+            }
+            Clause::Unwind { expr, .. } => exprs.push(expr),
+            Clause::With(p) | Clause::Return(p) => {
+                exprs.extend(p.items.iter().map(|i| &i.expr));
+                exprs.extend(p.order_by.iter().map(|s| &s.expr));
+                exprs.extend(&p.where_);
+                exprs.extend(&p.skip);
+                exprs.extend(&p.limit);
+            }
+            _ => {}
+        }
     }
+    // Patterns inside expressions (`exists()`) count as well.
+    let mut k = 0;
+    while k < exprs.len() || !patterns.is_empty() {
+        if let Some(p) = patterns.pop() {
+            let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
+            for n in nodes {
+                if let Some(v) = &n.var {
+                    *refs.entry(v.clone()).or_default() += 1;
+                }
+                exprs.extend(&n.props);
+            }
+            for (r, _) in &p.chain {
+                exprs.extend(&r.props);
+            }
+            continue;
+        }
+        exprs[k].walk(&mut |x| match x {
+            Expr::Var(v) => *refs.entry(v.clone()).or_default() += 1,
+            Expr::ExistsPattern(p) | Expr::PatternPredicate(p) => patterns.push(p),
+            _ => {}
+        });
+        k += 1;
+    }
+    refs
 }

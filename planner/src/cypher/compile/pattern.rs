@@ -1,0 +1,425 @@
+//! Patterns: MATCH, OPTIONAL MATCH and pattern predicates (`exists()`).
+//! Each vertex or edge of a pattern is a label table joined on graphids;
+//! AGE never binds one edge twice within one path.
+
+use std::collections::{HashMap, HashSet};
+
+use super::super::DeclineReason as D;
+use super::super::ast::*;
+use super::super::catalog::LabelKind;
+use super::expr::{Sql, contains_aggregate};
+use super::scope::{Binding, Ent, is_private};
+use super::stage::Item;
+use super::{Compiler, MAX_HOPS};
+
+/// Labels per node variable for one clause, from the occurrence that binds
+/// each (see [`Compiler::clause_labels`]).
+type Labels<'m> = HashMap<&'m str, Option<&'m str>>;
+
+impl Compiler<'_> {
+    /// MATCH: the patterns join the current stage, WHERE filters it.
+    pub(super) fn match_clause(&mut self, m: &Match) -> Result<(), D> {
+        let labels = self.clause_labels(&m.patterns)?;
+        for p in &m.patterns {
+            self.pattern_part(p, &labels)?;
+        }
+        if let Some(w) = &m.where_ {
+            if contains_aggregate(w) {
+                return Err(D::AggregateShape);
+            }
+            let c = self.filter(w)?;
+            self.stage.conds.push(c.to_bool());
+        }
+        Ok(())
+    }
+
+    /// OPTIONAL MATCH: the pattern and its WHERE in a subquery left-joined
+    /// to what came before, which it reads; the variables it binds are that
+    /// subquery's columns, NULL when nothing matched.
+    pub(super) fn optional_match(&mut self, m: &Match) -> Result<(), D> {
+        let outer = std::mem::take(&mut self.stage);
+        let before: HashSet<String> = self.scope.keys().cloned().collect();
+        let r = self.match_clause(m);
+        let inner = std::mem::replace(&mut self.stage, outer);
+        r?;
+        let mut new: Vec<String> = self
+            .scope
+            .keys()
+            .filter(|k| !before.contains(*k) && !is_private(k))
+            .cloned()
+            .collect();
+        new.sort();
+        let alias = self.fresh("_o");
+        let mut cols = Vec::new();
+        for v in &new {
+            let b = self.scope[v].clone();
+            let rebound = project_binding(&b, &alias, &mut cols, true)?;
+            self.scope.insert(v.clone(), rebound);
+        }
+        if cols.is_empty() {
+            cols.push("1".to_string());
+        }
+        let select: Vec<String> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} AS c{}", i + 1))
+            .collect();
+        self.stage.items.push(Item::LeftLateral(format!(
+            "(SELECT {}{}{}) AS {alias}",
+            select.join(", "),
+            inner.from_sql(),
+            inner.where_sql()
+        )));
+        Ok(())
+    }
+
+    /// `exists((a)-[:R]->())` and bare patterns in WHERE: whether the
+    /// pattern matches for the current row. Variables it binds stay inside.
+    pub(super) fn exists_pattern(&mut self, p: &PatternPart) -> Result<Sql, D> {
+        if p.path_var.is_some() {
+            return Err(D::Exists);
+        }
+        // AGE: "variable `x` does not exist" for a name bound nowhere else.
+        let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
+        let names = nodes
+            .filter_map(|n| n.var.as_ref())
+            .chain(p.chain.iter().filter_map(|(r, _)| r.var.as_ref()));
+        for v in names {
+            if !self.scope.contains_key(v) {
+                return Err(D::Exists);
+            }
+        }
+        let outer_stage = std::mem::take(&mut self.stage);
+        let outer_scope = self.scope.clone();
+        let patterns = std::slice::from_ref(p);
+        let r = self
+            .clause_labels(patterns)
+            .and_then(|labels| self.pattern_part(p, &labels));
+        let inner = std::mem::replace(&mut self.stage, outer_stage);
+        self.scope = outer_scope;
+        r?;
+        Ok(Sql::bool(format!(
+            "EXISTS (SELECT 1{}{})",
+            inner.from_sql(),
+            inner.where_sql()
+        )))
+    }
+
+    /// The label of each node variable, from the occurrence that binds it:
+    /// a later occurrence may repeat it or leave it out, and AGE rejects
+    /// any other label ("multiple labels for variable"), also for a
+    /// variable bound without a label that gets one later.
+    fn clause_labels<'m>(&self, patterns: &'m [PatternPart]) -> Result<Labels<'m>, D> {
+        let mut labels: Labels<'m> = HashMap::new();
+        for p in patterns {
+            if p.chain.len() > MAX_HOPS {
+                return Err(D::TooLarge);
+            }
+            let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
+            for n in nodes {
+                if n.labels.len() > 1 {
+                    return Err(D::MultipleLabels);
+                }
+                let Some(v) = &n.var else { continue };
+                let bound = match self.scope.get(v) {
+                    Some(Binding::Node(e)) => Some(e.label.as_deref()),
+                    _ => labels.get(v.as_str()).copied(),
+                };
+                match (bound, n.labels.first()) {
+                    (None, l) => {
+                        labels.insert(v, l.map(String::as_str));
+                    }
+                    (Some(b), Some(l)) if b != Some(l.as_str()) => {
+                        return Err(D::MultipleLabels);
+                    }
+                    (Some(_), _) => {}
+                }
+            }
+        }
+        Ok(labels)
+    }
+
+    fn pattern_part(&mut self, p: &PatternPart, labels: &Labels<'_>) -> Result<(), D> {
+        // A path that is read needs every element whole.
+        let path_read = match &p.path_var {
+            Some(v) => {
+                let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
+                let inside = nodes
+                    .filter_map(|n| n.var.as_ref())
+                    .chain(p.chain.iter().filter_map(|(r, _)| r.var.as_ref()))
+                    .any(|n| n == v);
+                if self.scope.contains_key(v) || inside {
+                    return Err(D::VariableReuse);
+                }
+                self.refs.get(v).copied().unwrap_or(0) > 0
+            }
+            None => false,
+        };
+        let lone = p.chain.is_empty();
+        let var_length = p.chain.iter().any(|(r, _)| r.var_length.is_some());
+        if var_length && path_read {
+            return Err(D::VariableLength);
+        }
+        // A variable-length walk starts from its left node's id.
+        let starts_walk = p.chain.first().is_some_and(|(r, _)| r.var_length.is_some());
+        let mut elems = Vec::new();
+        let mut left = self.node(&p.start, labels, lone || path_read || starts_walk)?;
+        elems.push(left.clone());
+        let mut edges: Vec<(EdgeIds, Option<String>)> = Vec::new();
+        for (rel, node) in &p.chain {
+            let right = self.node(node, labels, path_read)?;
+            let label = rel.types.first().cloned();
+            if rel.var_length.is_some() {
+                let ids = self.var_length_rel(rel, &left, &right)?;
+                edges.push((EdgeIds::Many(ids), label));
+            } else {
+                let (name, label) = self.rel(rel, &left, &right)?;
+                let id = self.entity_id(&name).ok_or(D::UnsupportedExpr)?;
+                edges.push((EdgeIds::One(id), label));
+                elems.push(name);
+            }
+            elems.push(right.clone());
+            left = right;
+        }
+        // AGE never binds one edge twice within one path (comma-separated
+        // patterns may share edges); edges of different labels cannot
+        // collide, so only overlapping ones are compared.
+        for i in 0..edges.len() {
+            for j in i + 1..edges.len() {
+                let (a, la) = &edges[i];
+                let (b, lb) = &edges[j];
+                if la.is_none() || lb.is_none() || la == lb {
+                    self.stage.conds.push(distinct_edges(a, b));
+                }
+            }
+        }
+        if let Some(v) = &p.path_var {
+            let mut parts = Vec::with_capacity(elems.len());
+            for e in &elems {
+                parts.push(self.scope[e].clone());
+            }
+            self.scope.insert(v.clone(), Binding::Path(parts));
+        }
+        Ok(())
+    }
+
+    /// Binds or re-uses a node; returns the name it is bound to (anonymous
+    /// nodes get a private one). A node that nothing reads needs no table
+    /// when an edge reaches it (the edge implies the vertex); `whole` asks
+    /// for one anyway: a pattern without relationships ranges over its
+    /// vertices, and a path that is read builds each one.
+    fn node(&mut self, n: &NodePattern, labels: &Labels<'_>, whole: bool) -> Result<String, D> {
+        let label = match (&n.var, n.labels.first()) {
+            (Some(v), _) => labels
+                .get(v.as_str())
+                .copied()
+                .flatten()
+                .map(str::to_string),
+            (None, l) => l.cloned(),
+        };
+        let name = match &n.var {
+            Some(v) => {
+                if v.starts_with("_age") {
+                    return Err(D::UnsupportedExpr);
+                }
+                v.clone()
+            }
+            None => self.private_name(),
+        };
+        match self.scope.get(&name) {
+            Some(Binding::Node(e)) => {
+                // Named nodes seen twice always have a table (see `refs`).
+                let Some(props) = e.props.clone() else {
+                    return Err(D::VariableReuse);
+                };
+                if let Some(m) = &n.props {
+                    let c = self.props_filter(&props, m)?;
+                    self.stage.conds.push(c);
+                }
+                return Ok(name);
+            }
+            Some(_) => return Err(D::VariableReuse),
+            None => {}
+        }
+        let referenced = n
+            .var
+            .as_ref()
+            .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 1);
+        let needs_table = whole || label.is_some() || n.props.is_some() || referenced;
+        let mut ent = Ent {
+            label,
+            ..Ent::default()
+        };
+        if needs_table {
+            let a = format!("_n{}", self.n_node);
+            let t = self.table(ent.label.as_deref(), LabelKind::Vertex)?;
+            self.stage.items.push(Item::Table(format!("{t} AS {a}")));
+            let props = format!("{a}.properties");
+            if let Some(m) = &n.props {
+                let c = self.props_filter(&props, m)?;
+                self.stage.conds.push(c);
+            }
+            ent.id = Some(format!("{a}.id"));
+            ent.props = Some(props);
+        }
+        self.n_node += 1;
+        self.scope.insert(name.clone(), Binding::Node(ent));
+        Ok(name)
+    }
+
+    /// `props @> map`, AGE's inline property constraint (a map literal, or
+    /// a parameter holding the map).
+    fn props_filter(&mut self, props: &str, m: &Expr) -> Result<String, D> {
+        let m = match m {
+            Expr::Map(_) => self.map(m, true)?,
+            Expr::Param(p) => self.param(p)?,
+            _ => return Err(D::Params),
+        };
+        Ok(format!("{props} @> {m}"))
+    }
+
+    /// Ties an endpoint column to a node: equality with its id, or the
+    /// node's identity when it has no table yet.
+    pub(super) fn bind_endpoint(&mut self, node: &str, col: String) {
+        if let Some(Binding::Node(e)) = self.scope.get_mut(node) {
+            match &e.id {
+                Some(id) => {
+                    let c = format!("{col} = {id}");
+                    self.stage.conds.push(c);
+                }
+                None => e.id = Some(col),
+            }
+        }
+    }
+
+    /// Binds a fixed-length relationship between two bound nodes; returns
+    /// its name (private when anonymous) and label.
+    fn rel(
+        &mut self,
+        r: &RelPattern,
+        left: &str,
+        right: &str,
+    ) -> Result<(String, Option<String>), D> {
+        if r.var_length.is_some() {
+            return Err(D::VariableLength);
+        }
+        if r.types.len() > 1 {
+            return Err(D::MultipleRelTypes);
+        }
+        let label = r.types.first().cloned();
+        let name = match &r.var {
+            Some(v) if self.scope.contains_key(v) => return Err(D::VariableReuse),
+            Some(v) => v.clone(),
+            None => self.private_name(),
+        };
+        let a = format!("_e{}", self.n_edge);
+        self.n_edge += 1;
+        let t = self.table(label.as_deref(), LabelKind::Edge)?;
+        let (src, dst) = match r.dir {
+            Direction::Right => ("start_id", "end_id"),
+            Direction::Left => ("end_id", "start_id"),
+            Direction::Both => {
+                // Each edge once per orientation, a self-loop once: the same
+                // rows as AGE's OR join, but index-friendly. The self-loop
+                // test stays outside the arms: PostgreSQL only flattens a
+                // UNION ALL whose arms have no WHERE, and only a flattened
+                // one gets index scans on the join keys.
+                self.stage.items.push(Item::Table(format!(
+                    "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, \
+                     false AS _r FROM {t} UNION ALL SELECT id, start_id, end_id, properties, \
+                     end_id, start_id, true FROM {t}) AS {a}"
+                )));
+                self.stage
+                    .conds
+                    .push(format!("NOT ({a}._r AND {a}.start_id = {a}.end_id)"));
+                ("_s", "_o")
+            }
+        };
+        if r.dir != Direction::Both {
+            self.stage.items.push(Item::Table(format!("{t} AS {a}")));
+        }
+        self.bind_endpoint(left, format!("{a}.{src}"));
+        self.bind_endpoint(right, format!("{a}.{dst}"));
+        let props = format!("{a}.properties");
+        if let Some(m) = &r.props {
+            let c = self.props_filter(&props, m)?;
+            self.stage.conds.push(c);
+        }
+        let ent = Ent {
+            id: Some(format!("{a}.id")),
+            props: Some(props),
+            start: Some(format!("{a}.start_id")),
+            end: Some(format!("{a}.end_id")),
+            label: label.clone(),
+            nullable: false,
+        };
+        self.scope.insert(name.clone(), Binding::Edge(ent));
+        Ok((name, label))
+    }
+}
+
+/// The edges a relationship of a path binds: one, or a variable-length
+/// walk's array of edge ids.
+enum EdgeIds {
+    One(String),
+    Many(String),
+}
+
+/// The condition that two relationships of one path share no edge.
+fn distinct_edges(a: &EdgeIds, b: &EdgeIds) -> String {
+    match (a, b) {
+        (EdgeIds::One(a), EdgeIds::One(b)) => format!("{a} <> {b}"),
+        (EdgeIds::One(a), EdgeIds::Many(b)) | (EdgeIds::Many(b), EdgeIds::One(a)) => {
+            format!("{a} <> ALL({b})")
+        }
+        (EdgeIds::Many(a), EdgeIds::Many(b)) => format!("NOT ({a} && {b})"),
+    }
+}
+
+/// Adds the columns a binding needs to `cols` (as SQL over the current
+/// stage) and returns the binding as read from subquery `alias`, whose
+/// columns are named `c1`, `c2`, ... in `cols` order.
+pub(super) fn project_binding(
+    b: &Binding,
+    alias: &str,
+    cols: &mut Vec<String>,
+    nullable: bool,
+) -> Result<Binding, D> {
+    let col = |sql: &Option<String>, cols: &mut Vec<String>| {
+        sql.as_ref().map(|s| {
+            cols.push(s.clone());
+            format!("{alias}.c{}", cols.len())
+        })
+    };
+    Ok(match b {
+        Binding::Node(e) | Binding::Edge(e) => {
+            let ent = Ent {
+                id: col(&e.id, cols),
+                props: col(&e.props, cols),
+                start: col(&e.start, cols),
+                end: col(&e.end, cols),
+                label: e.label.clone(),
+                nullable: e.nullable || nullable,
+            };
+            if matches!(b, Binding::Node(_)) {
+                Binding::Node(ent)
+            } else {
+                Binding::Edge(ent)
+            }
+        }
+        Binding::Value(s) => {
+            cols.push(s.text.clone());
+            Binding::Value(Sql {
+                text: format!("{alias}.c{}", cols.len()),
+                kind: s.kind,
+            })
+        }
+        Binding::Path(elems) => {
+            let mut out = Vec::with_capacity(elems.len());
+            for e in elems {
+                out.push(project_binding(e, alias, cols, nullable)?);
+            }
+            Binding::Path(out)
+        }
+    })
+}

@@ -1,0 +1,128 @@
+//! What a Cypher variable stands for in the SQL being built, and the SQL
+//! that rebuilds a whole vertex, edge or path the way AGE builds it.
+
+use super::super::DeclineReason as D;
+use super::Compiler;
+use super::expr::Sql;
+
+#[derive(Debug, Clone)]
+pub(super) enum Binding {
+    Node(Ent),
+    Edge(Ent),
+    /// A value: a WITH item, an UNWIND element, a comprehension variable.
+    Value(Sql),
+    /// A named path of fixed length: its vertices and edges in order.
+    Path(Vec<Binding>),
+}
+
+/// A vertex or edge, by the SQL expressions of its columns.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ent {
+    /// graphid; `None` for an anonymous vertex no edge has reached yet.
+    pub id: Option<String>,
+    /// properties; `None` when no table was joined for it (nothing reads it).
+    pub props: Option<String>,
+    /// Edges: start_id and end_id.
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// The label it was bound with (`None`: any), for AGE's label checks.
+    pub label: Option<String>,
+    /// Bound by OPTIONAL MATCH: NULL as a whole when nothing matched.
+    pub nullable: bool,
+}
+
+/// Private names for the anonymous elements of a pattern: never a Cypher
+/// identifier, they start with a space.
+pub(super) fn is_private(name: &str) -> bool {
+    name.starts_with(' ')
+}
+
+impl Compiler<'_> {
+    /// The whole vertex, edge or path bound to `v`, as AGE builds it.
+    pub(super) fn entity(&self, v: &str) -> Result<String, D> {
+        match self.scope.get(v) {
+            Some(b) => self.build(b),
+            None => Err(D::UnboundVariable),
+        }
+    }
+
+    pub(super) fn build(&self, b: &Binding) -> Result<String, D> {
+        match b {
+            Binding::Node(e) => self.build_vertex(e),
+            Binding::Edge(e) => self.build_edge(e),
+            Binding::Path(elems) => {
+                let mut parts = Vec::with_capacity(elems.len());
+                for e in elems {
+                    parts.push(self.build(e)?);
+                }
+                let built = format!("ag_catalog._agtype_build_path({})", parts.join(", "));
+                // Bound by OPTIONAL MATCH: NULL when nothing matched.
+                Ok(match elems.first() {
+                    Some(Binding::Node(e)) if e.nullable => {
+                        let id = e.id.as_deref().ok_or(D::UnsupportedExpr)?;
+                        format!("CASE WHEN {id} IS NULL THEN NULL ELSE {built} END")
+                    }
+                    _ => built,
+                })
+            }
+            Binding::Value(s) => s.clone().agtype_only(),
+        }
+    }
+
+    pub(super) fn build_vertex(&self, e: &Ent) -> Result<String, D> {
+        let (Some(id), Some(props)) = (&e.id, &e.props) else {
+            return Err(D::UnsupportedExpr);
+        };
+        let oid = self.graph_oid();
+        Ok(null_guard(
+            e,
+            id,
+            format!(
+                "ag_catalog._agtype_build_vertex({id}, ag_catalog._label_name({oid}, {id}), {props})"
+            ),
+        ))
+    }
+
+    pub(super) fn build_edge(&self, e: &Ent) -> Result<String, D> {
+        let (Some(id), Some(props), Some(s), Some(t)) = (&e.id, &e.props, &e.start, &e.end) else {
+            return Err(D::UnsupportedExpr);
+        };
+        let oid = self.graph_oid();
+        Ok(null_guard(
+            e,
+            id,
+            format!(
+                "ag_catalog._agtype_build_edge({id}, {s}, {t}, ag_catalog._label_name({oid}, {id}), {props})"
+            ),
+        ))
+    }
+
+    /// The graphid of a bound vertex or edge.
+    pub(super) fn entity_id(&self, v: &str) -> Option<String> {
+        match self.scope.get(v)? {
+            Binding::Node(e) | Binding::Edge(e) => e.id.clone(),
+            _ => None,
+        }
+    }
+
+    /// The properties column of a bound vertex or edge.
+    pub(super) fn entity_props(&self, v: &str) -> Result<String, D> {
+        match self.scope.get(v) {
+            Some(Binding::Node(e)) | Some(Binding::Edge(e)) => {
+                e.props.clone().ok_or(D::UnsupportedExpr)
+            }
+            Some(_) => Err(D::UnsupportedExpr),
+            None => Err(D::UnboundVariable),
+        }
+    }
+}
+
+/// AGE's builders reject a NULL graphid; an entity that OPTIONAL MATCH left
+/// unmatched is SQL NULL as a whole, as in AGE.
+fn null_guard(e: &Ent, id: &str, built: String) -> String {
+    if e.nullable {
+        format!("CASE WHEN {id} IS NULL THEN NULL ELSE {built} END")
+    } else {
+        built
+    }
+}

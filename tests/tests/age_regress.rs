@@ -1,0 +1,369 @@
+//! Apache AGE's own regression suite (pg_regress over `regress/` of
+//! `ONETRIP_AGE_SRC`, the tests of its Makefile's REGRESS list) run twice,
+//! at the same time on two private servers: directly, and through onetrip
+//! with rewriting on. The direct run must pass AGE's expected output; the
+//! run through onetrip must then print what the direct run printed, with
+//! the rows of a query that has no ORDER BY compared as a multiset (SQL
+//! leaves their order open) and EXPLAIN output left out (it shows the
+//! compiled plan by design).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use onetrip::Proxy;
+use onetrip::embedded::PgServer;
+use onetrip_tests::age::{age_src, start_age_pg};
+use onetrip_tests::{connect, proxy_config, workers};
+
+const DB: &str = "contrib_regression";
+
+/// The REGRESS list of AGE's Makefile, then `drop`, as `make installcheck`
+/// runs it.
+fn regress_tests(src: &Path) -> Vec<String> {
+    let make = std::fs::read_to_string(src.join("Makefile")).expect("AGE's Makefile");
+    let mut tests = Vec::new();
+    let mut inside = false;
+    for line in make.lines() {
+        let body = match line.strip_prefix("REGRESS = ") {
+            Some(rest) => {
+                inside = true;
+                rest
+            }
+            None if inside => line,
+            None => continue,
+        };
+        tests.extend(
+            body.split_whitespace()
+                .filter(|w| *w != "\\")
+                .map(String::from),
+        );
+        if !body.trim_end().ends_with('\\') {
+            break;
+        }
+    }
+    assert!(!tests.is_empty(), "no REGRESS list in AGE's Makefile");
+    tests.push("drop".into());
+    tests
+}
+
+/// pg_regress of the server's PostgreSQL (`pg_config --pgxs` names its tree).
+fn pg_regress(pg: &PgServer) -> PathBuf {
+    let out = pg
+        .tool("pg_config")
+        .arg("--pgxs")
+        .output()
+        .expect("run pg_config");
+    let pgxs = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let bin = pgxs
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("test/regress/pg_regress"))
+        .expect("pgxs path");
+    assert!(bin.is_file(), "pg_regress not found at {}", bin.display());
+    bin
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let e = e.expect("dir entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("file type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).expect("copy");
+        }
+    }
+}
+
+/// Runs the suite against `port` (the server's or the proxy's) from a work
+/// directory laid out as AGE's tests expect (`regress/age_load/data`, and
+/// `regress/instance/data` for the server's data directory, where two
+/// tests copy CSV files that the server then reads). Returns the work
+/// directory (results in `out/results`) and pg_regress's summary.
+fn run_suite(
+    pg_regress: &Path,
+    src: &Path,
+    data_dir: &Path,
+    bin_dir: &Path,
+    port: u16,
+    tests: &[String],
+) -> (tempfile::TempDir, bool, String) {
+    let work = tempfile::Builder::new()
+        .prefix("onetrip-age-regress-")
+        .tempdir()
+        .expect("work dir");
+    copy_dir(
+        &src.join("regress/age_load"),
+        &work.path().join("regress/age_load"),
+    );
+    std::fs::create_dir_all(work.path().join("regress/instance")).expect("mkdir");
+    std::os::unix::fs::symlink(data_dir, work.path().join("regress/instance/data"))
+        .expect("symlink data dir");
+    let out = Command::new(pg_regress)
+        .current_dir(work.path())
+        .env("LC_COLLATE", "C")
+        .arg("--use-existing")
+        .arg("--host=127.0.0.1")
+        .arg(format!("--port={port}"))
+        .arg("--user=postgres")
+        .arg(format!("--dbname={DB}"))
+        .arg(format!("--bindir={}", bin_dir.display()))
+        .arg(format!("--inputdir={}", src.join("regress").display()))
+        .arg(format!("--outputdir={}", work.path().join("out").display()))
+        .args(tests)
+        .output()
+        .expect("run pg_regress");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (work, out.status.success(), text)
+}
+
+async fn create_db(pg: &PgServer) {
+    let admin = connect(&pg.dsn("postgres")).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {DB}"))
+        .await
+        .expect("create database");
+    let c = connect(&pg.dsn(DB)).await;
+    c.batch_execute("CREATE EXTENSION age")
+        .await
+        .expect("create extension");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn age_regress_through_onetrip() {
+    let Some(src) = age_src("AGE regress through onetrip") else {
+        return;
+    };
+    let tests = regress_tests(&src);
+    let (direct, proxied) = tokio::join!(
+        start_age_pg("AGE regress direct"),
+        start_age_pg("AGE regress through onetrip")
+    );
+    let (direct, proxied) = (direct.expect("AGE server"), proxied.expect("AGE server"));
+    tokio::join!(create_db(&direct), create_db(&proxied));
+    let workers = workers();
+    let proxy = Proxy::start_on(proxy_config(&proxied), workers.handles())
+        .await
+        .expect("start proxy");
+
+    let pg_regress = pg_regress(&direct);
+    let job = |pg: &PgServer, port: u16| {
+        let (pr, src, tests) = (pg_regress.clone(), src.clone(), tests.clone());
+        let (data, bin) = (pg.data_dir().to_owned(), pg.bin_dir().to_owned());
+        tokio::task::spawn_blocking(move || run_suite(&pr, &src, &data, &bin, port, &tests))
+    };
+    let (a, b) = tokio::join!(
+        job(&direct, direct.port()),
+        job(&proxied, proxy.local_addr().port())
+    );
+    let ((direct_dir, direct_ok, direct_log), (proxy_dir, _, _)) =
+        (a.expect("direct run"), b.expect("proxied run"));
+    if !direct_ok {
+        let diffs = std::fs::read_to_string(direct_dir.path().join("out/regression.diffs"))
+            .unwrap_or_default();
+        let head: String = diffs.lines().take(200).collect::<Vec<_>>().join("\n");
+        panic!("AGE's suite fails without onetrip:\n{direct_log}\n{head}");
+    }
+
+    let mut differing = Vec::new();
+    for t in &tests {
+        let read = |dir: &Path| {
+            std::fs::read_to_string(dir.join("out/results").join(format!("{t}.out")))
+                .unwrap_or_else(|e| panic!("no output of test {t}: {e}"))
+        };
+        if let Err(why) = regress_output::compare(&read(direct_dir.path()), &read(proxy_dir.path()))
+        {
+            differing.push(format!("{t}: {why}"));
+        }
+    }
+    let n = tests.len();
+    onetrip_tests::age::report(&format!(
+        "AGE regress through onetrip: {} of {n} tests identical to direct ({} statements compiled)",
+        n - differing.len(),
+        proxy.stats().total().rewritten_queries
+    ));
+    for d in &differing {
+        println!("DIFFERENT {d}");
+    }
+    proxy.shutdown(std::time::Duration::from_secs(5)).await;
+    assert!(differing.is_empty(), "{} tests differ", differing.len());
+}
+
+/// psql's echoed output of a regression test, split into result tables and
+/// other lines, and compared as the module comment says.
+mod regress_output {
+    #[derive(Debug, PartialEq)]
+    enum Item<'a> {
+        Line(&'a str),
+        Table {
+            header: &'a str,
+            rule: &'a str,
+            /// One entry per row; a value with newlines spans several lines.
+            rows: Vec<String>,
+            footer: &'a str,
+            ordered: bool,
+        },
+    }
+
+    fn is_rule(l: &str) -> bool {
+        !l.is_empty()
+            && l.split('+')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b == b'-'))
+    }
+
+    fn is_footer(l: &str) -> bool {
+        l.strip_prefix('(')
+            .and_then(|r| r.strip_suffix(" rows)").or_else(|| r.strip_suffix(" row)")))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    }
+
+    fn has_order_by(text: &str) -> bool {
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        words.windows(2).any(|w| w[0] == "order" && w[1] == "by")
+    }
+
+    fn items(text: &str) -> Vec<Item<'_>> {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        // Echoed statement text since the last result table.
+        let mut since_table = String::new();
+        let mut i = 0;
+        while i < lines.len() {
+            // psql pads the header to the rule's width.
+            let table_end = (i + 1 < lines.len()
+                && is_rule(lines[i + 1])
+                && lines[i].starts_with(' ')
+                && lines[i].chars().count() == lines[i + 1].len())
+            .then(|| (i + 2..lines.len()).find(|&k| is_footer(lines[k])))
+            .flatten();
+            let Some(end) = table_end else {
+                out.push(Item::Line(lines[i]));
+                since_table.push_str(lines[i]);
+                since_table.push('\n');
+                i += 1;
+                continue;
+            };
+            let mut rows: Vec<String> = Vec::new();
+            let mut continued = false;
+            for l in &lines[i + 2..end] {
+                match rows.last_mut() {
+                    Some(r) if continued => {
+                        r.push('\n');
+                        r.push_str(l);
+                    }
+                    _ => rows.push(l.to_string()),
+                }
+                continued = l.ends_with('+');
+            }
+            out.push(Item::Table {
+                header: lines[i],
+                rule: lines[i + 1],
+                rows,
+                footer: lines[end],
+                ordered: has_order_by(&since_table),
+            });
+            since_table.clear();
+            i = end + 1;
+        }
+        out
+    }
+
+    /// `Ok` when `got` prints what `want` does; else the first difference.
+    pub fn compare(want: &str, got: &str) -> Result<(), String> {
+        let (a, b) = (items(want), items(got));
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            if x == y {
+                continue;
+            }
+            let same = match (x, y) {
+                (
+                    Item::Table {
+                        header: h1,
+                        rows: r1,
+                        footer: f1,
+                        rule: u1,
+                        ordered: false,
+                    },
+                    Item::Table {
+                        header: h2,
+                        rows: r2,
+                        footer: f2,
+                        rule: u2,
+                        ..
+                    },
+                ) if h1 == h2 && f1 == f2 && u1 == u2 => {
+                    let (mut r1, mut r2) = (r1.clone(), r2.clone());
+                    r1.sort();
+                    r2.sort();
+                    r1 == r2
+                }
+                (Item::Table { header: h1, .. }, Item::Table { header: h2, .. }) => {
+                    h1.trim() == "QUERY PLAN" && h2.trim() == "QUERY PLAN"
+                }
+                _ => false,
+            };
+            if !same {
+                let context: Vec<String> = a[k.saturating_sub(6)..k]
+                    .iter()
+                    .filter_map(|i| match i {
+                        Item::Line(l) => Some(l.to_string()),
+                        Item::Table { .. } => None,
+                    })
+                    .collect();
+                return Err(format!(
+                    "after\n{}\n  direct:        {x:?}\n  through onetrip: {y:?}",
+                    context.join("\n")
+                ));
+            }
+        }
+        if a.len() != b.len() {
+            return Err(format!(
+                "{} items direct, {} through onetrip",
+                a.len(),
+                b.len()
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn unordered_rows_compare_as_multisets() {
+        let a = "SELECT 1;\n a \n---\n 1\n 2\n(2 rows)\n\n";
+        let b = "SELECT 1;\n a \n---\n 2\n 1\n(2 rows)\n\n";
+        assert_eq!(compare(a, b), Ok(()));
+        let a = "SELECT 1 ORDER BY a;\n a \n---\n 1\n 2\n(2 rows)\n\n";
+        let b = "SELECT 1 ORDER BY a;\n a \n---\n 2\n 1\n(2 rows)\n\n";
+        assert!(compare(a, b).is_err());
+        let c = "SELECT 1;\n a \n---\n 1\n 1\n(2 rows)\n\n";
+        assert!(compare("SELECT 1;\n a \n---\n 1\n 2\n(2 rows)\n\n", c).is_err());
+        assert!(compare("ERROR:  x\n", "ERROR:  y\n").is_err());
+    }
+
+    #[test]
+    fn comment_lines_are_not_tables() {
+        let t = items("\n--\n-- a comment\nSELECT 1;\n a \n---\n 1\n(1 row)\n");
+        assert_eq!(t.len(), 5, "{t:?}");
+        assert!(matches!(t[4], Item::Table { .. }), "{t:?}");
+    }
+
+    #[test]
+    fn multi_line_values_stay_one_row() {
+        let t = items(" a \n---\n x+\n y\n z\n(2 rows)\n");
+        let Item::Table { rows, .. } = &t[0] else {
+            panic!("{t:?}")
+        };
+        assert_eq!(rows, &[" x+\n y".to_string(), " z".to_string()]);
+    }
+
+    #[test]
+    fn explain_output_is_not_compared() {
+        let a = "EXPLAIN SELECT 1;\n QUERY PLAN \n------------\n Scan a\n(1 row)\n\n--\n";
+        let b = "EXPLAIN SELECT 1;\n   QUERY PLAN   \n----------------\n Scan b\n Filter\n(2 rows)\n\n--\n";
+        assert_eq!(compare(a, b), Ok(()));
+    }
+}
