@@ -286,3 +286,27 @@ async fn a_rerun_prepares_its_named_statements_again() {
     )
     .await;
 }
+
+/// After an error the server skips what follows until the client's Sync,
+/// Queries included; a batch sent meanwhile must not be coalesced, or its
+/// early Sync would end the skipping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_coalesced_while_the_server_skips() {
+    let s = Sides::start().await;
+    s.same(
+        Script::new()
+            .pbe("select 1")
+            .bind("p1", "no_such_statement", &[])
+            .execute("p1", 0)
+            .flush()
+            .wait()
+            .query("select 2")
+            .read("select 3")
+            .flush()
+            .wait()
+            .read("select 4")
+            .sync()
+            .wait(),
+    )
+    .await;
+}

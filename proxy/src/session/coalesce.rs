@@ -335,9 +335,12 @@ impl Coalescer {
         let b = &self.batch;
         // Only a batch that nothing sent before it is still waiting on: then
         // the next ReadyForQuery is the early Sync's, and `txn_status` is
-        // the one the batch runs in.
+        // the one the batch runs in. Nor one the server skips, after an
+        // error before it: an early Sync would end the skipping sooner than
+        // the client's Sync does.
         if !self.enabled
             || ctx.awaiting_ready
+            || ctx.flight.skipping()
             || b.binds != 1
             || b.executes != 1
             || b.others

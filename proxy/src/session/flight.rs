@@ -150,6 +150,11 @@ impl Flight {
         self.readies > 0
     }
 
+    /// The server skips what comes until a Sync, after an error.
+    pub fn skipping(&self) -> bool {
+        self.skipping
+    }
+
     /// ReadyForQuery messages owed.
     pub fn readies(&self) -> usize {
         self.readies
