@@ -238,6 +238,17 @@ async fn more_after_a_probed_batch() {
             .wait(),
     )
     .await;
+    // A Parse behind the statement, in the same batch: its answer comes
+    // before the probe's.
+    s.same(
+        Script::new()
+            .read(cte)
+            .parse("s1", "select v from t where id = $1")
+            .flush()
+            .sync()
+            .wait(),
+    )
+    .await;
     s.same(
         Script::new()
             .pbe("commit")

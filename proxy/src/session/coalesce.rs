@@ -16,7 +16,7 @@ use onetrip_planner::classify::{IsolationChange, IsolationLevel, PreparedOp, pre
 use rustc_hash::FxHashSet;
 
 use super::{
-    flight::{Flight, Own},
+    flight::{Flight, Own, Owner},
     judge::{Judge, Verdict},
     sql::{Sql, may_set_isolation},
 };
@@ -103,11 +103,9 @@ impl Batch {
 /// Answers held while a write probe runs.
 #[derive(Debug, Default)]
 struct Held {
+    /// The client's answers (the probe's are not held).
     messages: Vec<Bytes>,
     bytes: usize,
-    /// Index of the probe's first answer: the client's Execute ends with
-    /// the batch's only CommandComplete (or EmptyQueryResponse).
-    probe_at: Option<usize>,
     statement_failed: bool,
     probe_failed: bool,
 }
@@ -435,10 +433,18 @@ impl Coalescer {
 
     /// An upstream message read whole; true when it goes to the client as
     /// it came (after whatever `out` holds), false when it is held.
-    pub fn on_upstream_message(&mut self, t: u8, msg: &Bytes, ctx: &Ctx, out: &mut Out) -> bool {
+    pub fn on_upstream_message(
+        &mut self,
+        t: u8,
+        msg: &Bytes,
+        owner: Owner,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> bool {
         match self.state {
             State::Early { probe: true, .. } => {
-                self.on_probe_answer(t, msg.clone(), ctx, out);
+                let probe = owner == Owner::Own(Own::Probe);
+                self.on_probe_answer(t, msg.clone(), probe, ctx, out);
                 false
             }
             State::Early {
@@ -465,7 +471,8 @@ impl Coalescer {
         }
     }
 
-    fn on_probe_answer(&mut self, t: u8, msg: Bytes, ctx: &Ctx, out: &mut Out) {
+    /// An answer while the probe runs: `probe`, the probe's own.
+    fn on_probe_answer(&mut self, t: u8, msg: Bytes, probe: bool, ctx: &Ctx, out: &mut Out) {
         let h = &mut self.held;
         match t {
             tag::READY_FOR_QUERY => {
@@ -473,16 +480,15 @@ impl Coalescer {
                 self.finish_probe(status, ctx, out);
                 return;
             }
-            tag::ERROR_RESPONSE if h.probe_at.is_some() => h.probe_failed = true,
+            tag::ERROR_RESPONSE if probe => h.probe_failed = true,
             tag::ERROR_RESPONSE => h.statement_failed = true,
             _ => {}
         }
-        let ends_statement = matches!(t, tag::COMMAND_COMPLETE | tag::EMPTY_QUERY);
+        if probe {
+            return;
+        }
         h.bytes += msg.len();
         h.messages.push(msg);
-        if ends_statement && h.probe_at.is_none() && !h.statement_failed {
-            h.probe_at = Some(h.messages.len());
-        }
         if h.bytes > self.max_held
             && let Some(sql) = &self.batch.statement
         {
@@ -499,8 +505,7 @@ impl Coalescer {
         if held.statement_failed || !held.probe_failed {
             // The statement failed on its own (the server skipped the probe),
             // or wrote nothing: the client gets exactly its own answers.
-            let end = held.probe_at.unwrap_or(held.messages.len());
-            out.to_client.extend(held.messages.into_iter().take(end));
+            out.to_client.extend(held.messages);
             if !held.statement_failed {
                 Counters::add(&ctx.info.counters.probes_passed, 1);
             }

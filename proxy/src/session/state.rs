@@ -770,7 +770,7 @@ impl Protocol {
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}
         }
-        let relay = self.coalescer(|co, ctx, out| co.on_upstream_message(t, msg, ctx, out));
+        let relay = self.coalescer(|co, ctx, out| co.on_upstream_message(t, msg, owner, ctx, out));
         self.drain_out(to_client, to_up);
         relay
     }
