@@ -321,3 +321,24 @@ async fn nothing_is_coalesced_while_the_server_skips() {
     )
     .await;
 }
+
+/// The server reports a changed setting just before ReadyForQuery: a
+/// setting inside a block is not coalesced, or its report would come with
+/// the early Sync's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_are_reported_where_the_server_reports_them() {
+    let s = Sides::start().await;
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .read("set application_name = 'inside'")
+            .flush()
+            .wait()
+            .sync()
+            .wait()
+            .query("rollback")
+            .wait(),
+    )
+    .await;
+}

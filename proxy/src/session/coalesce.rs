@@ -12,7 +12,9 @@
 use std::sync::OnceLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use onetrip_planner::classify::{IsolationChange, IsolationLevel, PreparedOp, prepared_ops};
+use onetrip_planner::classify::{
+    IsolationChange, IsolationLevel, PreparedOp, StatementClass, prepared_ops,
+};
 use rustc_hash::FxHashSet;
 
 use super::{
@@ -357,8 +359,16 @@ impl Coalescer {
         let shared = ctx.shared;
         let decision = if ctx.txn_status == b'T' {
             // Inside a block a Sync commits nothing: anything but transaction
-            // control keeps its meaning.
-            (verdict != Verdict::TransactionControl && verdict != Verdict::Unknown).then_some(false)
+            // control keeps its meaning. Not settings, though (nor
+            // set_config, which is unsafe): the server reports a changed
+            // setting (ParameterStatus) just before ReadyForQuery, and an
+            // early Sync would bring the report forward.
+            match verdict {
+                Verdict::TransactionControl
+                | Verdict::Unknown
+                | Verdict::Never(StatementClass::SessionSetting | StatementClass::Unsafe) => None,
+                _ => Some(false),
+            }
         } else {
             match verdict {
                 Verdict::Read => Some(false),
