@@ -249,6 +249,21 @@ async fn more_after_a_probed_batch() {
             .wait(),
     )
     .await;
+    // A Parse answered at an earlier Flush of the same batch is not run
+    // again with it.
+    let writes = "with u as (update t set v = v + 1 where id = 3 returning id, v) select * from u";
+    s.same(
+        Script::new()
+            .parse("s1", "select v from t where id = $1")
+            .flush()
+            .wait()
+            .read(writes)
+            .flush()
+            .write()
+            .sync()
+            .wait(),
+    )
+    .await;
     s.same(
         Script::new()
             .pbe("commit")

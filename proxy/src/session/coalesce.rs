@@ -311,9 +311,10 @@ impl Coalescer {
                     self.early_sync(probe, ctx, out);
                     return false;
                 }
-                if self.batch.executes > 0 {
-                    // Its Execute is answered now: a later Flush before the
-                    // Sync can't make this batch one round trip any more.
+                if !self.batch.frames.is_empty() {
+                    // What it holds is answered now: a later Flush before
+                    // the Sync can't make this batch one round trip any
+                    // more, nor could a failed probe run it again unseen.
                     self.batch.others = true;
                 }
             }
