@@ -16,13 +16,17 @@
 
 pub mod admin;
 pub mod config;
-pub mod cypher;
+pub mod cypher_cache;
 pub mod embedded;
 pub mod measure;
 pub mod metrics;
 pub mod net;
+pub mod pool;
+pub mod protocol;
+pub mod relay;
 mod server;
 pub mod session;
+pub mod shared;
 pub mod stats;
 pub mod timers;
 pub mod tools;
@@ -31,5 +35,6 @@ pub mod words;
 pub mod worker;
 
 pub use config::Config;
-pub use server::{Proxy, Shared, StartError};
+pub use server::{Proxy, StartError};
+pub use shared::Shared;
 pub mod cli;

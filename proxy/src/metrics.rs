@@ -15,7 +15,7 @@ use tokio::{
 use tracing::{debug, info};
 
 use crate::{
-    server::Shared,
+    shared::Shared,
     stats::{LATENCY_BUCKETS, Snapshot, Stats},
 };
 

@@ -214,3 +214,10 @@ impl ServerCertVerifier for NoVerify {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+/// A session's two connections. Owned by one task, which polls both
+/// directions of each itself: no split halves to lock.
+pub struct Pair {
+    pub client: Stream,
+    pub upstream: Stream,
+}

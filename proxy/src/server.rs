@@ -2,159 +2,16 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use dashmap::DashMap;
-use tokio::{
-    net::TcpListener,
-    sync::{oneshot, watch},
-    task::JoinSet,
-};
+use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 use tracing::{error, info, warn};
 
 use crate::{
     config::{Config, UpstreamAddress},
     embedded::{EmbeddedError, PgOptions, PgServer},
     net,
+    shared::Shared,
     stats::Stats,
-    wire::startup,
 };
-
-/// State shared by every session: read-mostly, no lock on the forwarding path.
-pub struct Shared {
-    pub config: Arc<Config>,
-    upstream_addr: String,
-    pub stats: Arc<Stats>,
-    pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
-    pub upstream_tls: Option<tokio_rustls::TlsConnector>,
-    /// Backend keys handed to our clients, so a cancel is only forwarded for
-    /// a session of ours.
-    cancel_keys: DashMap<(i32, Bytes), ()>,
-    /// Becomes true when the shutdown grace period is over.
-    force_close: watch::Receiver<bool>,
-    /// One closer per relaying session, fired when the grace period is
-    /// over. Per session, so a session waits on nothing it shares with
-    /// others while it forwards.
-    closers: DashMap<u64, oneshot::Sender<()>>,
-    /// AGE catalogs and compiled Cypher plans.
-    pub cypher: crate::cypher::CypherShared,
-    /// Upstream connections kept for the next client (`upstream.reuse`).
-    pub reuse: crate::session::reuse::Pool,
-    /// Sessions that would busy-poll for their answer now
-    /// (`upstream.busy_poll`).
-    pub spinning: std::sync::atomic::AtomicUsize,
-    /// The worker runtimes sessions run on (none: the caller's runtime).
-    pub workers: Arc<crate::session::spread::Workers>,
-}
-
-impl Shared {
-    pub fn upstream_addr(&self) -> String {
-        self.upstream_addr.clone()
-    }
-
-    pub fn register_cancel_key(&self, pid: i32, secret: Bytes) {
-        self.cancel_keys.insert((pid, secret), ());
-    }
-
-    pub fn forget_cancel_key(&self, pid: i32, secret: &Bytes) {
-        self.cancel_keys.remove(&(pid, secret.clone()));
-    }
-
-    #[cfg(test)]
-    pub(crate) fn knows_cancel_key(&self, pid: i32, secret: &[u8]) -> bool {
-        self.cancel_keys
-            .contains_key(&(pid, Bytes::copy_from_slice(secret)))
-    }
-
-    pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
-        self.force_close.clone()
-    }
-
-    /// Resolves when session `id` must close (at once if shutdown is
-    /// already forced). Pair with `forget_closer` when the session ends.
-    pub fn closer(&self, id: u64) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        self.closers.insert(id, tx);
-        // Registered first, checked second: `close_all` sets the flag before
-        // it drains, so a session is either drained or sees the flag.
-        if *self.force_close.borrow() {
-            self.closers.remove(&id);
-        }
-        rx
-    }
-
-    pub fn forget_closer(&self, id: u64) {
-        self.closers.remove(&id);
-    }
-
-    fn new(
-        config: Config,
-        upstream_addr: String,
-        tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
-        upstream_tls: Option<tokio_rustls::TlsConnector>,
-        force_close: watch::Receiver<bool>,
-        workers: Vec<tokio::runtime::Handle>,
-    ) -> Self {
-        Self {
-            config: Arc::new(config),
-            upstream_addr,
-            stats: Arc::new(Stats::new()),
-            tls_acceptor,
-            upstream_tls,
-            cancel_keys: DashMap::new(),
-            force_close,
-            closers: DashMap::new(),
-            cypher: Default::default(),
-            reuse: Default::default(),
-            spinning: Default::default(),
-            workers: Arc::new(crate::session::spread::Workers::new(workers)),
-        }
-    }
-
-    /// A Shared for unit tests of session logic: no listener, no upstream.
-    #[cfg(test)]
-    pub(crate) fn for_tests(config: Config) -> Arc<Self> {
-        let (_, force_close) = watch::channel(false);
-        let addr = "127.0.0.1:1".into();
-        Arc::new(Self::new(config, addr, None, None, force_close, Vec::new()))
-    }
-
-    fn close_all(&self) {
-        let ids: Vec<u64> = self.closers.iter().map(|e| *e.key()).collect();
-        for id in ids {
-            if let Some((_, tx)) = self.closers.remove(&id) {
-                let _ = tx.send(());
-            }
-        }
-    }
-
-    /// Forwards a client's CancelRequest to the upstream backend it names.
-    pub async fn forward_cancel(&self, pid: i32, secret: Bytes) {
-        if !self.cancel_keys.contains_key(&(pid, secret.clone())) {
-            warn!(pid, "cancel request for an unknown backend key ignored");
-            return;
-        }
-        let packet = startup::encode_cancel(pid, &secret);
-        let addr = self.upstream_addr();
-        let result = async {
-            let mut s = crate::timers::timeout(
-                self.config.upstream.connect_timeout,
-                tokio::net::TcpStream::connect(&addr),
-            )
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-            tokio::io::AsyncWriteExt::write_all(&mut s, &packet).await?;
-            // The server closes the connection once it has read the request.
-            let mut sink = [0u8; 1];
-            let _ = tokio::io::AsyncReadExt::read(&mut s, &mut sink).await;
-            Ok::<_, std::io::Error>(())
-        }
-        .await;
-        match result {
-            Ok(()) => info!(pid, "cancel request forwarded"),
-            Err(e) => warn!(pid, "cancel request to upstream {addr} failed: {e}"),
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::SystemTime};
 use bytes::{BufMut, BytesMut};
 
 use crate::{
-    server::Shared,
+    shared::Shared,
     stats::Snapshot,
     wire::write::{self, Severity},
 };

@@ -13,7 +13,7 @@ use tracing::{debug, info};
 
 use crate::{
     net::Stream,
-    server::Shared,
+    shared::Shared,
     wire::{
         startup::StartupMessage,
         tag,

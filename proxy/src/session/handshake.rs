@@ -9,14 +9,17 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::io::{ReadError, WriteQueue, read_message};
 use crate::{
-    net::Stream,
-    server::Shared,
+    net::{Pair, Stream},
+    shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{
         backend::{self, auth},
         startup, tag,
+    },
+    wire::{
+        queue::WriteQueue,
+        read::{ReadError, read_message},
     },
 };
 
@@ -99,13 +102,6 @@ pub enum HandshakeEnd {
     Timeout(std::time::Duration),
 }
 
-/// A session's two connections. Owned by one task, which polls both
-/// directions of each itself: no split halves to lock.
-pub struct Pair {
-    pub client: Stream,
-    pub upstream: Stream,
-}
-
 /// A session whose authentication is over.
 pub struct Authed {
     /// Leftover client and upstream read buffers.
@@ -123,7 +119,7 @@ pub struct Authed {
     pub opened: Instant,
     /// The connection's settings, when a kept connection's earlier client
     /// learned them.
-    pub settings: Option<super::settings::Settings>,
+    pub settings: Option<crate::protocol::settings::Settings>,
 }
 
 /// A cancel key registered for a session still being set up. Forgotten
@@ -265,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancel_key_outlives_its_guard_only_when_kept() {
-        let shared = crate::server::Shared::for_tests(Default::default());
+        let shared = crate::shared::Shared::for_tests(Default::default());
         // BackendKeyData: pid 42, secret "abcd".
         let k = |pid: u8| [b'K', 0, 0, 0, 12, 0, 0, 0, pid, b'a', b'b', b'c', b'd'];
         drop(KeyGuard::register(&shared, Some(&k(42)[..])));

@@ -1,24 +1,9 @@
 //! One client session: startup negotiation, then either the admin console
 //! or a relay to one upstream connection.
 
-mod coalesce;
-mod cypher;
-pub(crate) mod fast;
-mod flight;
-mod handshake;
-pub mod io;
-mod judge;
-mod relay;
+pub mod handshake;
+mod life;
 pub mod reuse;
-mod runtime;
-mod settings;
-mod spin;
-pub mod spread;
-mod sql;
-mod state;
-mod statements;
-mod turn;
-mod wake;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -31,7 +16,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     net::Stream,
-    server::Shared,
+    shared::Shared,
     wire::{
         startup::{self, StartupMessage},
         write::{self, Severity},
@@ -62,7 +47,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                 let admin = crate::admin::serve(stream, params, &shared, peer, deadline);
                 Box::pin(admin.instrument(span)).await;
             } else {
-                let start = relay::Start {
+                let start = life::Start {
                     startup_raw: raw,
                     params,
                     peer,
@@ -71,7 +56,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                 };
                 // Boxed: the relay's state is most of a session's, and the
                 // session's future is moved whole when it is spawned.
-                Box::pin(relay::run(stream, start, &shared, span)).await;
+                Box::pin(life::run(stream, start, &shared, span)).await;
             }
         }
         Ok(None) => span.in_scope(|| debug!("connection ended during startup")),

@@ -4,6 +4,8 @@
 pub mod backend;
 pub mod frame;
 pub mod frontend;
+pub mod queue;
+pub mod read;
 pub mod startup;
 pub mod write;
 

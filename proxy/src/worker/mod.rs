@@ -18,6 +18,7 @@
 
 pub mod deadlines;
 pub mod epoll;
+pub mod seats;
 mod threads;
 
 use std::{
@@ -112,7 +113,7 @@ fn park() {
 /// own busy sessions now and then, since a runtime that always has work
 /// never parks.
 pub fn poll_now() {
-    if !crate::session::fast::any() {
+    if !crate::relay::epoll::any() {
         return;
     }
     let _ = REACTOR.try_with(|r| {
@@ -130,7 +131,7 @@ impl Reactor {
             return;
         };
         loop {
-            let wait = match park && !crate::session::fast::has_pending() {
+            let wait = match park && !crate::relay::epoll::has_pending() {
                 true => deadlines::wait_ms(),
                 false => 0,
             };
@@ -146,10 +147,10 @@ impl Reactor {
                 if ev.data == RUNTIME {
                     runtime_has_work = true;
                 } else {
-                    runtime_has_work |= crate::session::fast::on_event(ev);
+                    runtime_has_work |= crate::relay::epoll::on_event(ev);
                 }
             }
-            runtime_has_work |= crate::session::fast::run_pending();
+            runtime_has_work |= crate::relay::epoll::run_pending();
             if runtime_has_work || !park {
                 return;
             }

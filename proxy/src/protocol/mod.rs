@@ -1,26 +1,35 @@
 //! A session's protocol state: what the relay forwards, counts, holds back
 //! or answers itself. Pure bookkeeping over byte queues; no I/O here.
 
+mod coalesce;
+mod cypher;
+pub mod flight;
+pub mod settings;
+mod statements;
+pub mod text;
+mod verdict;
+
 use std::{sync::Arc, time::Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::{
+use self::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, SessionView, may_route, statement_text},
     flight::{Flight, Op, Own, Owner},
-    io::WriteQueue,
     settings::{Settings, lists_age},
-    sql::Sql,
     statements::Statements,
+    text::Sql,
 };
 use crate::{
-    server::Shared,
+    shared::Shared,
     stats::{Counters, SessionInfo, SessionState},
     wire::{
         self, backend,
         frame::{self, FrameError, Piece, Splitter},
-        frontend, tag,
+        frontend,
+        queue::WriteQueue,
+        tag,
     },
     words::Words,
 };
@@ -761,7 +770,7 @@ impl Protocol {
             tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
             tag::PARAMETER_STATUS if self.keep_upstream => {
                 if let Some((k, v)) = backend::parameter_status(msg) {
-                    super::reuse::set_param(&mut self.server_params, k, v);
+                    set_param(&mut self.server_params, k, v);
                 }
             }
             tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {
@@ -806,6 +815,18 @@ impl Protocol {
             }
         }
         self.out = out;
+    }
+}
+
+/// Records a ParameterStatus value, keeping the order names first came in.
+pub fn set_param(params: &mut Vec<(String, String)>, name: &str, value: &str) {
+    match params.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) => {
+            if v != value {
+                *v = value.to_owned();
+            }
+        }
+        None => params.push((name.to_owned(), value.to_owned())),
     }
 }
 

@@ -3,7 +3,7 @@ use bytes::{BufMut, BytesMut};
 use super::*;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::{config::Config, server::Shared, wire::write};
+use crate::{config::Config, shared::Shared, wire::write};
 
 /// One session's protocol state and its two output queues, fed by hand.
 struct Harness {

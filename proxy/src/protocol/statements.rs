@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::sql::Sql;
+use super::text::Sql;
 use crate::stats::StatementCounts;
 
 /// Most distinct statement texts counted per session.

@@ -1,6 +1,5 @@
-//! Buffered, batched I/O for a session: read buffers, write queues of
-//! `Bytes` written with one vectored write, and message reads for the
-//! sequential parts of a session (startup, authentication).
+//! A session's write queues: `Bytes` as they arrived, written with one
+//! vectored write.
 
 use std::{
     collections::VecDeque,
@@ -10,10 +9,8 @@ use std::{
     task::{Context, Poll, ready},
 };
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-
-use crate::wire::frame::{FrameError, peek_header};
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
 
 /// Bytes waiting to be written, as the `Bytes` they arrived in.
 #[derive(Debug, Default)]
@@ -175,35 +172,6 @@ impl WriteQueue {
             std::future::poll_fn(|cx| self.poll_write(w, cx)).await?;
         }
         Ok(())
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("connection closed")]
-    Closed,
-    #[error(transparent)]
-    Frame(#[from] FrameError),
-    #[error(transparent)]
-    Io(#[from] io::Error),
-}
-
-/// Reads until one whole tagged message is at the front of `buf`, and takes it.
-pub async fn read_message<R: AsyncRead + Unpin>(
-    r: &mut R,
-    buf: &mut BytesMut,
-    max_len: usize,
-) -> Result<Bytes, ReadError> {
-    loop {
-        if let Some(h) = peek_header(buf, max_len)?
-            && buf.len() >= h.wire_len
-        {
-            return Ok(buf.split_to(h.wire_len).freeze());
-        }
-        buf.reserve(8192);
-        if r.read_buf(buf).await? == 0 {
-            return Err(ReadError::Closed);
-        }
     }
 }
 

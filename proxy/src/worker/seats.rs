@@ -17,12 +17,12 @@ pub const SETTLE_ROUND_TRIPS: u64 = 64;
 
 /// The worker runtimes and how many sessions relay on each.
 #[derive(Default)]
-pub struct Workers {
+pub struct Seats {
     handles: Vec<Handle>,
     live: Vec<AtomicUsize>,
 }
 
-impl Workers {
+impl Seats {
     pub fn new(handles: Vec<Handle>) -> Self {
         let live = handles.iter().map(|_| AtomicUsize::new(0)).collect();
         Self { handles, live }
@@ -48,7 +48,7 @@ impl Workers {
 
 /// A relaying session's place on a worker: counted while it lasts.
 pub struct Seat {
-    workers: Arc<Workers>,
+    workers: Arc<Seats>,
     worker: usize,
     /// It has moved already, or never may (TLS, no workers).
     settled: bool,
@@ -58,7 +58,7 @@ pub struct Seat {
 impl Seat {
     /// A session starts relaying on `worker`; `may_move` is false for one
     /// whose streams can't change thread (TLS state lives in the task).
-    pub fn take(workers: Arc<Workers>, worker: usize, may_move: bool) -> Self {
+    pub fn take(workers: Arc<Seats>, worker: usize, may_move: bool) -> Self {
         if let Some(n) = workers.live.get(worker) {
             n.fetch_add(1, Ordering::Relaxed);
         }
@@ -106,7 +106,7 @@ impl Seat {
         self
     }
 
-    pub fn workers(&self) -> &Arc<Workers> {
+    pub fn workers(&self) -> &Arc<Seats> {
         &self.workers
     }
 }
@@ -123,14 +123,14 @@ impl Drop for Seat {
 mod tests {
     use super::*;
 
-    fn workers(n: usize) -> Arc<Workers> {
+    fn workers(n: usize) -> Arc<Seats> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        Arc::new(Workers::new(vec![rt.handle().clone(); n]))
+        Arc::new(Seats::new(vec![rt.handle().clone(); n]))
     }
 
-    fn live(w: &Workers) -> Vec<usize> {
+    fn live(w: &Seats) -> Vec<usize> {
         w.live.iter().map(|n| n.load(Ordering::Relaxed)).collect()
     }
 

@@ -12,14 +12,17 @@ use std::{
 use tokio_util::io::poll_read_buf;
 
 use super::{
-    handshake::Pair,
+    Bufs, Closer, End, Outcome, move_due, process, reserve,
     spin::Spin,
-    spread::Seat,
-    state::{Flow, Protocol},
-    turn::{Bufs, Closer, End, Outcome, move_due, process, reserve, wants_reads},
     wake::{self, Wakers},
+    wants_reads,
 };
-use crate::stats::Counters;
+use crate::{
+    net::Pair,
+    protocol::{Flow, Protocol},
+    stats::Counters,
+    worker::seats::Seat,
+};
 
 /// What became ready in one wait of the relay loop.
 #[derive(Default)]
@@ -61,7 +64,7 @@ const TURNS_BETWEEN_LOOKS: u32 = 32;
 
 /// The relay loop, through the runtime: what `fast` does on a worker,
 /// for TLS sessions and those that need a timer or a catalog wait.
-pub(super) async fn relay(
+pub(crate) async fn relay(
     io: &mut Pair,
     proto: &mut Protocol,
     bufs: Bufs,

@@ -19,11 +19,11 @@ use rustc_hash::FxHashSet;
 
 use super::{
     flight::{Flight, Own, Owner},
-    judge::{Judge, Verdict},
-    sql::{Sql, may_set_isolation},
+    text::{Sql, may_set_isolation},
+    verdict::{Judge, Verdict},
 };
 use crate::{
-    server::Shared,
+    shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
     words::Words,

@@ -23,10 +23,10 @@ use std::{
 use bytes::BytesMut;
 use tracing::Span;
 
-use super::{
-    spread::Seat,
-    state::{Flow, Protocol},
-    turn::{self, Bufs, End},
+use super::{Bufs, End};
+use crate::{
+    protocol::{Flow, Protocol},
+    worker::seats::Seat,
 };
 use crate::{
     stats::Counters,
@@ -34,7 +34,7 @@ use crate::{
 };
 
 /// A session as it enters or leaves the worker's relay.
-pub(super) struct Parts {
+pub(crate) struct Parts {
     pub client: TcpStream,
     pub upstream: TcpStream,
     pub proto: Protocol,
@@ -43,7 +43,7 @@ pub(super) struct Parts {
 }
 
 /// Why the worker's relay handed a session back.
-pub(super) enum Stop {
+pub(crate) enum Stop {
     End(End),
     /// It waits for something only its task can wait for.
     Fallback,
@@ -149,14 +149,14 @@ pub fn has_pending() -> bool {
 
 /// The session can relay here: this is a worker, both sockets are plain
 /// TCP, and it needs none of what only its task can wait for.
-pub(super) fn may_relay(proto: &Protocol) -> bool {
+pub(crate) fn may_relay(proto: &Protocol) -> bool {
     let up = &proto.shared.config.upstream;
     worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero()
 }
 
 /// Starts relaying `parts` on this worker; gives them back when its epoll
 /// will not take the sockets.
-pub(super) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, io::Error)>> {
+pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, io::Error)>> {
     let thread = thread_mark();
     let (slot, generation) = TABLE.with(|t| {
         let mut t = t.borrow_mut();
@@ -207,7 +207,7 @@ pub(super) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
 
 /// A session relaying on this worker, as its task sees it: ready when
 /// relaying stopped. Dropped unfinished, it closes the session's sockets.
-pub(super) struct Relaying {
+pub(crate) struct Relaying {
     slot: usize,
     generation: u32,
     thread: u64,
@@ -215,7 +215,7 @@ pub(super) struct Relaying {
 
 /// Takes `s` out of the worker's epoll, when it is to stay open (one that
 /// closes leaves it by closing).
-pub(super) fn release(s: &TcpStream) {
+pub(crate) fn release(s: &TcpStream) {
     let _ = worker::unwatch(s.as_raw_fd());
 }
 
@@ -382,7 +382,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         bufs: b,
         seat,
     } = &mut e.parts;
-    turn::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
+    super::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
     if b.to_up.wants_write() && e.upstream.write {
         match b.to_up.write_to(upstream) {
             Ok(all) => e.upstream.write = all,
@@ -401,13 +401,13 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
     if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
         return Err(Stop::End(End::ClientClosed));
     }
-    if let Some(j) = turn::move_due(proto, b, seat) {
+    if let Some(j) = super::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
     }
     if proto.delay_until().is_some() || proto.cy.wait_handle().is_some() {
         return Err(Stop::Fallback);
     }
-    let (read_client, read_up) = turn::wants_reads(proto, b);
+    let (read_client, read_up) = super::wants_reads(proto, b);
     let c = &proto.info.counters;
     let mut read = false;
     if read_up && e.upstream.read {
@@ -443,7 +443,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
 /// One read into `buf`'s spare room: how much, and whether it emptied
 /// the socket (a short read does, on a stream socket).
 fn read_into(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, bool)> {
-    turn::reserve(buf);
+    super::reserve(buf);
     let len = buf.len();
     let room = buf.capacity() - len;
     loop {

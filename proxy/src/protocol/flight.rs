@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use super::sql::{Prepared, Sql};
+use super::text::{Prepared, Sql};
 use crate::wire::{backend, tag};
 
 /// Statements the proxy sends on its own; their answers are not the

@@ -8,8 +8,8 @@ use onetrip_planner::cypher::{Catalog, Rewrite};
 use tokio::sync::watch;
 
 use crate::{
-    cypher::{Lookup, may_change_catalog},
-    server::Shared,
+    cypher_cache::{Lookup, may_change_catalog},
+    shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
     words::Words,

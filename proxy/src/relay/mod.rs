@@ -1,23 +1,28 @@
-//! What the two relay loops share (the runtime's in `runtime`, the
-//! worker's own in `fast`): a session's buffers, how a loop ends, and each
-//! turn's decisions.
+//! Relaying a session: its bytes between client and upstream through the
+//! protocol state, until one side ends. Two loops do it: the worker's own
+//! epoll (`epoll`, plain TCP) and the worker's runtime (`task`: TLS, a
+//! simulated round-trip time, busy polling). This file holds what both
+//! share: a session's buffers, how a loop ends, and each turn's decisions.
+
+pub mod epoll;
+mod spin;
+pub mod task;
+mod wake;
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::BytesMut;
 
-use super::{
-    io::WriteQueue,
-    spread::Seat,
-    state::{Flow, Protocol},
-};
 use crate::{
+    protocol::{Flow, Protocol},
     stats::Counters,
+    wire::queue::WriteQueue,
     wire::write::{self, Severity},
+    worker::seats::Seat,
 };
 
 /// Why the loop ended.
-pub(super) enum End {
+pub(crate) enum End {
     ClientClosed,
     /// The upstream closed, or failed with the error given.
     UpstreamClosed(Option<String>),
@@ -28,7 +33,7 @@ pub(super) enum End {
 }
 
 /// A relaying session's read buffers and write queues.
-pub(super) struct Bufs {
+pub(crate) struct Bufs {
     pub cin: BytesMut,
     pub uin: BytesMut,
     pub to_client: WriteQueue,
@@ -47,19 +52,19 @@ impl Bufs {
 }
 
 /// How the loop ended, with what was left to write each way.
-pub(super) struct Outcome {
+pub(crate) struct Outcome {
     pub end: End,
     pub bufs: Bufs,
 }
 
 /// The session has been told to close (shutdown's grace period is over).
-pub(super) type Closer = tokio::sync::oneshot::Receiver<()>;
+pub(crate) type Closer = tokio::sync::oneshot::Receiver<()>;
 
 /// Works through whatever is buffered. Client input goes twice, since an
 /// upstream answer may release input held back while it was awaited (a
 /// coalesced batch's outcome, the AGE catalog). On a protocol error the
 /// client's FATAL message is queued and the error returned.
-pub(super) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
+pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
     let worked = proto
         .on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client)
         .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
@@ -75,7 +80,7 @@ pub(super) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
 /// Whether to read the client and the upstream now: not while the other
 /// side's queue is over `limits.buffer_bytes` (backpressure), nor while
 /// the protocol holds that side back.
-pub(super) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
+pub(crate) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
     let limit = proto.shared.config.limits.buffer_bytes;
     let client = b.to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
     let upstream = b.to_client.len() < limit && proto.delay_until().is_none();
@@ -85,7 +90,7 @@ pub(super) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
 /// The worker to move to now: nothing is held either way, and a session
 /// that has lasted finds a less busy worker. Asked first whether a look is
 /// due, so a settled session pays one test per turn.
-pub(super) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<usize> {
+pub(crate) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<usize> {
     let c = &proto.info.counters;
     let round_trips = || c.upstream_round_trips.load(Relaxed);
     if seat.due(round_trips)
@@ -101,7 +106,7 @@ pub(super) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<us
 }
 
 /// Keeps room for the next read without growing past what one read needs.
-pub(super) fn reserve(buf: &mut bytes::BytesMut) {
+pub(crate) fn reserve(buf: &mut bytes::BytesMut) {
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(32 * 1024);
     }

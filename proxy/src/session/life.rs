@@ -23,25 +23,24 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tracing::{Instrument, Span, debug, info, warn};
 
-use super::{
-    fast,
-    handshake::{self, Pair},
-    io::WriteQueue,
-    reuse,
-    runtime::relay,
-    spread::Seat,
-    state::{Flow, Protocol},
-    turn::{Bufs, Closer, End, Outcome},
-};
+use super::{handshake, reuse};
 use crate::{
-    net::Stream,
-    server::Shared,
+    net::{Pair, Stream},
+    protocol::{Flow, Protocol},
+    relay::{
+        Bufs, Closer, End, Outcome,
+        epoll::{self as fast},
+        task::relay,
+    },
+    shared::Shared,
     stats::{Counters, Relay, SessionState},
+    wire::queue::WriteQueue,
     wire::{
         backend,
         startup::StartupMessage,
         write::{self, Severity},
     },
+    worker::seats::Seat,
 };
 
 /// What the startup phase hands on to the relay.

@@ -58,13 +58,13 @@ struct Slot {
 }
 
 #[derive(Default)]
-pub struct CypherShared {
+pub struct CypherCache {
     slots: DashMap<String, Arc<Slot>>,
     plans: DashMap<(u64, Box<str>), Arc<Rewrite>>,
     versions: AtomicU64,
 }
 
-impl CypherShared {
+impl CypherCache {
     fn slot(&self, db: &str) -> Arc<Slot> {
         if let Some(s) = self.slots.get(db) {
             return s.clone();
