@@ -50,11 +50,13 @@ mod float;
 mod inline_stack;
 pub mod lines;
 mod numeric;
+mod pg;
 #[cfg(feature = "serde")]
 mod serde_impl;
 mod text;
 mod value;
 mod view;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod fuzzing;
