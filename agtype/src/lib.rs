@@ -54,6 +54,8 @@ mod pg;
 #[cfg(feature = "serde")]
 mod serde_impl;
 mod text;
+#[cfg(feature = "serde")]
+pub mod typed;
 mod value;
 mod view;
 pub mod wire;
@@ -67,6 +69,8 @@ pub use binary::{
 pub use float::format_float;
 pub use numeric::Numeric;
 pub use text::{ParseError, parse, to_text};
+#[cfg(feature = "serde")]
+pub use typed::{cypher_params, from_value, to_value};
 pub use value::{Edge, Object, Path, ShapeError, Value, Vertex, key_cmp};
 pub use view::{
     AgtypeRef, ArrayRef, BINARY_SEARCH_MIN_PAIRS, NumericRef, ObjectRef, Token, Tokens,
