@@ -51,6 +51,7 @@ mod inline_stack;
 pub mod lines;
 mod numeric;
 mod pg;
+mod scratch;
 #[cfg(feature = "serde")]
 mod serde_impl;
 mod text;

@@ -151,10 +151,7 @@ impl<'a> AgtypeRef<'a> {
 
     /// Decodes this value into an owned [`Value`] (strictly, like [`decode`](crate::decode)).
     pub fn to_value(&self) -> Result<Value, DecodeError> {
-        let dec = |c: &Container<'a>| {
-            let mut d = crate::binary::decoder(c.buf);
-            d.container(c.entries_at - 4, 0)
-        };
+        let dec = |c: &Container<'a>| crate::binary::decode_at(c.buf, c.entries_at - 4);
         Ok(match self {
             AgtypeRef::Null => Value::Null,
             AgtypeRef::Bool(b) => Value::Bool(*b),

@@ -7,6 +7,7 @@ use super::container::utf8;
 use super::error::{DecodeError, DecodeErrorKind as K};
 use super::*;
 use crate::numeric::binary as numeric_bin;
+use crate::scratch::{Scratch, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
 
 /// Decodes AGE's container bytes (the datum without its varlena header).
@@ -15,21 +16,30 @@ use crate::value::{Edge, Object, Path, Value, Vertex};
 /// that are out of order or repeated (AGE never writes them) are put in
 /// order, the later duplicate winning.
 pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
-    decoder(bytes).container(0, 0)
+    decode_at(bytes, 0)
 }
 
-pub(crate) fn decoder(bytes: &[u8]) -> Decoder<'_> {
-    Decoder {
-        buf: bytes,
-        // AGE-written data never needs more node visits and string bytes than
-        // this; only overlapping children (crafted input) can exceed it.
-        budget: bytes.len().saturating_mul(2).saturating_add(16),
-    }
+/// Decodes the container at `at` (a header position).
+pub(crate) fn decode_at(bytes: &[u8], at: usize) -> Result<Value, DecodeError> {
+    with_scratch(|scratch| {
+        let mut d = Decoder {
+            buf: bytes,
+            // AGE-written data never needs more node visits and string bytes
+            // than this; only overlapping children (crafted input) can exceed it.
+            budget: bytes.len().saturating_mul(2).saturating_add(16),
+            scratch: std::mem::take(scratch),
+        };
+        let out = d.container(at, 0);
+        *scratch = d.scratch;
+        out
+    })
 }
 
-pub(crate) struct Decoder<'a> {
-    pub(crate) buf: &'a [u8],
-    pub(crate) budget: usize,
+struct Decoder<'a> {
+    buf: &'a [u8],
+    budget: usize,
+    /// Children of the containers being decoded (see [`Scratch`]).
+    scratch: Scratch,
 }
 
 impl<'a> Decoder<'a> {
@@ -42,7 +52,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes the container at `at`; `depth` counts enclosing containers.
-    pub(crate) fn container(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
+    fn container(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
         let c = Container::parse(self.buf, at)?;
         if c.is_scalar() {
             if depth > 0 {
@@ -53,33 +63,43 @@ impl<'a> Decoder<'a> {
         if depth >= crate::MAX_DEPTH {
             return Err(DecodeError::new(at, K::TooDeep));
         }
+        // Children wait on the scratch stacks, so that the container's own
+        // storage is allocated once, after theirs.
         let mut off = 0;
         if !c.is_object() {
-            let mut items = Vec::with_capacity(c.count.min(1024));
+            let start = self.scratch.items.len();
             for j in 0..c.count {
-                items.push(self.child(&c, j, off, depth + 1)?);
+                let v = self.child(&c, j, off, depth + 1)?;
+                self.scratch.items.push(v);
                 off = c.span(j, off)?.1;
             }
-            return Ok(Value::Array(items));
+            return Ok(Value::Array(self.scratch.items.drain(start..).collect()));
         }
-        let mut keys = Vec::with_capacity(c.count.min(1024));
+        let start = self.scratch.pairs.len();
         for j in 0..c.count {
             match c.child(j, off)? {
                 Child::Str(s) => {
                     self.spend(1 + s.len(), c.data_at)?;
-                    keys.push(utf8(s, c.data_at + off)?.to_owned());
+                    let key = utf8(s, c.data_at + off)?.to_owned();
+                    self.scratch.pairs.push((key, Value::Null));
                 }
                 _ => return Err(DecodeError::new(c.entries_at + 4 * j, K::KeyNotString)),
             }
             off = c.span(j, off)?.1;
         }
-        let mut pairs = Vec::with_capacity(keys.len());
-        for (i, key) in keys.into_iter().enumerate() {
+        for i in 0..c.count {
             let j = c.count + i;
-            pairs.push((key, self.child(&c, j, off, depth + 1)?));
+            let v = self.child(&c, j, off, depth + 1)?;
+            // Nested containers drain what they push, so our keys are still here.
+            if let Some(pair) = self.scratch.pairs.get_mut(start + i) {
+                pair.1 = v;
+            }
             off = c.span(j, off)?.1;
         }
-        Ok(Value::Object(Object::from_pairs(pairs)))
+        Ok(Value::Object(Object::take_from(
+            &mut self.scratch.pairs,
+            start,
+        )))
     }
 
     fn child(

@@ -43,28 +43,44 @@ fn is_word_byte(b: u8) -> bool {
 }
 
 /// Index of the first byte at or after `from` that is `"`, `\\` or a
-/// control character (or `b.len()`), eight bytes at a time.
+/// control character (or `b.len()`), eight bytes at a time; the last few
+/// bytes are padded with spaces so that short strings take one step too.
 pub(crate) fn skip_plain(b: &[u8], from: usize) -> usize {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
+    // The lowest flagged byte of each test is exact (borrows only run
+    // upwards from a byte that is itself flagged).
     let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
     let mut p = from;
-    while let Some(chunk) = b.get(p..p + 8) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(w);
+    loop {
+        let (x, step) = match b.get(p..p + 8) {
+            Some(chunk) => {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                (u64::from_le_bytes(w), 8)
+            }
+            None => {
+                // Built in a register (a short copy into a buffer and a wide
+                // load would stall on store forwarding).
+                let rest = b.get(p..).unwrap_or(&[]);
+                let spaces = (0..8).fold(0u64, |w, i| w | u64::from(b' ') << (8 * i));
+                let x = rest.iter().enumerate().fold(spaces, |w, (i, &c)| {
+                    (w & !(0xFF << (8 * i))) | u64::from(c) << (8 * i)
+                });
+                (x, rest.len())
+            }
+        };
         let special = has_zero(x ^ (LO * u64::from(b'"')))
             | has_zero(x ^ (LO * u64::from(b'\\')))
             | (x.wrapping_sub(LO * 0x20) & !x & HI);
         if special != 0 {
-            break;
+            return p + (special.trailing_zeros() / 8) as usize;
         }
-        p += 8;
+        p += step;
+        if step < 8 {
+            return p;
+        }
     }
-    while p < b.len() && b[p] != b'"' && b[p] != b'\\' && b[p] >= 0x20 {
-        p += 1;
-    }
-    p
 }
 
 impl<'a> Lexer<'a> {

@@ -17,6 +17,7 @@ pub fn read_jsonl(name: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+#[allow(dead_code)] // not every test file decodes bytes
 pub fn hex(s: &str) -> Vec<u8> {
     agtype::lines::from_hex(s).expect("vector hex")
 }
