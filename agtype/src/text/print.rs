@@ -15,7 +15,7 @@ impl fmt::Display for Value {
 
 /// Prints `value` as AGE's `agtype_out` does.
 pub fn to_text(value: &Value) -> String {
-    let mut out = String::with_capacity(64);
+    let mut out = String::with_capacity(128);
     write_value(&mut out, value);
     out
 }
@@ -50,17 +50,31 @@ pub fn write_value(out: &mut String, value: &Value) {
     }
 }
 
+/// Two decimal digits per table lookup.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 fn write_i64(out: &mut String, i: i64) {
     let mut buf = [0u8; 20];
     let mut n = i.unsigned_abs();
     let mut at = buf.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[at] = b'0' + n as u8;
     }
     if i < 0 {
         out.push('-');
@@ -94,14 +108,20 @@ fn write_object(out: &mut String, o: &Object) {
 
 /// Escapes as AGE does; output stops at a NUL, as AGE's C-string handling does.
 pub(crate) fn write_string(out: &mut String, s: &str) {
-    let s = s.split('\0').next().unwrap_or("");
-    out.push('"');
     let bytes = s.as_bytes();
+    let plain = super::lex::skip_plain(bytes, 0);
+    out.reserve(s.len() + 2);
+    out.push('"');
+    if plain == bytes.len() {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut at = 0;
     loop {
         // Runs without `"`, `\\` or control characters are copied whole.
         let stop = super::lex::skip_plain(bytes, at);
-        out.push_str(&s[at..stop]);
+        out.push_str(s.get(at..stop).unwrap_or(""));
         let Some(&b) = bytes.get(stop) else {
             break;
         };
@@ -113,6 +133,7 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
             b'\t' => out.push_str("\\t"),
             0x08 => out.push_str("\\b"),
             0x0c => out.push_str("\\f"),
+            0 => break,
             _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.push_str("\\u00");
