@@ -42,3 +42,16 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     }
     out
 }
+
+/// The elements from `start` on, moved into an exactly sized vector with
+/// one copy.
+pub(crate) fn take_tail<T>(v: &mut Vec<T>, start: usize) -> Vec<T> {
+    if start == 0 {
+        // `split_off(0)` and `mem::take` would hand over the whole buffer,
+        // capacity and all, and leave the scratch stack without one.
+        #[allow(clippy::drain_collect)]
+        v.drain(..).collect()
+    } else {
+        v.split_off(start)
+    }
+}

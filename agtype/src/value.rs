@@ -203,7 +203,7 @@ impl Object {
         let tail = scratch.get_mut(start..).unwrap_or_default();
         let n = tail.len();
         if n > MAX || tail.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
-            return Object::from_pairs(scratch.drain(start..).collect());
+            return Object::from_pairs(crate::scratch::take_tail(scratch, start));
         }
         let mut order = [0u8; MAX];
         for (i, slot) in order.iter_mut().enumerate().take(n) {

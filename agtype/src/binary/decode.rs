@@ -7,7 +7,7 @@ use super::container::utf8;
 use super::error::{DecodeError, DecodeErrorKind as K};
 use super::*;
 use crate::numeric::binary as numeric_bin;
-use crate::scratch::{Scratch, with_scratch};
+use crate::scratch::{Scratch, take_tail, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
 
 /// Decodes AGE's container bytes (the datum without its varlena header).
@@ -58,7 +58,12 @@ impl<'a> Decoder<'a> {
             if depth > 0 {
                 return Err(DecodeError::new(at, K::BadHeader));
             }
-            return self.child(&c, 0, 0, depth);
+            self.child(&c, 0, 0, depth, Slot::Item)?;
+            return self
+                .scratch
+                .items
+                .pop()
+                .ok_or(DecodeError::new(at, K::BadEntry));
         }
         if depth >= crate::MAX_DEPTH {
             return Err(DecodeError::new(at, K::TooDeep));
@@ -69,32 +74,25 @@ impl<'a> Decoder<'a> {
         if !c.is_object() {
             let start = self.scratch.items.len();
             for j in 0..c.count {
-                let v = self.child(&c, j, off, depth + 1)?;
-                self.scratch.items.push(v);
-                off = c.span(j, off)?.1;
+                off = self.child(&c, j, off, depth + 1, Slot::Item)?;
             }
-            return Ok(Value::Array(self.scratch.items.drain(start..).collect()));
+            return Ok(Value::Array(take_tail(&mut self.scratch.items, start)));
         }
         let start = self.scratch.pairs.len();
         for j in 0..c.count {
-            match c.child(j, off)? {
-                Child::Str(s) => {
+            match c.child_and_next(j, off)? {
+                (Child::Str(s), next) => {
                     self.spend(1 + s.len(), c.data_at)?;
                     let key = utf8(s, c.data_at + off)?.to_owned();
                     self.scratch.pairs.push((key, Value::Null));
+                    off = next;
                 }
                 _ => return Err(DecodeError::new(c.entries_at + 4 * j, K::KeyNotString)),
             }
-            off = c.span(j, off)?.1;
         }
+        // Nested containers drain what they push, so our keys stay in place.
         for i in 0..c.count {
-            let j = c.count + i;
-            let v = self.child(&c, j, off, depth + 1)?;
-            // Nested containers drain what they push, so our keys are still here.
-            if let Some(pair) = self.scratch.pairs.get_mut(start + i) {
-                pair.1 = v;
-            }
-            off = c.span(j, off)?.1;
+            off = self.child(&c, c.count + i, off, depth + 1, Slot::Pair(start + i))?;
         }
         Ok(Value::Object(Object::take_from(
             &mut self.scratch.pairs,
@@ -102,41 +100,72 @@ impl<'a> Decoder<'a> {
         )))
     }
 
+    /// Decodes child `j`, which starts `off` bytes into the data area, into
+    /// `slot`; returns where the next child starts.
     fn child(
         &mut self,
         c: &Container<'a>,
         j: usize,
         off: usize,
         depth: usize,
-    ) -> Result<Value, DecodeError> {
+        slot: Slot,
+    ) -> Result<usize, DecodeError> {
         self.spend(1, c.entries_at + 4 * j)?;
-        Ok(match c.child(j, off)? {
-            Child::Null => Value::Null,
-            Child::Bool(b) => Value::Bool(b),
+        let (child, next) = c.child_and_next(j, off)?;
+        match child {
+            Child::Null => self.put(slot, Value::Null),
+            Child::Bool(b) => self.put(slot, Value::Bool(b)),
             Child::Str(s) => {
                 self.spend(s.len(), c.data_at + off)?;
-                Value::String(utf8(s, c.data_at + off)?.to_owned())
+                let s = utf8(s, c.data_at + off)?.to_owned();
+                self.put(slot, Value::String(s));
             }
             Child::Numeric(at) => {
                 let data = self.buf.get(at..).unwrap_or(&[]);
-                Value::Numeric(
-                    numeric_bin::read(data).map_err(|_| DecodeError::new(at, K::BadNumeric))?,
-                )
+                let n = numeric_bin::read(data).map_err(|_| DecodeError::new(at, K::BadNumeric))?;
+                self.put(slot, Value::Numeric(n));
             }
-            Child::Container(at) => self.container(at, depth)?,
-            Child::Extended(at) => self.extended(at, depth)?,
-        })
+            Child::Container(at) => {
+                let v = self.container(at, depth)?;
+                self.put(slot, v);
+            }
+            Child::Extended(at) => self.extended(at, depth, slot)?,
+        }
+        Ok(next)
     }
 
-    fn extended(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
+    /// Stores a decoded child. Inlined so that each value is built in its
+    /// slot: a value built elsewhere and moved costs a stall on each one,
+    /// as its tag and payload are written apart and read back together.
+    #[inline(always)]
+    fn put(&mut self, slot: Slot, v: Value) {
+        match slot {
+            Slot::Item => self.scratch.items.push(v),
+            Slot::Pair(i) => {
+                if let Some(pair) = self.scratch.pairs.get_mut(i) {
+                    pair.1 = v;
+                }
+            }
+        }
+    }
+
+    fn extended(&mut self, at: usize, depth: usize, slot: Slot) -> Result<(), DecodeError> {
         let truncated = DecodeError::new(at, K::Truncated);
         let sub = read_u32(self.buf, at).ok_or(truncated.clone())?;
         let body = at + 4;
         let word = || read_u64(self.buf, body).ok_or(truncated.clone());
         let bad_entity = DecodeError::new(at, K::BadEntity);
-        match sub {
-            EXT_INTEGER => Ok(Value::Integer(word()? as i64)),
-            EXT_FLOAT => Ok(Value::Float(f64::from_bits(word()?))),
+        let v = match sub {
+            EXT_INTEGER => {
+                let i = word()? as i64;
+                self.put(slot, Value::Integer(i));
+                return Ok(());
+            }
+            EXT_FLOAT => {
+                let f = f64::from_bits(word()?);
+                self.put(slot, Value::Float(f));
+                return Ok(());
+            }
             EXT_VERTEX | EXT_EDGE => {
                 let Value::Object(o) = self.container(body, depth)? else {
                     return Err(bad_entity);
@@ -146,7 +175,7 @@ impl<'a> Decoder<'a> {
                 } else {
                     Edge::try_from_object(o).map(Value::Edge)
                 }
-                .map_err(|_| bad_entity)
+                .map_err(|_| bad_entity)?
             }
             EXT_PATH => {
                 let Value::Array(items) = self.container(body, depth)? else {
@@ -154,9 +183,19 @@ impl<'a> Decoder<'a> {
                 };
                 Path::try_from_values(items)
                     .map(Value::Path)
-                    .map_err(|_| bad_entity)
+                    .map_err(|_| bad_entity)?
             }
-            _ => Err(DecodeError::new(at, K::BadExtendedType)),
-        }
+            _ => return Err(DecodeError::new(at, K::BadExtendedType)),
+        };
+        self.put(slot, v);
+        Ok(())
     }
+}
+
+/// Where a decoded child goes: onto the element stack, or as the value of
+/// a pair already on the pair stack.
+#[derive(Clone, Copy)]
+enum Slot {
+    Item,
+    Pair(usize),
 }

@@ -13,7 +13,7 @@ use super::lex::skip_plain;
 use crate::float::{float8in, parse_float_token};
 use crate::inline_stack::InlineStack;
 use crate::numeric::Numeric;
-use crate::scratch::{Scratch, with_scratch};
+use crate::scratch::{Scratch, take_tail, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
 
 /// Parses `input`, or `None` when the reference parser must decide.
@@ -127,7 +127,7 @@ fn run(input: &str, scratch: &mut Scratch) -> Option<Value> {
                 (b']', false) => {
                     p.pos += 1;
                     stack.pop();
-                    let own: Vec<Value> = items.drain(start..).collect();
+                    let own = take_tail(items, start);
                     store!(p.array(own)?);
                 }
                 (b'}', true) => {

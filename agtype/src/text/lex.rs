@@ -43,44 +43,55 @@ fn is_word_byte(b: u8) -> bool {
 }
 
 /// Index of the first byte at or after `from` that is `"`, `\\` or a
-/// control character (or `b.len()`), eight bytes at a time; the last few
-/// bytes are padded with spaces so that short strings take one step too.
+/// control character (or `b.len()`), eight bytes at a time.
 pub(crate) fn skip_plain(b: &[u8], from: usize) -> usize {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    // The lowest flagged byte of each test is exact (borrows only run
-    // upwards from a byte that is itself flagged).
-    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
     let mut p = from;
-    loop {
-        let (x, step) = match b.get(p..p + 8) {
-            Some(chunk) => {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(chunk);
-                (u64::from_le_bytes(w), 8)
-            }
-            None => {
-                // Built in a register (a short copy into a buffer and a wide
-                // load would stall on store forwarding).
-                let rest = b.get(p..).unwrap_or(&[]);
-                let spaces = (0..8).fold(0u64, |w, i| w | u64::from(b' ') << (8 * i));
-                let x = rest.iter().enumerate().fold(spaces, |w, (i, &c)| {
-                    (w & !(0xFF << (8 * i))) | u64::from(c) << (8 * i)
-                });
-                (x, rest.len())
-            }
-        };
-        let special = has_zero(x ^ (LO * u64::from(b'"')))
-            | has_zero(x ^ (LO * u64::from(b'\\')))
-            | (x.wrapping_sub(LO * 0x20) & !x & HI);
+    while let Some(chunk) = b.get(p..p + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let special = special_bytes(u64::from_le_bytes(w));
         if special != 0 {
             return p + (special.trailing_zeros() / 8) as usize;
         }
-        p += step;
-        if step < 8 {
-            return p;
-        }
+        p += 8;
     }
+    let len = b.len();
+    if p >= len {
+        return len;
+    }
+    let Some(last8) = len.checked_sub(8).and_then(|at| b.get(at..)) else {
+        // Fewer than eight bytes in all.
+        return (p..len)
+            .find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))
+            .unwrap_or(len);
+    };
+    // The last eight bytes in one load, the ones before `p` (already
+    // checked) replaced by spaces.
+    let mut w = [0u8; 8];
+    w.copy_from_slice(last8);
+    let checked_bits = 8 * (8 - (len - p)) as u32;
+    let keep = u64::MAX.checked_shl(checked_bits).unwrap_or(0);
+    let x = (u64::from_le_bytes(w) & keep) | (SPACES & !keep);
+    let special = special_bytes(x);
+    if special == 0 {
+        len
+    } else {
+        len - 8 + (special.trailing_zeros() / 8) as usize
+    }
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+const SPACES: u64 = LO * b' ' as u64;
+
+/// High bit set in each byte of `x` that is `"`, `\\` or below 0x20. The
+/// lowest flagged byte is exact (borrows only run upwards from a byte that
+/// is itself flagged), which is all callers use.
+fn special_bytes(x: u64) -> u64 {
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+    has_zero(x ^ (LO * u64::from(b'"')))
+        | has_zero(x ^ (LO * u64::from(b'\\')))
+        | (x.wrapping_sub(LO * 0x20) & !x & HI)
 }
 
 impl<'a> Lexer<'a> {
