@@ -208,8 +208,12 @@ fn may_have_short_expansion(f: f64) -> bool {
     if q >= 0 {
         return true;
     }
+    // 5^29 alone has 21 digits.
+    if q < -28 {
+        return false;
+    }
     let digits_m = (64 - m.leading_zeros()) as f64 * std::f64::consts::LOG10_2;
-    let digits_5 = f64::from(-q) * (10f64.log10() - std::f64::consts::LOG10_2);
+    let digits_5 = f64::from(-q) * (1.0 - std::f64::consts::LOG10_2);
     digits_m + digits_5 < 19.5
 }
 

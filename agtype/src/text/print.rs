@@ -95,21 +95,59 @@ fn write_array(out: &mut String, items: &[Value]) {
 
 fn write_object(out: &mut String, o: &Object) {
     out.push('{');
-    for (i, (k, v)) in o.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        write_string(out, k);
-        out.push_str(": ");
+    let mut pairs = o.pairs().iter();
+    if let Some((k, v)) = pairs.next() {
+        write_key(out, k);
+        write_value(out, v);
+    }
+    for (k, v) in pairs {
+        out.push_str(", ");
+        write_key(out, k);
         write_value(out, v);
     }
     out.push('}');
 }
 
+/// `"key": `; keys are short and rarely need escapes.
+fn write_key(out: &mut String, k: &str) {
+    if is_plain_short(k.as_bytes()) {
+        out.reserve(k.len() + 4);
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\": ");
+    } else {
+        write_string(out, k);
+        out.push_str(": ");
+    }
+}
+
+/// Whether `b` is under 32 bytes with nothing to escape: one table lookup
+/// a byte beats setting up a word-at-a-time scan for such strings.
+fn is_plain_short(b: &[u8]) -> bool {
+    b.len() < 32 && b.iter().all(|&c| !NEEDS_ESCAPE[usize::from(c)])
+}
+
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Escapes as AGE does; output stops at a NUL, as AGE's C-string handling does.
+#[inline]
 pub(crate) fn write_string(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
-    let plain = super::lex::skip_plain(bytes, 0);
+    let plain = if is_plain_short(bytes) {
+        bytes.len()
+    } else {
+        super::lex::skip_plain(bytes, 0)
+    };
     out.reserve(s.len() + 2);
     out.push('"');
     if plain == bytes.len() {
