@@ -78,21 +78,24 @@ impl<'a> Decoder<'a> {
             }
             return Ok(Value::Array(take_tail(&mut self.scratch.items, start)));
         }
+        // Keys come first in the data, values after them: walk both at
+        // once, so that each pair is pushed whole.
         let start = self.scratch.pairs.len();
+        let mut val_off = 0;
         for j in 0..c.count {
-            match c.child_and_next(j, off)? {
+            val_off = c.span(j, val_off)?.1;
+        }
+        for i in 0..c.count {
+            let key = match c.child_and_next(i, off)? {
                 (Child::Str(s), next) => {
                     self.spend(1 + s.len(), c.data_at)?;
                     let key = utf8(s, c.data_at + off)?.to_owned();
-                    self.scratch.pairs.push((key, Value::Null));
                     off = next;
+                    key
                 }
-                _ => return Err(DecodeError::new(c.entries_at + 4 * j, K::KeyNotString)),
-            }
-        }
-        // Nested containers drain what they push, so our keys stay in place.
-        for i in 0..c.count {
-            off = self.child(&c, c.count + i, off, depth + 1, Slot::Pair(start + i))?;
+                _ => return Err(DecodeError::new(c.entries_at + 4 * i, K::KeyNotString)),
+            };
+            val_off = self.child(&c, c.count + i, val_off, depth + 1, Slot::Pair(key))?;
         }
         Ok(Value::Object(Object::take_from(
             &mut self.scratch.pairs,
@@ -141,11 +144,7 @@ impl<'a> Decoder<'a> {
     fn put(&mut self, slot: Slot, v: Value) {
         match slot {
             Slot::Item => self.scratch.items.push(v),
-            Slot::Pair(i) => {
-                if let Some(pair) = self.scratch.pairs.get_mut(i) {
-                    pair.1 = v;
-                }
-            }
+            Slot::Pair(key) => self.scratch.pairs.push((key, v)),
         }
     }
 
@@ -192,10 +191,9 @@ impl<'a> Decoder<'a> {
     }
 }
 
-/// Where a decoded child goes: onto the element stack, or as the value of
-/// a pair already on the pair stack.
-#[derive(Clone, Copy)]
+/// Where a decoded child goes: onto the element stack, or onto the pair
+/// stack with its key.
 enum Slot {
     Item,
-    Pair(usize),
+    Pair(String),
 }
