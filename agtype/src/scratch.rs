@@ -44,13 +44,13 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 }
 
 /// The elements from `start` on, moved into an exactly sized vector with
-/// one copy.
+/// one copy; `v` keeps its capacity.
 pub(crate) fn take_tail<T>(v: &mut Vec<T>, start: usize) -> Vec<T> {
     if start == 0 {
-        // `split_off(0)` and `mem::take` would hand over the whole buffer,
-        // capacity and all, and leave the scratch stack without one.
-        #[allow(clippy::drain_collect)]
-        v.drain(..).collect()
+        // `split_off(0)` would hand over the whole buffer, capacity and all.
+        let mut out = Vec::with_capacity(v.len());
+        out.append(v);
+        out
     } else {
         v.split_off(start)
     }

@@ -202,7 +202,12 @@ impl Object {
         const MAX: usize = 32;
         let tail = scratch.get_mut(start..).unwrap_or_default();
         let n = tail.len();
-        if n > MAX || tail.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
+        if tail.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
+            return Object {
+                pairs: crate::scratch::take_tail(scratch, start),
+            };
+        }
+        if n > MAX {
             return Object::from_pairs(crate::scratch::take_tail(scratch, start));
         }
         let mut order = [0u8; MAX];
