@@ -22,6 +22,7 @@ struct Decimal {
 
 /// Appends the text `float8out` prints for `f`, with AGE's `.0` suffix for
 /// integral values in fixed notation.
+#[inline(never)] // keeps its buffers out of the printer's recursive frames
 pub fn write_float(out: &mut String, f: f64) {
     if f.is_nan() {
         out.push_str("NaN");
@@ -45,7 +46,12 @@ pub fn write_float(out: &mut String, f: f64) {
     if (1e-4..1e15).contains(&f) {
         let mut zb = zmij::Buffer::new();
         let z = zb.format_finite(f);
-        if !z.bytes().any(|b| b == b'e') && (z.len() <= 15 || !may_have_short_expansion(f)) {
+        // An exponent would be in the last five bytes (`e-5`, `e+300`).
+        let tail = z
+            .as_bytes()
+            .get(z.len().saturating_sub(5)..)
+            .unwrap_or_default();
+        if !tail.contains(&b'e') && (z.len() <= 15 || !may_have_short_expansion(f)) {
             out.push_str(z);
             return;
         }
