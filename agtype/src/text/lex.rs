@@ -384,3 +384,28 @@ impl<'a> Lexer<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::skip_plain;
+
+    #[test]
+    fn skip_plain_finds_the_first_special_byte_at_any_length_and_offset() {
+        for len in 0..40 {
+            for special_at in 0..=len {
+                for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+                    let mut b: Vec<u8> = (0..len).map(|i| b"a\x7f\xc3 ~"[i % 5]).collect();
+                    if special_at < len {
+                        b[special_at] = special;
+                    }
+                    for from in 0..=len {
+                        let want = (from..len)
+                            .find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))
+                            .unwrap_or(len);
+                        assert_eq!(skip_plain(&b, from), want, "{b:?} from {from}");
+                    }
+                }
+            }
+        }
+    }
+}
