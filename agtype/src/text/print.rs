@@ -48,10 +48,7 @@ pub fn write_value(out: &mut String, value: &Value) {
         Value::Bool(false) => out.push_str("false"),
         Value::Integer(i) => write_i64(out, *i),
         Value::Float(x) => write_float(out, *x),
-        Value::Numeric(n) => {
-            use fmt::Write as _;
-            let _ = write!(out, "{n}::numeric");
-        }
+        Value::Numeric(n) => write_numeric(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => write_array(out, items),
         Value::Object(o) => write_object(out, o),
@@ -77,6 +74,14 @@ const DIGIT_PAIRS: &[u8; 200] = b"\
 4041424344454647484950515253545556575859\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
+
+/// Out of line: the formatting machinery would enlarge every recursive
+/// frame of the printer.
+#[inline(never)]
+fn write_numeric(out: &mut String, n: &crate::Numeric) {
+    use fmt::Write as _;
+    let _ = write!(out, "{n}::numeric");
+}
 
 fn write_i64(out: &mut String, i: i64) {
     let mut buf = [0u8; 20];
