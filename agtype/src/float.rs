@@ -24,6 +24,24 @@ struct Decimal {
 /// integral values in fixed notation.
 #[inline(never)] // keeps its buffers out of the printer's recursive frames
 pub fn write_float(out: &mut String, f: f64) {
+    let a = f.abs();
+    // Where PostgreSQL prints fixed notation (first digit 10^-4 to 10^14)
+    // no end point can be short (a < 2^52), and zmij's fixed notation is
+    // PostgreSQL's plus AGE's `.0`; only a possible tie needs a closer look.
+    if (1e-4..1e15).contains(&a) {
+        let mut zb = zmij::Buffer::new();
+        let z = zb.format_finite(f);
+        // An exponent would be in the last five bytes (`e-5`, `e+300`).
+        let tail = z
+            .as_bytes()
+            .get(z.len().saturating_sub(5)..)
+            .unwrap_or_default();
+        let digits_and_point = z.len() - usize::from(f < 0.0);
+        if !tail.contains(&b'e') && (digits_and_point <= 15 || !may_have_short_expansion(a)) {
+            out.push_str(z);
+            return;
+        }
+    }
     if f.is_nan() {
         out.push_str("NaN");
         return;
@@ -39,24 +57,7 @@ pub fn write_float(out: &mut String, f: f64) {
         out.push_str("0.0");
         return;
     }
-    let f = f.abs();
-    // Where PostgreSQL prints fixed notation (first digit 10^-4 to 10^14)
-    // no end point can be short (f < 2^52), and zmij's fixed notation is
-    // PostgreSQL's plus AGE's `.0`; only a possible tie needs a closer look.
-    if (1e-4..1e15).contains(&f) {
-        let mut zb = zmij::Buffer::new();
-        let z = zb.format_finite(f);
-        // An exponent would be in the last five bytes (`e-5`, `e+300`).
-        let tail = z
-            .as_bytes()
-            .get(z.len().saturating_sub(5)..)
-            .unwrap_or_default();
-        if !tail.contains(&b'e') && (z.len() <= 15 || !may_have_short_expansion(f)) {
-            out.push_str(z);
-            return;
-        }
-    }
-    write_digits(out, &shortest(f));
+    write_digits(out, &shortest(a));
 }
 
 /// Lays out `d` as `float8out` does (fixed notation from 10^-4 to 10^14,
@@ -409,13 +410,16 @@ fn is_decimal(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// The zmij shortcut must print exactly what the digit layout prints.
+    /// The zmij shortcut must print exactly what the digit layout prints,
+    /// for `f` and `-f`.
     fn agrees(f: f64) {
-        let mut fast = String::new();
-        write_float(&mut fast, f);
-        let mut slow = String::new();
-        write_digits(&mut slow, &shortest(f));
-        assert_eq!(fast, slow, "{f:e} ({:#x})", f.to_bits());
+        for f in [f, -f] {
+            let mut fast = String::new();
+            write_float(&mut fast, f);
+            let mut slow = String::from(if f < 0.0 { "-" } else { "" });
+            write_digits(&mut slow, &shortest(f.abs()));
+            assert_eq!(fast, slow, "{f:e} ({:#x})", f.to_bits());
+        }
     }
 
     #[test]
