@@ -161,6 +161,13 @@
 //! `.0` added to integral values. Nesting is limited to [`MAX_DEPTH`]
 //! containers (AGE's own limit is its stack size); nothing recurses deeper.
 //!
+//! Well-formed text takes a one-pass fast path; anything else (every
+//! error, `NaN`/`Infinity` words, annotations on `null` or booleans) goes
+//! to a reference parser that follows PostgreSQL's lexer token by token,
+//! and the two are checked to agree on every input (property tests, fuzz
+//! target). [`to_text`] is the fastest way to print; `Display` prints the
+//! same text.
+//!
 //! # Binary layout
 //! All words little-endian. A container is a `u32` header (`count` in the
 //! low 28 bits; `0x20000000` object, `0x40000000` array, `0x10000000` scalar
