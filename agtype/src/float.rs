@@ -31,13 +31,12 @@ pub fn write_float(out: &mut String, f: f64) {
     if (1e-4..1e15).contains(&a) {
         let mut zb = zmij::Buffer::new();
         let z = zb.format_finite(f);
-        // An exponent would be in the last five bytes (`e-5`, `e+300`).
-        let tail = z
-            .as_bytes()
-            .get(z.len().saturating_sub(5)..)
-            .unwrap_or_default();
+        // An exponent's `e` would be 2 to 5 bytes from the end (`e5`, `e+300`).
+        let text = z.as_bytes();
+        let e_at = |back: usize| text.len() >= back && text[text.len() - back] == b'e';
+        let exponent = e_at(2) || e_at(3) || e_at(4) || e_at(5);
         let digits_and_point = z.len() - usize::from(f < 0.0);
-        if !tail.contains(&b'e') && (digits_and_point <= 15 || !may_have_short_expansion(a)) {
+        if !exponent && (digits_and_point <= 15 || !may_have_short_expansion(a)) {
             out.push_str(z);
             return;
         }

@@ -67,14 +67,6 @@ pub fn write_value(out: &mut String, value: &Value) {
     }
 }
 
-/// Two decimal digits per table lookup.
-const DIGIT_PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
 /// Out of line: the formatting machinery would enlarge every recursive
 /// frame of the printer.
 #[inline(never)]
@@ -84,27 +76,7 @@ fn write_numeric(out: &mut String, n: &crate::Numeric) {
 }
 
 fn write_i64(out: &mut String, i: i64) {
-    let mut buf = [0u8; 20];
-    let mut n = i.unsigned_abs();
-    let mut at = buf.len();
-    while n >= 100 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    }
-    if n >= 10 {
-        let pair = n as usize * 2;
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    } else {
-        at -= 1;
-        buf[at] = b'0' + n as u8;
-    }
-    if i < 0 {
-        out.push('-');
-    }
-    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
+    out.push_str(itoa::Buffer::new().format(i));
 }
 
 fn write_array(out: &mut String, items: &[Value]) {
@@ -147,10 +119,23 @@ fn write_key(out: &mut String, k: &str) {
     }
 }
 
-/// Whether `b` is under 32 bytes with nothing to escape: one table lookup
-/// a byte beats setting up a word-at-a-time scan for such strings.
+/// Whether `b` is under 32 bytes with nothing to escape.
 fn is_plain_short(b: &[u8]) -> bool {
-    b.len() < 32 && b.iter().all(|&c| !NEEDS_ESCAPE[usize::from(c)])
+    b.len() < 32 && next_special(b, 0) == b.len()
+}
+
+/// The first byte at or after `from` that must be escaped (or `b.len()`):
+/// one table lookup a byte for the last 32 bytes, which beats setting up a
+/// word-at-a-time scan for so few.
+fn next_special(b: &[u8], from: usize) -> usize {
+    if b.len().saturating_sub(from) >= 32 {
+        return super::lex::skip_plain(b, from);
+    }
+    let rest = b.get(from..).unwrap_or_default();
+    from + rest
+        .iter()
+        .position(|&c| NEEDS_ESCAPE[usize::from(c)])
+        .unwrap_or(rest.len())
 }
 
 static NEEDS_ESCAPE: [bool; 256] = {
@@ -169,22 +154,12 @@ static NEEDS_ESCAPE: [bool; 256] = {
 #[inline]
 pub(crate) fn write_string(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
-    let plain = if is_plain_short(bytes) {
-        bytes.len()
-    } else {
-        super::lex::skip_plain(bytes, 0)
-    };
+    let mut stop = next_special(bytes, 0);
     out.reserve(s.len() + 2);
     out.push('"');
-    if plain == bytes.len() {
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
     let mut at = 0;
     loop {
         // Runs without `"`, `\\` or control characters are copied whole.
-        let stop = super::lex::skip_plain(bytes, at);
         out.push_str(s.get(at..stop).unwrap_or(""));
         let Some(&b) = bytes.get(stop) else {
             break;
@@ -206,6 +181,7 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
             }
         }
         at = stop + 1;
+        stop = next_special(bytes, at);
     }
     out.push('"');
 }
