@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Rebuilds the seed corpora in corpus/<target>/ from the AGE vectors
-(../../shared/testdata/agtype relative to this directory): every hand-written
+(../agtype/tests/data relative to this directory): every hand-written
 vector's text and bytes, plus a few of the random ones, each at most 1 KiB."""
 import hashlib, json, os, shutil, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-data = os.path.join(here, '..', '..', 'shared', 'testdata', 'agtype')
+data = os.path.join(here, '..', 'agtype', 'tests', 'data')
 if not os.path.isdir(data):
     sys.exit(f'no vectors at {data}')
 targets = ('agtype_text', 'agtype_binary', 'agtype_view')

@@ -2,12 +2,13 @@
 //!
 //! Output: PostgreSQL's `float8out` with `extra_float_digits >= 1` prints
 //! the fewest digits whose value lies *strictly* inside the double's rounding
-//! interval, nearest the exact value. Rust's shortest formatter (like `ryu`)
-//! also accepts an interval end point when the mantissa is even, so its
-//! answer is used unless it is such an end point; then the next longer
-//! correctly rounded candidates are tried. End points can only have 17 or
-//! fewer significant digits when the double is at least 2^52, so smaller
-//! values never need the check.
+//! interval, nearest the exact value. zmij (the shortest-digits printer
+//! serde_json uses), like Rust's own formatter and `ryu`, also accepts an
+//! interval end point when the mantissa is even, so its answer is used
+//! unless it is such an end point; then the next longer correctly rounded
+//! candidates are tried. End points can only have 17 or fewer significant
+//! digits when the double is at least 2^52, so smaller values never need
+//! the check.
 
 use std::fmt::Write as _;
 
@@ -21,7 +22,25 @@ struct Decimal {
 
 /// Appends the text `float8out` prints for `f`, with AGE's `.0` suffix for
 /// integral values in fixed notation.
+#[inline(never)] // keeps its buffers out of the printer's recursive frames
 pub fn write_float(out: &mut String, f: f64) {
+    let a = f.abs();
+    // Where PostgreSQL prints fixed notation (first digit 10^-4 to 10^14)
+    // no end point can be short (a < 2^52), and zmij's fixed notation is
+    // PostgreSQL's plus AGE's `.0`; only a possible tie needs a closer look.
+    if (1e-4..1e15).contains(&a) {
+        let mut zb = zmij::Buffer::new();
+        let z = zb.format_finite(f);
+        // An exponent's `e` would be 2 to 5 bytes from the end (`e5`, `e+300`).
+        let text = z.as_bytes();
+        let e_at = |back: usize| text.len() >= back && text[text.len() - back] == b'e';
+        let exponent = e_at(2) || e_at(3) || e_at(4) || e_at(5);
+        let digits_and_point = z.len() - usize::from(f < 0.0);
+        if !exponent && (digits_and_point <= 15 || !may_have_short_expansion(a)) {
+            out.push_str(z);
+            return;
+        }
+    }
     if f.is_nan() {
         out.push_str("NaN");
         return;
@@ -37,47 +56,61 @@ pub fn write_float(out: &mut String, f: f64) {
         out.push_str("0.0");
         return;
     }
-    let d = shortest(f.abs());
-    let digits = &d.digits[..d.len];
-    let push_digits = |out: &mut String, ds: &[u8]| {
-        for &c in ds {
-            out.push(char::from(b'0' + c));
-        }
+    write_digits(out, &shortest(a));
+}
+
+/// Lays out `d` as `float8out` does (fixed notation from 10^-4 to 10^14,
+/// else `d.ddde±XX`), with AGE's `.0` for integral values.
+fn write_digits(out: &mut String, d: &Decimal) {
+    // Longest text: "0.0000" + 17 digits, or 17 digits + ".0", or
+    // "d." + 16 digits + "e-324".
+    let mut buf = [0u8; 32];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        buf[n..n + bytes.len()].copy_from_slice(bytes);
+        n += bytes.len();
     };
+    let digits = &d.digits[..d.len];
+    let ascii = |ds: &[u8]| -> ([u8; 17], usize) {
+        let mut a = [b'0'; 17];
+        for (slot, &x) in a.iter_mut().zip(ds) {
+            *slot = b'0' + x;
+        }
+        (a, ds.len())
+    };
+    let (all, len) = ascii(digits);
+    let all = &all[..len];
     if (-4..15).contains(&d.exp) {
         if d.exp < 0 {
-            out.push_str("0.");
-            for _ in 0..(-d.exp - 1) {
-                out.push('0');
-            }
-            push_digits(out, digits);
+            put(b"0.");
+            put(&b"0000"[..(-d.exp - 1) as usize]);
+            put(all);
         } else {
             let int_len = d.exp as usize + 1;
-            if digits.len() <= int_len {
-                push_digits(out, digits);
-                for _ in digits.len()..int_len {
-                    out.push('0');
-                }
-                out.push_str(".0");
+            if len <= int_len {
+                put(all);
+                put(&b"00000000000000"[..int_len - len]);
+                put(b".0");
             } else {
-                push_digits(out, &digits[..int_len]);
-                out.push('.');
-                push_digits(out, &digits[int_len..]);
+                put(&all[..int_len]);
+                put(b".");
+                put(&all[int_len..]);
             }
         }
     } else {
-        push_digits(out, &digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            push_digits(out, &digits[1..]);
+        put(&all[..1]);
+        if len > 1 {
+            put(b".");
+            put(&all[1..]);
         }
-        let _ = write!(
-            out,
-            "e{}{:02}",
-            if d.exp < 0 { '-' } else { '+' },
-            d.exp.unsigned_abs()
-        );
+        put(if d.exp < 0 { b"e-" } else { b"e+" });
+        let e = d.exp.unsigned_abs();
+        if e >= 100 {
+            put(&[b'0' + (e / 100) as u8]);
+        }
+        put(&[b'0' + (e / 10 % 10) as u8, b'0' + (e % 10) as u8]);
     }
+    out.push_str(std::str::from_utf8(&buf[..n]).unwrap_or(""));
 }
 
 /// The text `float8out` + AGE print for `f`.
@@ -89,16 +122,15 @@ pub fn format_float(f: f64) -> String {
 
 /// Shortest digits strictly inside the rounding interval of a positive finite `f`.
 fn shortest(f: f64) -> Decimal {
-    let mut buf = StackBuf::new();
-    let _ = write!(buf, "{f:e}");
-    let d = parse_sci(buf.as_str());
+    let mut zb = zmij::Buffer::new();
+    let d = parse_decimal(zb.format_finite(f));
     if f < 4503599627370496.0 || strictly_inside(&d, f) {
         return break_tie(d, f);
     }
     for precision in d.len..17 {
         let mut buf = StackBuf::new();
         let _ = write!(buf, "{:.*e}", precision, f);
-        let c = parse_sci(buf.as_str());
+        let c = parse_decimal(buf.as_str());
         if strictly_inside(&c, f) {
             return break_tie(c, f);
         }
@@ -182,8 +214,12 @@ fn may_have_short_expansion(f: f64) -> bool {
     if q >= 0 {
         return true;
     }
+    // 5^29 alone has 21 digits.
+    if q < -28 {
+        return false;
+    }
     let digits_m = (64 - m.leading_zeros()) as f64 * std::f64::consts::LOG10_2;
-    let digits_5 = f64::from(-q) * (10f64.log10() - std::f64::consts::LOG10_2);
+    let digits_5 = f64::from(-q) * (1.0 - std::f64::consts::LOG10_2);
     digits_m + digits_5 < 19.5
 }
 
@@ -209,24 +245,49 @@ fn strictly_inside(d: &Decimal, f: f64) -> bool {
     up.parse::<f64>().ok() == Some(f) && down.parse::<f64>().ok() == Some(f)
 }
 
-/// Parses Rust's `{:e}` output (`d[.ddd]e[-]x`).
-fn parse_sci(s: &str) -> Decimal {
+/// Significant digits and first-digit exponent of a positive decimal in
+/// fixed (`123.45`, `0.001`) or scientific (`1.5e-7`, `1e+23`) notation.
+fn parse_decimal(s: &str) -> Decimal {
     let mut d = Decimal {
         digits: [0; 17],
         len: 0,
         exp: 0,
     };
-    let (mant, exp) = s.split_once('e').unwrap_or((s, "0"));
-    for b in mant.bytes().filter(u8::is_ascii_digit) {
-        if d.len < d.digits.len() {
-            d.digits[d.len] = b - b'0';
-            d.len += 1;
+    let bytes = s.as_bytes();
+    let e_at = bytes.iter().position(|&b| b == b'e').unwrap_or(bytes.len());
+    let (mant, exp) = bytes.split_at(e_at);
+    let mut int_len: i32 = 0;
+    let mut seen_point = false;
+    let mut leading_zeros: i32 = 0;
+    for &b in mant {
+        match b {
+            b'.' => seen_point = true,
+            b'0'..=b'9' => {
+                if !seen_point {
+                    int_len += 1;
+                }
+                if d.len == 0 && b == b'0' {
+                    leading_zeros += 1;
+                } else if d.len < d.digits.len() {
+                    // Beyond 17 digits only zeros follow in shortest output.
+                    d.digits[d.len] = b - b'0';
+                    d.len += 1;
+                }
+            }
+            _ => {}
         }
     }
     while d.len > 1 && d.digits[d.len - 1] == 0 {
         d.len -= 1;
     }
-    d.exp = exp.parse().unwrap_or(0);
+    let mut e: i32 = 0;
+    for &b in exp.iter().filter(|b| b.is_ascii_digit()) {
+        e = e * 10 + i32::from(b - b'0');
+    }
+    if exp.contains(&b'-') {
+        e = -e;
+    }
+    d.exp = e + int_len - 1 - leading_zeros;
     d
 }
 
@@ -342,4 +403,52 @@ fn is_decimal(s: &str) -> bool {
         }
     }
     i == b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The zmij shortcut must print exactly what the digit layout prints,
+    /// for `f` and `-f`.
+    fn agrees(f: f64) {
+        for f in [f, -f] {
+            let mut fast = String::new();
+            write_float(&mut fast, f);
+            let mut slow = String::from(if f < 0.0 { "-" } else { "" });
+            write_digits(&mut slow, &shortest(f.abs()));
+            assert_eq!(fast, slow, "{f:e} ({:#x})", f.to_bits());
+        }
+    }
+
+    #[test]
+    fn fixed_notation_shortcut_matches_the_digit_layout() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..300_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Spread over the fixed range: mantissa bits, exponents 2^-14..2^50.
+            let exp = 1023 - 14 + (x >> 58) % 64;
+            let f = f64::from_bits((exp << 52) | (x & ((1 << 52) - 1)));
+            agrees(f);
+            agrees((x % 100_000_000) as f64 / [1.0, 8.0, 100.0, 1e4][(x >> 60) as usize % 4]);
+        }
+        for f in [
+            1e-4,
+            1e-4f64.next_down(),
+            1e14,
+            999999999999999.9,
+            1.0,
+            0.5,
+            1e-4 * 3.0,
+            5.444310685350916e14,
+            123456789012345.67,
+            0.30000000000000004,
+        ] {
+            agrees(f);
+            agrees(f.next_up());
+            agrees(f.next_down());
+        }
+    }
 }

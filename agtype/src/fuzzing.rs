@@ -11,10 +11,22 @@ pub fn text(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(v) = parse(s) else {
+    let parsed = parse(s);
+    assert_eq!(
+        parsed,
+        parse_reference(s),
+        "fast and reference parsers on {s:?}"
+    );
+    let Ok(v) = parsed else {
         return;
     };
     check_value(&v);
+}
+
+/// The reference parser alone (PostgreSQL's lexer token by token), which
+/// [`parse`] falls back to; for tests that compare the two.
+pub fn parse_reference(s: &str) -> Result<Value, crate::ParseError> {
+    crate::text::parse_reference(s)
 }
 
 /// Binary: decoding never panics; a decoded value prints to text that
@@ -60,6 +72,11 @@ pub fn view(data: &[u8]) {
 fn check_value(v: &Value) {
     let t = v.to_string();
     let back = parse(&t).unwrap_or_else(|e| panic!("printed text {t:?} does not parse: {e}"));
+    assert_eq!(
+        Ok(&back),
+        parse_reference(&t).as_ref(),
+        "reference parser on {t:?}"
+    );
     assert_eq!(&back, v, "text round trip of {t}");
     assert_eq!(back.to_string(), t);
     let bytes = encode(v);

@@ -138,9 +138,25 @@ pub(crate) fn resolve_index(i: i64, len: usize) -> Option<usize> {
 
 /// AGE's key order: shorter UTF-8 length first, then unsigned bytes.
 pub fn key_cmp(a: &str, b: &str) -> Ordering {
-    a.len()
-        .cmp(&b.len())
-        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    match a.len().cmp(&b.len()) {
+        // Property names are mostly short: compare them as one word each
+        // rather than through a call to memcmp.
+        Ordering::Equal if a.len() <= 8 => word(a).cmp(&word(b)),
+        Ordering::Equal => a.cmp(b),
+        unequal => unequal,
+    }
+}
+
+/// Up to 8 bytes as a big-endian word, zero-padded: word order is byte
+/// order. Built in a register: a short copy into a buffer and a wide load
+/// from it would stall on store forwarding.
+fn word(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .take(8)
+        .enumerate()
+        .fold(0, |w, (i, &b)| w | u64::from(b) << (56 - 8 * i))
 }
 
 /// An object: keys unique and kept in AGE's storage order (see [`key_cmp`]).
@@ -175,6 +191,50 @@ impl Object {
             pairs.swap(kept, i);
         }
         pairs.truncate(kept + 1);
+        Object { pairs }
+    }
+
+    /// [`Object::from_pairs`] on the pairs at `start..` of a scratch stack,
+    /// which it removes. Small unsorted objects are put in order through
+    /// an index permutation, so each pair moves once, straight into the
+    /// object's storage.
+    pub(crate) fn take_from(scratch: &mut Vec<(String, Value)>, start: usize) -> Self {
+        const MAX: usize = 32;
+        let tail = scratch.get_mut(start..).unwrap_or_default();
+        let n = tail.len();
+        if tail.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
+            return Object {
+                pairs: crate::scratch::take_tail(scratch, start),
+            };
+        }
+        if n > MAX {
+            return Object::from_pairs(crate::scratch::take_tail(scratch, start));
+        }
+        let mut order = [0u8; MAX];
+        for (i, slot) in order.iter_mut().enumerate().take(n) {
+            *slot = i as u8;
+        }
+        let order = &mut order[..n];
+        let key = |i: u8| tail[usize::from(i)].0.as_str();
+        // Stable, so that equal keys stay in input order.
+        for i in 1..n {
+            let mut j = i;
+            while j > 0 && key_cmp(key(order[j - 1]), key(order[j])).is_gt() {
+                order.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        // Of a run of equal keys AGE keeps the last.
+        let mut shadowed = [false; MAX];
+        for k in 1..n {
+            shadowed[k - 1] = key(order[k - 1]) == key(order[k]);
+        }
+        let mut pairs = Vec::with_capacity(n);
+        for (&i, _) in order.iter().zip(shadowed).filter(|(_, hidden)| !hidden) {
+            let slot = &mut tail[usize::from(i)];
+            pairs.push(std::mem::replace(slot, (String::new(), Value::Null)));
+        }
+        scratch.truncate(start);
         Object { pairs }
     }
 

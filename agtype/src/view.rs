@@ -151,10 +151,7 @@ impl<'a> AgtypeRef<'a> {
 
     /// Decodes this value into an owned [`Value`] (strictly, like [`decode`](crate::decode)).
     pub fn to_value(&self) -> Result<Value, DecodeError> {
-        let dec = |c: &Container<'a>| {
-            let mut d = crate::binary::decoder(c.buf);
-            d.container(c.entries_at - 4, 0)
-        };
+        let dec = |c: &Container<'a>| crate::binary::decode_at(c.buf, c.entries_at - 4);
         Ok(match self {
             AgtypeRef::Null => Value::Null,
             AgtypeRef::Bool(b) => Value::Bool(*b),
@@ -208,8 +205,17 @@ fn container_ref(c: Container<'_>) -> AgtypeRef<'_> {
 
 /// Interprets entry `j` of `c`, which starts `off` bytes into the data area.
 fn child<'a>(c: &Container<'a>, j: usize, off: usize) -> Option<AgtypeRef<'a>> {
+    child_and_next(c, j, off).map(|(v, _)| v)
+}
+
+/// [`child`] and where the next entry starts. Inlined: returned through
+/// memory, the value's tag and payload are written apart and read back
+/// together, which stalls on every child of a walk.
+#[inline(always)]
+fn child_and_next<'a>(c: &Container<'a>, j: usize, off: usize) -> Option<(AgtypeRef<'a>, usize)> {
     let buf = c.buf;
-    Some(match c.child(j, off).ok()? {
+    let (located, next) = c.child_and_next(j, off).ok()?;
+    let v = match located {
         Child::Null => AgtypeRef::Null,
         Child::Bool(b) => AgtypeRef::Bool(b),
         Child::Str(s) => AgtypeRef::String(std::str::from_utf8(s).ok()?),
@@ -242,7 +248,8 @@ fn child<'a>(c: &Container<'a>, j: usize, off: usize) -> Option<AgtypeRef<'a>> {
                 _ => return None,
             }
         }
-    })
+    };
+    Some((v, next))
 }
 
 impl<'a> ArrayRef<'a> {
@@ -483,12 +490,11 @@ impl<'a> Iterator for Tokens<'a> {
         }
         let i = f.next;
         if c.is_object() && !f.key_done {
-            let key = match c.child(i, f.key_off) {
-                Ok(Child::Str(s)) => std::str::from_utf8(s).ok(),
+            let key = match c.child_and_next(i, f.key_off) {
+                Ok((Child::Str(s), next)) => std::str::from_utf8(s).ok().map(|k| (k, next)),
                 _ => None,
             };
-            let next_off = c.span(i, f.key_off).map(|s| s.1);
-            let (Some(key), Ok(next_off)) = (key, next_off) else {
+            let Some((key, next_off)) = key else {
                 return self.fail(c.entries_at + 4 * i, DecodeErrorKind::KeyNotString);
             };
             f.key_off = next_off;
@@ -497,7 +503,7 @@ impl<'a> Iterator for Tokens<'a> {
         }
         let j = if c.is_object() { c.count + i } else { i };
         let off = f.val_off;
-        let (Some(v), Ok((_, next_off))) = (child(&c, j, off), c.span(j, off)) else {
+        let Some((v, next_off)) = child_and_next(&c, j, off) else {
             return self.fail(c.entries_at + 4 * j, DecodeErrorKind::BadEntry);
         };
         f.val_off = next_off;

@@ -7,12 +7,11 @@ fn replay(target: &str, run: fn(&[u8])) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/corpus")
         .join(target);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!("skipped: no corpus at {}", dir.display());
-        return;
-    };
+    let entries =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("fuzz corpus {}: {e}", dir.display()));
     let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
+    assert!(!files.is_empty(), "fuzz corpus {} is empty", dir.display());
     for path in &files {
         let data = std::fs::read(path).expect("corpus file is readable");
         if std::env::var_os("AGTYPE_REPLAY_VERBOSE").is_some() {

@@ -117,11 +117,20 @@ impl<'a> Container<'a> {
 
     /// Interprets entry `j`, whose data starts `off` bytes into the data area.
     pub(crate) fn child(&self, j: usize, off: usize) -> Result<Child<'a>, DecodeError> {
+        self.child_and_next(j, off).map(|(child, _)| child)
+    }
+
+    /// [`Container::child`] and the start offset of the next entry.
+    pub(crate) fn child_and_next(
+        &self,
+        j: usize,
+        off: usize,
+    ) -> Result<(Child<'a>, usize), DecodeError> {
         let e = self.entry(j);
-        let (len, _) = self.span(j, off)?;
+        let (len, next) = self.span(j, off)?;
         let start = self.data_at.saturating_add(off);
         let truncated = DecodeError::new(start, K::Truncated);
-        Ok(match e & E_TYPE_MASK {
+        let child = match e & E_TYPE_MASK {
             E_STRING => {
                 let end = start.checked_add(len).ok_or(truncated.clone())?;
                 let bytes = self.buf.get(start..end).ok_or(truncated)?;
@@ -135,7 +144,8 @@ impl<'a> Container<'a> {
             E_CONTAINER => Child::Container(align4(start)),
             E_EXTENDED => Child::Extended(align4(start)),
             _ => return Err(DecodeError::new(self.entries_at + 4 * j, K::BadEntry)),
-        })
+        };
+        Ok((child, next))
     }
 }
 

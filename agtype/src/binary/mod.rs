@@ -9,7 +9,7 @@ mod error;
 
 pub(crate) use container::{Child, Container};
 pub use decode::decode;
-pub(crate) use decode::decoder;
+pub(crate) use decode::decode_at;
 pub use encode::{encode, is_quirk_shape, try_encode};
 pub use error::{DecodeError, DecodeErrorKind, EncodeError};
 

@@ -45,26 +45,53 @@ fn is_word_byte(b: u8) -> bool {
 /// Index of the first byte at or after `from` that is `"`, `\\` or a
 /// control character (or `b.len()`), eight bytes at a time.
 pub(crate) fn skip_plain(b: &[u8], from: usize) -> usize {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
     let mut p = from;
     while let Some(chunk) = b.get(p..p + 8) {
         let mut w = [0u8; 8];
         w.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(w);
-        let special = has_zero(x ^ (LO * u64::from(b'"')))
-            | has_zero(x ^ (LO * u64::from(b'\\')))
-            | (x.wrapping_sub(LO * 0x20) & !x & HI);
+        let special = special_bytes(u64::from_le_bytes(w));
         if special != 0 {
-            break;
+            return p + (special.trailing_zeros() / 8) as usize;
         }
         p += 8;
     }
-    while p < b.len() && b[p] != b'"' && b[p] != b'\\' && b[p] >= 0x20 {
-        p += 1;
+    let len = b.len();
+    if p >= len {
+        return len;
     }
-    p
+    let Some(last8) = len.checked_sub(8).and_then(|at| b.get(at..)) else {
+        // Fewer than eight bytes in all.
+        return (p..len)
+            .find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))
+            .unwrap_or(len);
+    };
+    // The last eight bytes in one load, the ones before `p` (already
+    // checked) replaced by spaces.
+    let mut w = [0u8; 8];
+    w.copy_from_slice(last8);
+    let checked_bits = 8 * (8 - (len - p)) as u32;
+    let keep = u64::MAX.checked_shl(checked_bits).unwrap_or(0);
+    let x = (u64::from_le_bytes(w) & keep) | (SPACES & !keep);
+    let special = special_bytes(x);
+    if special == 0 {
+        len
+    } else {
+        len - 8 + (special.trailing_zeros() / 8) as usize
+    }
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+const SPACES: u64 = LO * b' ' as u64;
+
+/// High bit set in each byte of `x` that is `"`, `\\` or below 0x20. The
+/// lowest flagged byte is exact (borrows only run upwards from a byte that
+/// is itself flagged), which is all callers use.
+fn special_bytes(x: u64) -> u64 {
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+    has_zero(x ^ (LO * u64::from(b'"')))
+        | has_zero(x ^ (LO * u64::from(b'\\')))
+        | (x.wrapping_sub(LO * 0x20) & !x & HI)
 }
 
 impl<'a> Lexer<'a> {
@@ -354,6 +381,31 @@ impl<'a> Lexer<'a> {
             };
             out.push(decoded);
             p += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skip_plain;
+
+    #[test]
+    fn skip_plain_finds_the_first_special_byte_at_any_length_and_offset() {
+        for len in 0..40 {
+            for special_at in 0..=len {
+                for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+                    let mut b: Vec<u8> = (0..len).map(|i| b"a\x7f\xc3 ~"[i % 5]).collect();
+                    if special_at < len {
+                        b[special_at] = special;
+                    }
+                    for from in 0..=len {
+                        let want = (from..len)
+                            .find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))
+                            .unwrap_or(len);
+                        assert_eq!(skip_plain(&b, from), want, "{b:?} from {from}");
+                    }
+                }
+            }
         }
     }
 }

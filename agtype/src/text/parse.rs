@@ -11,6 +11,15 @@ use crate::value::{Edge, Object, Path, Value, Vertex};
 
 /// Parses agtype text exactly as AGE's `agtype_in` accepts it.
 pub fn parse(input: &str) -> Result<Value, ParseError> {
+    match super::fast::parse(input) {
+        Some(v) => Ok(v),
+        None => parse_reference(input),
+    }
+}
+
+/// The reference parser: PostgreSQL's lexer token by token, with AGE's
+/// error messages. [`parse`] runs it for whatever its fast path declines.
+pub(crate) fn parse_reference(input: &str) -> Result<Value, ParseError> {
     Parser {
         lx: Lexer::new(input),
     }
@@ -258,7 +267,7 @@ fn plain_scalar(s: Scalar<'_>, at: usize) -> Result<Value, ParseError> {
 
 /// PostgreSQL 15's `int8in`: optional surrounding whitespace and sign, then
 /// decimal digits only.
-fn int8in(text: &str) -> Result<i64, String> {
+pub(crate) fn int8in(text: &str) -> Result<i64, String> {
     let s = text.trim_matches(crate::numeric::is_pg_space);
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {

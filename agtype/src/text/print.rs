@@ -15,9 +15,29 @@ impl fmt::Display for Value {
 
 /// Prints `value` as AGE's `agtype_out` does.
 pub fn to_text(value: &Value) -> String {
-    let mut out = String::with_capacity(64);
-    write_value(&mut out, value);
+    let mut out = String::with_capacity(128);
+    match value {
+        Value::Array(items) if items.len() >= 16 => write_long_array(&mut out, items),
+        _ => write_value(&mut out, value),
+    }
     out
+}
+
+/// A long array (a result set, say) with its storage reserved once, from
+/// the size of its first element, instead of regrown a dozen times.
+fn write_long_array(out: &mut String, items: &[Value]) {
+    let Some((first, rest)) = items.split_first() else {
+        return write_array(out, items);
+    };
+    out.push('[');
+    write_value(out, first);
+    let per_item = out.len() + 2;
+    out.reserve(per_item.saturating_mul(rest.len()) / 8 * 9);
+    for v in rest {
+        out.push_str(", ");
+        write_value(out, v);
+    }
+    out.push(']');
 }
 
 /// Appends the text of `value` to `out`.
@@ -28,10 +48,7 @@ pub fn write_value(out: &mut String, value: &Value) {
         Value::Bool(false) => out.push_str("false"),
         Value::Integer(i) => write_i64(out, *i),
         Value::Float(x) => write_float(out, *x),
-        Value::Numeric(n) => {
-            use fmt::Write as _;
-            let _ = write!(out, "{n}::numeric");
-        }
+        Value::Numeric(n) => write_numeric(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => write_array(out, items),
         Value::Object(o) => write_object(out, o),
@@ -50,22 +67,16 @@ pub fn write_value(out: &mut String, value: &Value) {
     }
 }
 
+/// Out of line: the formatting machinery would enlarge every recursive
+/// frame of the printer.
+#[inline(never)]
+fn write_numeric(out: &mut String, n: &crate::Numeric) {
+    use fmt::Write as _;
+    let _ = write!(out, "{n}::numeric");
+}
+
 fn write_i64(out: &mut String, i: i64) {
-    let mut buf = [0u8; 20];
-    let mut n = i.unsigned_abs();
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if i < 0 {
-        out.push('-');
-    }
-    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
+    out.push_str(itoa::Buffer::new().format(i));
 }
 
 fn write_array(out: &mut String, items: &[Value]) {
@@ -81,27 +92,75 @@ fn write_array(out: &mut String, items: &[Value]) {
 
 fn write_object(out: &mut String, o: &Object) {
     out.push('{');
-    for (i, (k, v)) in o.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        write_string(out, k);
-        out.push_str(": ");
+    let mut pairs = o.pairs().iter();
+    if let Some((k, v)) = pairs.next() {
+        write_key(out, k);
+        write_value(out, v);
+    }
+    for (k, v) in pairs {
+        out.push_str(", ");
+        write_key(out, k);
         write_value(out, v);
     }
     out.push('}');
 }
 
+/// `"key": `; keys are short and rarely need escapes.
+#[inline]
+fn write_key(out: &mut String, k: &str) {
+    if is_plain_short(k.as_bytes()) {
+        out.reserve(k.len() + 4);
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\": ");
+    } else {
+        write_string(out, k);
+        out.push_str(": ");
+    }
+}
+
+/// Whether `b` is under 32 bytes with nothing to escape.
+fn is_plain_short(b: &[u8]) -> bool {
+    b.len() < 32 && next_special(b, 0) == b.len()
+}
+
+/// The first byte at or after `from` that must be escaped (or `b.len()`):
+/// one table lookup a byte for the last 32 bytes, which beats setting up a
+/// word-at-a-time scan for so few.
+fn next_special(b: &[u8], from: usize) -> usize {
+    if b.len().saturating_sub(from) >= 32 {
+        return super::lex::skip_plain(b, from);
+    }
+    let rest = b.get(from..).unwrap_or_default();
+    from + rest
+        .iter()
+        .position(|&c| NEEDS_ESCAPE[usize::from(c)])
+        .unwrap_or(rest.len())
+}
+
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Escapes as AGE does; output stops at a NUL, as AGE's C-string handling does.
+#[inline]
 pub(crate) fn write_string(out: &mut String, s: &str) {
-    let s = s.split('\0').next().unwrap_or("");
-    out.push('"');
     let bytes = s.as_bytes();
+    let mut stop = next_special(bytes, 0);
+    out.reserve(s.len() + 2);
+    out.push('"');
     let mut at = 0;
     loop {
         // Runs without `"`, `\\` or control characters are copied whole.
-        let stop = super::lex::skip_plain(bytes, at);
-        out.push_str(&s[at..stop]);
+        out.push_str(s.get(at..stop).unwrap_or(""));
         let Some(&b) = bytes.get(stop) else {
             break;
         };
@@ -113,6 +172,7 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
             b'\t' => out.push_str("\\t"),
             0x08 => out.push_str("\\b"),
             0x0c => out.push_str("\\f"),
+            0 => break,
             _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.push_str("\\u00");
@@ -121,6 +181,7 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
             }
         }
         at = stop + 1;
+        stop = next_special(bytes, at);
     }
     out.push('"');
 }
