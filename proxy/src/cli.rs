@@ -181,7 +181,7 @@ pub fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Run => match crate::worker::Workers::start(cfg.listen.threads) {
+        Command::Run => match crate::workers(cfg.listen.threads) {
             Ok(workers) => rt.block_on(run(cfg, workers.handles())),
             Err(e) => {
                 eprintln!("onetrip: cannot start worker threads: {e}");

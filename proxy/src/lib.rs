@@ -35,6 +35,13 @@ pub mod words;
 pub mod worker;
 
 pub use config::Config;
+
+/// Worker threads as the binary starts them (`threads` = 0: one per CPU
+/// core), each relaying its plain-TCP sessions through its own epoll; hand
+/// their runtimes to `Proxy::start_on`. Stopped when dropped.
+pub fn workers(threads: usize) -> std::io::Result<worker::Workers> {
+    worker::Workers::start(threads, relay::epoll::WORKER_RELAY)
+}
 pub use server::{Proxy, StartError};
 pub use shared::Shared;
 pub mod cli;

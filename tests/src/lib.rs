@@ -28,7 +28,7 @@ pub struct Env {
 /// Worker threads as the binary starts them (two, so sessions can move),
 /// each relaying through its own epoll.
 pub fn workers() -> onetrip::worker::Workers {
-    let w = onetrip::worker::Workers::start(2).expect("start worker threads");
+    let w = onetrip::workers(2).expect("start worker threads");
     assert_eq!(
         w.relaying_themselves(),
         2,

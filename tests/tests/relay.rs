@@ -69,3 +69,38 @@ async fn plain_tcp_relays_through_the_workers_epoll_the_rest_through_the_runtime
         "a simulated delay needs a timer"
     );
 }
+
+/// Should a worker's own epoll fail, its sessions go on through the
+/// runtime with the same answers, new sessions too, and timers (a
+/// simulated round trip's) still fire on that worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_worker_epoll_hands_its_sessions_to_the_runtime() {
+    let env = Env::start().await;
+    let delayed = env
+        .start_proxy(|c| c.upstream.rtt = std::time::Duration::from_millis(1))
+        .await;
+    let c = connect(&env.proxy_dsn()).await;
+    c.simple_query("select 1").await.unwrap();
+    assert_eq!(relays(&env).await, ["epoll"]);
+    let workers = env.workers.as_ref().expect("workers");
+    for h in workers.handles() {
+        h.spawn(async { onetrip::worker::fail_next_wait() })
+            .await
+            .unwrap();
+    }
+    // The next wait fails: any wake-up of the worker, such as a query.
+    let rows = c.simple_query("select 'after'").await.unwrap();
+    assert_eq!(simple_rows(&rows), [[Some("after".to_owned())]]);
+    assert_eq!(relays(&env).await, ["runtime"], "given back to its task");
+    assert_eq!(
+        answers(&env.proxy_dsn()).await,
+        answers(&env.direct_dsn()).await
+    );
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        delayed.local_addr().port()
+    );
+    let slow = connect(&dsn).await;
+    let rows = slow.simple_query("select 'delayed'").await.unwrap();
+    assert_eq!(simple_rows(&rows), [[Some("delayed".to_owned())]]);
+}

@@ -135,13 +135,43 @@ impl Table {
     }
 }
 
+/// The relay a worker's epoll loop drives.
+pub const WORKER_RELAY: worker::Relay = worker::Relay {
+    any,
+    has_pending,
+    on_event,
+    run_pending,
+    give_back_all,
+};
+
+/// The worker's epoll failed: every session relayed here stops, to relay
+/// on through its task (its sockets, still in the failed epoll, are left
+/// there: nothing waits in it any more).
+fn give_back_all() {
+    let woken: Vec<Waker> = TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        t.pending.clear();
+        t.slots
+            .iter_mut()
+            .flatten()
+            .filter(|e| e.stop.is_none())
+            .filter_map(|e| {
+                e.stop = Some(Stop::Fallback);
+                e.pending = false;
+                e.waiter.take()
+            })
+            .collect()
+    });
+    woken.into_iter().for_each(Waker::wake);
+}
+
 /// Sessions relay on this thread now.
-pub fn any() -> bool {
+fn any() -> bool {
     TABLE.try_with(|t| t.borrow().live > 0).unwrap_or(false)
 }
 
 /// A session waits for another turn.
-pub fn has_pending() -> bool {
+fn has_pending() -> bool {
     TABLE
         .try_with(|t| !t.borrow().pending.is_empty())
         .unwrap_or(false)
@@ -275,7 +305,7 @@ impl Drop for Relaying {
 }
 
 /// A readiness report for a relayed socket; true when it woke a task.
-pub fn on_event(ev: Event) -> bool {
+fn on_event(ev: Event) -> bool {
     let (slot, generation, side) = untoken(ev.data);
     let woke = TABLE.with(|t| {
         let mut t = t.borrow_mut();
@@ -304,7 +334,7 @@ pub fn on_event(ev: Event) -> bool {
 
 /// Another turn for each session that ran out of them; true when one
 /// stopped and its task was woken.
-pub fn run_pending() -> bool {
+fn run_pending() -> bool {
     let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
         return false;
     };

@@ -1,7 +1,8 @@
 //! Worker threads. Each runs a one-thread tokio runtime for what is
 //! sequential in a session (accepting, startup, authentication, the admin
 //! console, keeping connections), and relays its plain-TCP sessions itself
-//! with epoll (`session::fast`), without tokio.
+//! with epoll, without tokio: the relay is handed in when the workers start
+//! (`Relay`), so this module knows sockets and events, not sessions.
 //!
 //! Why: a tokio task woken for every socket event costs about 3k
 //! instructions per forwarded query on top of the proxy's own work, and at
@@ -15,6 +16,13 @@
 //! wait ends as soon as the runtime has something to do (a socket of its
 //! own, a wake-up from another thread) or a deadline of this thread
 //! passes. The runtime has no timer driver; `deadlines` keeps its timers.
+//!
+//! tokio does not expose its epoll: `threads` finds it as the descriptor
+//! that appears while the runtime is built (ARCHITECTURE.md says why this
+//! is worth it, and what happens when it can't be found). Should the
+//! worker's own epoll ever fail, the worker gives its sessions back to
+//! their tasks, which relay on through the runtime, and from then on waits
+//! in the runtime's epoll itself, so its deadlines still fire.
 
 pub mod deadlines;
 pub mod epoll;
@@ -34,9 +42,33 @@ use epoll::{Epoll, Events};
 /// The data word of the runtime's own epoll in the worker's.
 const RUNTIME: u64 = u64::MAX;
 
+/// The relay a worker's epoll loop drives: plain functions of the
+/// relaying thread's own table, so a report costs no dynamic dispatch
+/// beyond the call.
+#[derive(Clone, Copy)]
+pub struct Relay {
+    /// Sessions relay on this thread now.
+    pub any: fn() -> bool,
+    /// A session waits for another turn.
+    pub has_pending: fn() -> bool,
+    /// A readiness report for a watched socket; true when it woke a task.
+    pub on_event: fn(epoll::Event) -> bool,
+    /// Another turn for the sessions waiting for one; true when it woke a
+    /// task.
+    pub run_pending: fn() -> bool,
+    /// The worker's epoll failed: every session goes back to its task.
+    pub give_back_all: fn(),
+}
+
 struct Reactor {
     epoll: Epoll,
     events: RefCell<Events>,
+    relay: Relay,
+    /// The runtime's own epoll, waited in directly once ours has failed.
+    runtime_epoll: RawFd,
+    failed: std::cell::Cell<bool>,
+    /// The next wait fails, as if the kernel had refused it (tests).
+    fail_next: std::cell::Cell<bool>,
 }
 
 thread_local! {
@@ -59,13 +91,37 @@ pub fn thread_mark() -> u64 {
 
 impl Reactor {
     /// A worker's epoll, holding the runtime's `runtime_epoll`.
-    fn new(runtime_epoll: RawFd) -> io::Result<Self> {
+    fn new(runtime_epoll: RawFd, relay: Relay) -> io::Result<Self> {
         let epoll = Epoll::new()?;
         epoll.add(runtime_epoll, epoll::LEVEL_READABLE, RUNTIME)?;
         Ok(Self {
             epoll,
             events: RefCell::new(Events::with_capacity(256)),
+            relay,
+            runtime_epoll,
+            failed: std::cell::Cell::new(false),
+            fail_next: std::cell::Cell::new(false),
         })
+    }
+}
+
+impl Reactor {
+    /// Waits for the runtime's own epoll to have work, or the next
+    /// deadline, without the worker's epoll; fires what is due.
+    fn wait_in_runtime_epoll(&self) {
+        loop {
+            let mut fd = libc::pollfd {
+                fd: self.runtime_epoll,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd, ours, for the duration of the call.
+            let n = unsafe { libc::poll(&mut fd, 1, deadlines::wait_ms()) };
+            let fired = deadlines::fire();
+            if n != 0 || fired {
+                return;
+            }
+        }
     }
 }
 
@@ -79,7 +135,20 @@ fn install(reactor: Reactor) {
 
 /// This thread relays sessions itself.
 pub fn here() -> bool {
-    REACTOR.try_with(|r| r.get().is_some()).unwrap_or(false)
+    REACTOR
+        .try_with(|r| r.get().is_some_and(|r| !r.failed.get()))
+        .unwrap_or(false)
+}
+
+/// Makes this worker's next epoll wait fail, to see that its sessions go
+/// on through the runtime. For tests.
+#[doc(hidden)]
+pub fn fail_next_wait() {
+    let _ = REACTOR.try_with(|r| {
+        if let Some(r) = r.get() {
+            r.fail_next.set(true);
+        }
+    });
 }
 
 /// Watches `fd` (edge-triggered, read and write) for this thread's relay.
@@ -113,11 +182,10 @@ fn park() {
 /// own busy sessions now and then, since a runtime that always has work
 /// never parks.
 pub fn poll_now() {
-    if !crate::relay::epoll::any() {
-        return;
-    }
     let _ = REACTOR.try_with(|r| {
-        if let Some(r) = r.get() {
+        if let Some(r) = r.get()
+            && (r.relay.any)()
+        {
             r.run(false);
         }
     });
@@ -130,15 +198,30 @@ impl Reactor {
         let Ok(mut events) = self.events.try_borrow_mut() else {
             return;
         };
+        if self.failed.get() {
+            if park {
+                self.wait_in_runtime_epoll();
+            }
+            return;
+        }
+        let relay = self.relay;
         loop {
-            let wait = match park && !crate::relay::epoll::has_pending() {
+            let wait = match park && !(relay.has_pending)() {
                 true => deadlines::wait_ms(),
                 false => 0,
             };
-            if let Err(e) = self.epoll.wait(&mut events, wait) {
+            let waited = match self.fail_next.take() {
+                true => Err(io::Error::other("made to fail")),
+                false => self.epoll.wait(&mut events, wait),
+            };
+            if let Err(e) = waited {
                 // Not seen in practice (only a bad descriptor or buffer
-                // fails it): let the runtime go on alone.
-                tracing::error!("worker epoll wait failed: {e}");
+                // fails it). The sessions go on through the runtime.
+                tracing::error!(
+                    "worker epoll wait failed: {e}; its sessions relay through the runtime from now on"
+                );
+                self.failed.set(true);
+                (relay.give_back_all)();
                 return;
             }
             let mut runtime_has_work = deadlines::fire();
@@ -147,10 +230,10 @@ impl Reactor {
                 if ev.data == RUNTIME {
                     runtime_has_work = true;
                 } else {
-                    runtime_has_work |= crate::relay::epoll::on_event(ev);
+                    runtime_has_work |= (relay.on_event)(ev);
                 }
             }
-            runtime_has_work |= crate::relay::epoll::run_pending();
+            runtime_has_work |= (relay.run_pending)();
             if runtime_has_work || !park {
                 return;
             }

@@ -13,8 +13,9 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// `threads` = 0: one per CPU core.
-    pub fn start(threads: usize) -> io::Result<Self> {
+    /// `threads` = 0: one per CPU core. Each relays its plain-TCP sessions
+    /// itself through `relay` (when the runtime's epoll can be found).
+    pub fn start(threads: usize, relay: super::Relay) -> io::Result<Self> {
         let n = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -27,7 +28,7 @@ impl Workers {
             threads: Vec::new(),
         };
         for i in 0..n {
-            let (rt, reactor) = runtime()?;
+            let (rt, reactor) = runtime(relay, eventpolls)?;
             match reactor {
                 Some(_) => w.own_epoll += 1,
                 None => tracing::warn!(
@@ -78,7 +79,10 @@ impl Drop for Workers {
 /// could be told apart (then the runtime has no timer driver and parks
 /// through the worker's epoll). Otherwise a plain runtime with IO and
 /// timers.
-fn runtime() -> io::Result<(tokio::runtime::Runtime, Option<super::Reactor>)> {
+fn runtime(
+    relay: super::Relay,
+    eventpolls: fn() -> io::Result<Vec<RawFd>>,
+) -> io::Result<(tokio::runtime::Runtime, Option<super::Reactor>)> {
     // tokio does not expose its epoll: it is the one that appears while
     // the runtime is built (twice: its registry holds a duplicate). Another
     // thread creating an epoll at that moment makes it ambiguous; then try
@@ -98,7 +102,7 @@ fn runtime() -> io::Result<(tokio::runtime::Runtime, Option<super::Reactor>)> {
             .filter(|fd| !before.contains(fd))
             .collect();
         if let Some(fd) = one_instance(&new)
-            && let Ok(reactor) = super::Reactor::new(fd)
+            && let Ok(reactor) = super::Reactor::new(fd, relay)
         {
             return Ok((rt, Some(reactor)));
         }
@@ -158,6 +162,78 @@ fn one_instance(fds: &[RawFd]) -> Option<RawFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_RELAY: super::super::Relay = super::super::Relay {
+        any: || false,
+        has_pending: || false,
+        on_event: |_| false,
+        run_pending: || false,
+        give_back_all: || {},
+    };
+
+    /// Whether `rt`, on a thread of its own that parks through `reactor`
+    /// (as a worker does), sees a socket become readable: with a stranger
+    /// epoll in place of the runtime's it would wait forever.
+    fn serves(rt: tokio::runtime::Runtime, reactor: Option<super::super::Reactor>) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if let Some(r) = reactor {
+                super::super::install(r);
+            }
+            let ok = rt.block_on(async {
+                let (a, b) = tokio::net::UnixStream::pair().unwrap();
+                a.try_write(b"x").unwrap();
+                b.readable().await.is_ok()
+            });
+            let _ = tx.send(ok);
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(3))
+            .unwrap_or(false)
+    }
+
+    /// What the check above would see of a mistaken epoll.
+    #[test]
+    fn a_stranger_epoll_starves_the_runtime() {
+        let stranger = super::super::epoll::Epoll::new().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .on_thread_park(super::super::park)
+            .build()
+            .unwrap();
+        let reactor = super::super::Reactor::new(stranger.raw(), NO_RELAY).unwrap();
+        assert!(!serves(rt, Some(reactor)));
+        // The thread waits in it forever; the test process ends anyway.
+        std::mem::forget(stranger);
+    }
+
+    #[test]
+    fn without_proc_the_runtime_relays_alone() {
+        let (rt, reactor) = runtime(NO_RELAY, || Err(io::Error::other("no /proc"))).unwrap();
+        assert!(reactor.is_none());
+        assert!(serves(rt, reactor));
+    }
+
+    /// Another thread opening and closing epolls while a runtime is built
+    /// can make the runtime's ambiguous: then it is tried again or done
+    /// without, never mistaken for another.
+    #[test]
+    fn epolls_opened_elsewhere_are_never_taken_for_the_runtimes() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    drop(super::super::epoll::Epoll::new());
+                }
+            })
+        };
+        for _ in 0..20 {
+            let (rt, reactor) = runtime(NO_RELAY, eventpolls).unwrap();
+            assert!(serves(rt, reactor));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
+    }
 
     #[test]
     fn duplicates_are_one_instance_and_two_epolls_are_not() {
