@@ -43,6 +43,15 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// What a session's protocol state uses of this.
+    pub fn services(&self) -> crate::protocol::Services {
+        crate::protocol::Services {
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            cypher: self.cypher.clone(),
+        }
+    }
+
     pub fn upstream_addr(&self) -> String {
         self.upstream_addr.clone()
     }

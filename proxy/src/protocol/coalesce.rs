@@ -17,13 +17,13 @@ use onetrip_planner::classify::{
 };
 use rustc_hash::FxHashSet;
 
+use super::Services;
 use super::{
     flight::{Flight, Own, Owner},
     text::{Sql, may_set_isolation},
     verdict::{Judge, Verdict},
 };
 use crate::{
-    shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
     words::Words,
@@ -41,7 +41,7 @@ pub struct Ctx<'a> {
     pub awaiting_ready: bool,
     pub in_copy: bool,
     pub info: &'a SessionInfo,
-    pub shared: &'a Shared,
+    pub services: &'a Services,
 }
 
 /// Messages the coalescer lets through or makes, in order. Reused between
@@ -145,8 +145,8 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    pub fn new(shared: &Shared) -> Self {
-        let cfg = &shared.config.coalesce;
+    pub fn new(services: &Services) -> Self {
+        let cfg = &services.config.coalesce;
         Self {
             enabled: cfg.single_read,
             probe_enabled: cfg.write_probe,
@@ -357,7 +357,7 @@ impl Coalescer {
             return None;
         }
         let verdict = self.verdict(&sql, ctx.flight);
-        let shared = ctx.shared;
+        let services = ctx.services;
         let decision = if ctx.txn_status == b'T' {
             // Inside a block a Sync commits nothing: anything but transaction
             // control keeps its meaning. Not settings, though (nor
@@ -380,7 +380,7 @@ impl Coalescer {
             }
         };
         if decision.is_none() {
-            shared.stats.note_fallback(verdict.fallback_reason());
+            services.stats.note_fallback(verdict.fallback_reason());
         }
         decision
     }

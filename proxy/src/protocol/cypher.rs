@@ -1,5 +1,5 @@
 //! A session's side of Cypher rewriting: route `cypher()` statements
-//! through the shared plans, fetch the AGE catalog over this session's own
+//! through the services plans, fetch the AGE catalog over this session's own
 //! upstream connection when nobody has it yet, and wait while another
 //! session fetches it.
 
@@ -7,9 +7,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use onetrip_planner::cypher::{Catalog, Rewrite};
 use tokio::sync::watch;
 
+use super::Services;
 use crate::{
     cypher_cache::{Lookup, may_change_catalog},
-    shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
     words::Words,
@@ -107,17 +107,17 @@ pub enum Route {
 }
 
 impl CypherSession {
-    pub fn new(shared: &Shared, database: &str) -> Self {
+    pub fn new(services: &Services, database: &str) -> Self {
         Self {
-            enabled: shared.config.planner.cypher_rewrite,
+            enabled: services.config.planner.cypher_rewrite,
             database: database.to_owned(),
             pending: None,
             waiting: None,
             fetch: None,
-            verify_mode: shared.config.planner.verify,
+            verify_mode: services.config.planner.verify,
             verify: None,
             classifier: None,
-            read_only_functions: shared.config.coalesce.read_only_functions.clone(),
+            read_only_functions: services.config.coalesce.read_only_functions.clone(),
             loading: false,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
@@ -186,7 +186,7 @@ impl CypherSession {
         sql: &str,
         words: Words,
         view: &SessionView,
-        shared: &Shared,
+        services: &Services,
         info: &SessionInfo,
     ) -> Route {
         let quiet = view.quiet;
@@ -197,22 +197,22 @@ impl CypherSession {
             // goes now; waiting for a fetch here would invalidate the fetched
             // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
-            shared.cypher.invalidate(&self.database);
+            services.cypher.invalidate(&self.database);
             return Route::Forward;
         }
         if !self.enabled || !words.any(Words::CYPHER) {
             return Route::Forward;
         }
-        match shared.cypher.lookup(&self.database) {
+        match services.cypher.lookup(&self.database) {
             Lookup::Ready(version, Some(catalog)) => {
-                let plan = shared.cypher.plan(version, sql, &catalog);
+                let plan = services.cypher.plan(version, sql, &catalog);
                 match &*plan {
                     Rewrite::Rewritten(_) if view.ag_catalog_on_path != Some(true) => {
                         // An unqualified cypher() is AGE's only with
                         // ag_catalog on the search path, and the compiled
                         // SQL names AGE's operators unqualified too.
                         Counters::add(&info.counters.fallbacks, 1);
-                        shared.stats.note_fallback(match view.ag_catalog_on_path {
+                        services.stats.note_fallback(match view.ag_catalog_on_path {
                             Some(_) => "cypher: ag_catalog not on the search_path",
                             None => "cypher: search_path not known",
                         });
@@ -222,7 +222,7 @@ impl CypherSession {
                         // Without AGE's library loaded (LOAD 'age', or a
                         // preload), cypher() fails where compiled SQL runs.
                         Counters::add(&info.counters.fallbacks, 1);
-                        shared
+                        services
                             .stats
                             .note_fallback("cypher: AGE not known to be loaded in the session");
                         Route::Forward
@@ -230,7 +230,7 @@ impl CypherSession {
                     Rewrite::Rewritten(_) if self.verify_mode && !self.is_read(sql) => {
                         // Verify mode runs the statement twice: only a read
                         // may run twice.
-                        shared
+                        services
                             .stats
                             .note_fallback("cypher verify: skipped (not a read)");
                         Route::Forward
@@ -239,7 +239,7 @@ impl CypherSession {
                         if t != tag::QUERY || !quiet {
                             // Only a quiet simple Query can run twice unseen;
                             // otherwise AGE answers alone.
-                            shared.stats.note_fallback(
+                            services.stats.note_fallback(
                                 "cypher verify: skipped (extended protocol or busy session)",
                             );
                             return Route::Forward;
@@ -260,7 +260,7 @@ impl CypherSession {
                     }
                     Rewrite::Declined(reason) => {
                         Counters::add(&info.counters.fallbacks, 1);
-                        shared.stats.note_fallback(&format!("cypher: {reason}"));
+                        services.stats.note_fallback(&format!("cypher: {reason}"));
                         Route::Forward
                     }
                     Rewrite::Unchanged => Route::Forward,
@@ -284,14 +284,14 @@ impl CypherSession {
                 Route::Held(Some(q.freeze()))
             }
             Lookup::MustLoad => {
-                shared.cypher.abandon(&self.database);
+                services.cypher.abandon(&self.database);
                 Counters::add(&info.counters.fallbacks, 1);
-                shared.stats.note_fallback("cypher: catalog_not_loaded");
+                services.stats.note_fallback("cypher: catalog_not_loaded");
                 Route::Forward
             }
             Lookup::Failed => {
                 Counters::add(&info.counters.fallbacks, 1);
-                shared
+                services
                     .stats
                     .note_fallback("cypher: catalog fetch failed, retry not due");
                 Route::Forward
@@ -301,7 +301,7 @@ impl CypherSession {
 
     /// An upstream message while `hides_upstream`. Returns a message to
     /// send upstream next (the client's own statement, in verify mode).
-    pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, shared: &Shared) -> Option<Bytes> {
+    pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, services: &Services) -> Option<Bytes> {
         if let Some(v) = self.verify.as_mut() {
             v.compiled.observe(t, msg);
             if t == tag::READY_FOR_QUERY {
@@ -310,13 +310,13 @@ impl CypherSession {
             }
             return None;
         }
-        self.on_fetch_answer(t, msg, shared);
+        self.on_fetch_answer(t, msg, services);
         None
     }
 
     /// A message of the client's own statement in verify mode, on its way
     /// to the client; at its end the two answers are compared.
-    pub fn observe_relayed(&mut self, t: u8, msg: &Bytes, shared: &Shared, info: &SessionInfo) {
+    pub fn observe_relayed(&mut self, t: u8, msg: &Bytes, services: &Services, info: &SessionInfo) {
         let Some(v) = self.verify.as_mut().filter(|v| v.relaying) else {
             return;
         };
@@ -350,12 +350,12 @@ impl CypherSession {
                 "cypher verify: mismatch"
             }
         };
-        shared.stats.note_fallback(outcome);
+        services.stats.note_fallback(outcome);
     }
 
     /// An upstream message of our catalog query. Returns true when the
     /// fetch is complete.
-    fn on_fetch_answer(&mut self, t: u8, msg: &[u8], shared: &Shared) -> bool {
+    fn on_fetch_answer(&mut self, t: u8, msg: &[u8], services: &Services) -> bool {
         let Some(f) = self.fetch.as_mut() else {
             return false;
         };
@@ -375,10 +375,10 @@ impl CypherSession {
                 {
                     // Not AGE's absence: a permission, a timeout, a
                     // connection's trouble. Tried again later.
-                    shared
+                    services
                         .stats
                         .note_fallback(&format!("cypher: catalog fetch failed ({code})"));
-                    shared.cypher.failed(&self.database);
+                    services.cypher.failed(&self.database);
                     return true;
                 }
                 let catalog = f.failed.is_none().then(|| {
@@ -395,7 +395,7 @@ impl CypherSession {
                         )
                     }))
                 });
-                shared.cypher.finish(&self.database, catalog);
+                services.cypher.finish(&self.database, catalog);
                 return true;
             }
             _ => {}
@@ -404,16 +404,16 @@ impl CypherSession {
     }
 
     /// At each ReadyForQuery the client sees.
-    pub fn on_ready(&mut self, shared: &Shared) {
+    pub fn on_ready(&mut self, services: &Services) {
         if std::mem::take(&mut self.invalidate_at_ready) {
-            shared.cypher.invalidate(&self.database);
+            services.cypher.invalidate(&self.database);
         }
     }
 
     /// The session ends: a fetch it owned must not leave others waiting.
-    pub fn close(&mut self, shared: &Shared) {
+    pub fn close(&mut self, services: &Services) {
         if self.loading {
-            shared.cypher.abandon(&self.database);
+            services.cypher.abandon(&self.database);
         }
     }
 }

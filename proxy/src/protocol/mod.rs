@@ -22,7 +22,6 @@ use self::{
     text::Sql,
 };
 use crate::{
-    shared::Shared,
     stats::{Counters, SessionInfo, SessionState},
     wire::{
         self, backend,
@@ -34,6 +33,14 @@ use crate::{
     words::Words,
 };
 use onetrip_planner::classify::{PreparedOp, loaded_libraries, prepared_ops};
+
+/// What a session's protocol state uses of what all sessions share.
+#[derive(Clone)]
+pub struct Services {
+    pub config: Arc<crate::config::Config>,
+    pub stats: Arc<crate::stats::Stats>,
+    pub cypher: Arc<crate::cypher_cache::CypherCache>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -60,7 +67,7 @@ impl ProtocolError {
 }
 
 pub struct Protocol {
-    pub shared: Arc<Shared>,
+    pub services: Services,
     pub info: Arc<SessionInfo>,
     pub flow: Flow,
     csplit: Splitter,
@@ -124,11 +131,11 @@ enum Routed {
 }
 
 impl Protocol {
-    pub fn new(shared: Arc<Shared>, info: Arc<SessionInfo>) -> Self {
-        let co = Coalescer::new(&shared);
-        let cy = CypherSession::new(&shared, &info.database);
+    pub fn new(services: Services, info: Arc<SessionInfo>) -> Self {
+        let co = Coalescer::new(&services);
+        let cy = CypherSession::new(&services, &info.database);
         Self {
-            shared,
+            services,
             info,
             flow: Flow::Open,
             csplit: Splitter::default(),
@@ -215,7 +222,7 @@ impl Protocol {
         {
             return Ok(());
         }
-        let max = self.shared.config.limits.max_message_bytes;
+        let max = self.services.config.limits.max_message_bytes;
         while self.flow == Flow::Open && !self.client_paused() {
             // A message held for the catalog is routed again, as it came.
             if let Some((_, msg)) = self.cy.take_pending() {
@@ -540,7 +547,7 @@ impl Protocol {
         };
         match self
             .cy
-            .route(msg, text, words, &view, &self.shared, &self.info)
+            .route(msg, text, words, &view, &self.services, &self.info)
         {
             Route::Forward => Routed::Plain(Some(sql)),
             Route::Rewritten(m) => Routed::Rewritten(m),
@@ -623,7 +630,7 @@ impl Protocol {
             return Ok(());
         }
         if let Some(start) = self.up_rt_start {
-            let rtt = self.shared.config.upstream.rtt;
+            let rtt = self.services.config.upstream.rtt;
             if !rtt.is_zero() && !self.rt_delayed {
                 // Simulated distance, added to the real round trip: the
                 // answer is held back as a whole, never reordered.
@@ -639,7 +646,7 @@ impl Protocol {
                 c.upstream_round_trips += 1;
             }
         }
-        let max = self.shared.config.limits.max_message_bytes;
+        let max = self.services.config.limits.max_message_bytes;
         loop {
             let n = if self.usplit.in_pass() {
                 0
@@ -738,7 +745,7 @@ impl Protocol {
             }
             Owner::Own(Own::Cypher) => {
                 // A query of our own: its answers are not the client's.
-                let next = self.cy.on_hidden_answer(t, msg, &self.shared);
+                let next = self.cy.on_hidden_answer(t, msg, &self.services);
                 if t == tag::READY_FOR_QUERY {
                     self.txn_status = backend::ready_status(msg);
                 }
@@ -750,10 +757,10 @@ impl Protocol {
             }
             Owner::Own(Own::Probe) | Owner::Client => {}
         }
-        self.cy.observe_relayed(t, msg, &self.shared, &self.info);
+        self.cy.observe_relayed(t, msg, &self.services, &self.info);
         match t {
             tag::READY_FOR_QUERY => {
-                self.cy.on_ready(&self.shared);
+                self.cy.on_ready(&self.services);
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
                 self.in_copy = false;
@@ -792,7 +799,7 @@ impl Protocol {
             awaiting_ready: self.flight.awaiting_ready(),
             in_copy: self.in_copy,
             info: &self.info,
-            shared: &self.shared,
+            services: &self.services,
         };
         f(&mut self.co, &ctx, &mut self.out)
     }

@@ -18,7 +18,7 @@ impl Harness {
     fn new() -> Self {
         let shared = Shared::for_tests(Config::default());
         let info = shared.stats.open_session(None, "postgres", "postgres", "");
-        let mut p = Protocol::new(shared, info);
+        let mut p = Protocol::new(shared.services(), info);
         // The session's settings as if already learned: nothing to ask.
         let _ = p.settings.ask();
         p.settings

@@ -180,7 +180,7 @@ fn has_pending() -> bool {
 /// The session can relay here: this is a worker, both sockets are plain
 /// TCP, and it needs none of what only its task can wait for.
 pub(crate) fn may_relay(proto: &Protocol) -> bool {
-    let up = &proto.shared.config.upstream;
+    let up = &proto.services.config.upstream;
     worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero()
 }
 

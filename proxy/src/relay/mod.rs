@@ -81,7 +81,7 @@ pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
 /// side's queue is over `limits.buffer_bytes` (backpressure), nor while
 /// the protocol holds that side back.
 pub(crate) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
-    let limit = proto.shared.config.limits.buffer_bytes;
+    let limit = proto.services.config.limits.buffer_bytes;
     let client = b.to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
     let upstream = b.to_client.len() < limit && proto.delay_until().is_none();
     (client, upstream)

@@ -20,6 +20,7 @@ use super::{
 use crate::{
     net::Pair,
     protocol::{Flow, Protocol},
+    shared::Shared,
     stats::Counters,
     worker::seats::Seat,
 };
@@ -70,13 +71,13 @@ pub(crate) async fn relay(
     bufs: Bufs,
     seat: &mut Seat,
     forced: &mut Closer,
+    shared: &Shared,
 ) -> Outcome {
     let mut b = bufs;
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut armed = Armed::default();
-    let shared = proto.shared.clone();
     let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
     let wakers = Wakers::new();
     let mut turns = 0u32;

@@ -85,7 +85,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         let mut statements = Default::default();
         if let Some(mut proto) = proto {
             forget_key(&mut proto, shared);
-            proto.cy.close(shared);
+            proto.cy.close(&proto.services);
             statements = proto.statements.take().await;
         }
         super::log_summary(&info, started);
@@ -192,7 +192,9 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
         let upstream = match relayed {
             Relayed::Done(streams, end) => {
                 let mut bufs = end.bufs;
-                let keep = s.span.in_scope(|| last_words(&proto, end.end, &mut bufs));
+                let keep = s
+                    .span
+                    .in_scope(|| last_words(&proto, end.end, &mut bufs, &s.shared));
                 match say_last(streams, &mut bufs, keep).await {
                     Ok(upstream) => upstream,
                     Err(why) => {
@@ -314,7 +316,7 @@ async fn relay_runtime(
     };
     proto.info.set_relay(Relay::Runtime);
     let tls = io.client.is_tls() || io.upstream.is_tls();
-    let relayed = relay(&mut io, &mut proto, bufs, &mut seat, forced);
+    let relayed = relay(&mut io, &mut proto, bufs, &mut seat, forced, &s.shared);
     // Entering the span on each wake-up would cost about 4% of the
     // instructions per forwarded transaction. The loop logs nothing
     // itself (its end is logged in the span, below), so it runs outside
@@ -425,7 +427,7 @@ async fn open(
         }
         false => None,
     };
-    let mut proto = Protocol::new(shared.clone(), info.clone());
+    let mut proto = Protocol::new(shared.services(), info.clone());
     let limit = shared.config.limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
@@ -486,7 +488,7 @@ async fn open(
 /// Logs how the session ended and queues each side's last words; what
 /// was queued for a side that is gone is dropped. True when the upstream
 /// connection is to be kept for the next client instead.
-fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs) -> bool {
+fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bool {
     let c = &proto.info;
     let gone = WriteQueue::default;
     match end {
@@ -509,7 +511,7 @@ fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs) -> bool {
             if let Some(e) = error {
                 warn!("{e}");
             }
-            let addr = proto.shared.upstream_addr();
+            let addr = shared.upstream_addr();
             warn!(upstream = %addr, "upstream closed the connection");
             let text = format!("upstream {addr} closed the connection unexpectedly");
             bufs.to_client
