@@ -9,9 +9,7 @@
 //! fails if the transaction wrote anything; then the batch is run again as
 //! the client sent it.
 
-use std::sync::OnceLock;
-
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use onetrip_planner::classify::{
     IsolationChange, IsolationLevel, PreparedOp, StatementClass, prepared_ops,
 };
@@ -20,8 +18,9 @@ use rustc_hash::FxHashSet;
 use super::Services;
 use super::{
     flight::{Flight, Own, Owner},
+    own::{close_statement, flush_frame, probe_prepare, probe_run, snapshot_frames, sync_frame},
     text::{Sql, may_set_isolation},
-    verdict::{Judge, Verdict},
+    verdict::{Verdict, VerdictCache},
 };
 use crate::{
     stats::{Counters, SessionInfo},
@@ -112,8 +111,6 @@ struct Held {
     probe_failed: bool,
 }
 
-const PROBE: &str = "onetrip_probe";
-
 pub struct Coalescer {
     enabled: bool,
     probe_enabled: bool,
@@ -124,7 +121,7 @@ pub struct Coalescer {
     /// The next client message is dropped if it is a Flush (psycopg's
     /// `Sync Flush`, after the Sync was answered here).
     swallow_flush: bool,
-    judge: Judge,
+    verdicts: VerdictCache,
     /// The session's default isolation as the server reported it (what
     /// RESET returns to); `None` until known.
     startup_isolation: Option<IsolationLevel>,
@@ -155,7 +152,7 @@ impl Coalescer {
             batch: Batch::default(),
             held: Held::default(),
             swallow_flush: false,
-            judge: Judge::new(&cfg.read_only_functions),
+            verdicts: VerdictCache::new(&cfg.read_only_functions),
             startup_isolation: None,
             isolation_touched: false,
             session_isolation: None,
@@ -219,7 +216,7 @@ impl Coalescer {
         if !may_set_isolation(sql.words()) {
             return;
         }
-        let changes = self.judge.judge(sql.as_str()).isolation;
+        let changes = self.verdicts.judge(sql.as_str()).isolation;
         self.apply_isolation(&changes, false);
     }
 
@@ -297,7 +294,7 @@ impl Coalescer {
                     if may_set_isolation(w)
                         && let Some(sql) = self.batch.statement.clone()
                     {
-                        let changes = self.judge.judge(sql.as_str()).isolation;
+                        let changes = self.verdicts.judge(sql.as_str()).isolation;
                         self.apply_isolation(&changes, ctx.txn_status != b'I');
                     }
                 }
@@ -388,7 +385,7 @@ impl Coalescer {
     /// The statement's verdict; `EXECUTE name(args)` gets the prepared
     /// statement's, or its arguments' when those are worse.
     fn verdict(&mut self, sql: &Sql, flight: &Flight) -> Verdict {
-        let own = self.judge.judge(sql.as_str()).verdict;
+        let own = self.verdicts.judge(sql.as_str()).verdict;
         if !sql.words().any(Words::EXECUTE) {
             return own;
         }
@@ -396,17 +393,17 @@ impl Coalescer {
         let [PreparedOp::Execute { name, args }] = ops.as_slice() else {
             return own;
         };
-        if self.judge.judge(sql.as_str()).statements != 1 {
+        if self.verdicts.judge(sql.as_str()).statements != 1 {
             return own;
         }
         let Some(target) = flight.statement(name) else {
             return own;
         };
-        let runs = self.judge.judge(target.as_str()).verdict;
+        let runs = self.verdicts.judge(target.as_str()).verdict;
         if args.trim().is_empty() {
             return runs;
         }
-        let args = self.judge.judge(&format!("SELECT {args}")).verdict;
+        let args = self.verdicts.judge(&format!("SELECT {args}")).verdict;
         Verdict::worse(runs, args)
     }
 
@@ -558,127 +555,4 @@ impl Coalescer {
         self.batch = rerun;
         self.state = State::Normal;
     }
-}
-
-/// Close of the prepared statement `name`.
-fn close_statement(name: &str) -> Bytes {
-    let mut out = BytesMut::with_capacity(name.len() + 7);
-    write::message(&mut out, tag::CLOSE, |b| {
-        b.put_u8(b'S');
-        b.put_slice(name.as_bytes());
-        b.put_u8(0);
-    });
-    out.freeze()
-}
-
-const SNAPSHOT: &str = "onetrip_snapshot";
-
-/// Close, Parse, Bind and Execute of `SELECT` as a named statement and
-/// portal of the proxy's own (the client may still use the unnamed ones).
-fn snapshot_frames() -> Bytes {
-    static FRAMES: OnceLock<&'static [u8]> = OnceLock::new();
-    built(&FRAMES, || {
-        let mut out = BytesMut::new();
-        write::message(&mut out, tag::CLOSE, |b| {
-            b.put_u8(b'S');
-            b.put_slice(SNAPSHOT.as_bytes());
-            b.put_u8(0);
-        });
-        write::message(&mut out, tag::PARSE, |b| {
-            b.put_slice(SNAPSHOT.as_bytes());
-            b.put_u8(0);
-            b.put_slice(b"SELECT\0");
-            b.put_i16(0);
-        });
-        write::message(&mut out, tag::BIND, |b| {
-            for _ in 0..2 {
-                b.put_slice(SNAPSHOT.as_bytes());
-                b.put_u8(0);
-            }
-            b.put_i16(0);
-            b.put_i16(0);
-            b.put_i16(0);
-        });
-        write::message(&mut out, tag::EXECUTE, |b| {
-            b.put_slice(SNAPSHOT.as_bytes());
-            b.put_u8(0);
-            b.put_i32(0);
-        });
-        out
-    })
-}
-
-fn sync_frame() -> Bytes {
-    Bytes::from_static(&[tag::SYNC, 0, 0, 0, 4])
-}
-
-fn flush_frame() -> Bytes {
-    Bytes::from_static(&[tag::FLUSH, 0, 0, 0, 4])
-}
-
-/// Close + Parse of the write probe, a named statement of the proxy's own
-/// (the client may still use the unnamed one). It fails, with division by
-/// zero, iff the transaction has an xid, which it gets at its first write.
-/// The Close makes the Parse succeed whatever became of an earlier one.
-fn probe_prepare(pg13: bool) -> Bytes {
-    static PG13: OnceLock<&'static [u8]> = OnceLock::new();
-    static OLDER: OnceLock<&'static [u8]> = OnceLock::new();
-    match pg13 {
-        true => built(&PG13, || build_probe_prepare(true)),
-        false => built(&OLDER, || build_probe_prepare(false)),
-    }
-}
-
-/// Bind + Execute of the prepared probe, into a portal of the proxy's own.
-fn probe_run() -> Bytes {
-    static RUN: OnceLock<&'static [u8]> = OnceLock::new();
-    built(&RUN, build_probe_run)
-}
-
-/// Messages every session sends alike, built once per process (each
-/// session built them anew: a tenth of the allocations of a connection
-/// that runs one query).
-fn built(cell: &'static OnceLock<&'static [u8]>, build: fn() -> BytesMut) -> Bytes {
-    Bytes::from_static(cell.get_or_init(|| Vec::leak(build().to_vec())))
-}
-
-fn build_probe_prepare(pg13: bool) -> BytesMut {
-    let sql = if pg13 {
-        "SELECT 1 / (pg_catalog.pg_current_xact_id_if_assigned() IS NULL)::int"
-    } else {
-        "SELECT 1 / (pg_catalog.txid_current_if_assigned() IS NULL)::int"
-    };
-    let mut out = BytesMut::new();
-    write::message(&mut out, tag::CLOSE, |b| {
-        b.put_u8(b'S');
-        b.put_slice(PROBE.as_bytes());
-        b.put_u8(0);
-    });
-    write::message(&mut out, tag::PARSE, |b| {
-        b.put_slice(PROBE.as_bytes());
-        b.put_u8(0);
-        b.put_slice(sql.as_bytes());
-        b.put_u8(0);
-        b.put_i16(0);
-    });
-    out
-}
-
-fn build_probe_run() -> BytesMut {
-    let mut out = BytesMut::new();
-    write::message(&mut out, tag::BIND, |b| {
-        b.put_slice(PROBE.as_bytes());
-        b.put_u8(0);
-        b.put_slice(PROBE.as_bytes());
-        b.put_u8(0);
-        b.put_i16(0);
-        b.put_i16(0);
-        b.put_i16(0);
-    });
-    write::message(&mut out, tag::EXECUTE, |b| {
-        b.put_slice(PROBE.as_bytes());
-        b.put_u8(0);
-        b.put_i32(0);
-    });
-    out
 }

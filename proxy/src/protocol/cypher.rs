@@ -457,25 +457,10 @@ fn rebuild(t: u8, msg: &[u8], sql: &str) -> Bytes {
     out.freeze()
 }
 
-/// Text columns of a DataRow; `None` if malformed.
+/// The catalog query's row; `None` if malformed.
 fn data_row(msg: &[u8]) -> Option<Row> {
-    let b = backend::body(msg);
-    let n = i16::from_be_bytes([*b.first()?, *b.get(1)?]);
-    if n != 6 {
-        return None;
-    }
-    let mut at = 2usize;
-    let mut row: Row = Default::default();
-    for col in row.iter_mut() {
-        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        if len >= 0 {
-            let end = at + len as usize;
-            *col = Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned());
-            at = end;
-        }
-    }
-    Some(row)
+    let cols = backend::data_row_text(msg, 6)?;
+    cols.try_into().ok()
 }
 
 #[cfg(test)]

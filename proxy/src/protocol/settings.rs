@@ -12,7 +12,7 @@
 //! answer the client never sees. Until the answer is in, both count as
 //! unknown, which allows nothing.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use onetrip_planner::classify::{IsolationLevel, parse_isolation_name};
 
 use crate::wire::{backend, tag, write};
@@ -73,10 +73,7 @@ impl Settings {
         self.row = None;
         self.stale = false;
         let mut q = BytesMut::with_capacity(QUERY.len() + 6);
-        write::message(&mut q, tag::QUERY, |b| {
-            b.put_slice(QUERY.as_bytes());
-            b.put_u8(0);
-        });
+        write::query(&mut q, QUERY);
         q.freeze()
     }
 
@@ -85,7 +82,7 @@ impl Settings {
     /// has).
     pub fn on_answer(&mut self, t: u8, msg: &[u8]) -> Option<Option<IsolationLevel>> {
         match t {
-            tag::DATA_ROW => self.row = text_columns(backend::body(msg), 3),
+            tag::DATA_ROW => self.row = backend::data_row_text(msg, 3),
             tag::READY_FOR_QUERY => {
                 self.asked = Asked::Answered;
                 let mut row = self.row.take().unwrap_or_default().into_iter();
@@ -171,28 +168,6 @@ pub fn lists_age(list: &str) -> bool {
         .map(|l| l.trim().trim_matches('"'))
         .map(|l| l.rsplit('/').next().unwrap_or(l))
         .any(|l| l == "age" || l == "age.so")
-}
-
-/// A DataRow body of `n` text columns (NULL as `None`).
-fn text_columns(body: &[u8], n: usize) -> Option<Vec<Option<String>>> {
-    let count = i16::from_be_bytes(body.get(..2)?.try_into().ok()?);
-    if usize::try_from(count).ok()? != n {
-        return None;
-    }
-    let mut at = 2;
-    let mut cols = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = i32::from_be_bytes(body.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        let Ok(len) = usize::try_from(len) else {
-            cols.push(None);
-            continue;
-        };
-        let s = std::str::from_utf8(body.get(at..at + len)?).ok()?;
-        at += len;
-        cols.push(Some(s.to_owned()));
-    }
-    Some(cols)
 }
 
 #[cfg(test)]

@@ -42,25 +42,25 @@ impl Verdict {
     }
 }
 
-pub struct Judged {
+pub struct Judgement {
     pub verdict: Verdict,
     pub isolation: Vec<onetrip_planner::classify::IsolationChange>,
     /// Statements in the text.
     pub statements: usize,
 }
 
-pub struct Judge {
+pub struct VerdictCache {
     cache: ClassCache,
 }
 
-impl Judge {
+impl VerdictCache {
     pub fn new(read_only_functions: &[String]) -> Self {
         Self {
             cache: ClassCache::new(CACHE_ENTRIES, read_only_functions.to_vec()),
         }
     }
 
-    pub fn judge(&mut self, sql: &str) -> Judged {
+    pub fn judge(&mut self, sql: &str) -> Judgement {
         let c: Classification = self.cache.classify(sql);
         let verdict = match c.class {
             StatementClass::Read => Verdict::Read,
@@ -69,7 +69,7 @@ impl Judge {
             StatementClass::Unknown => Verdict::Unknown,
             other => Verdict::Never(other),
         };
-        Judged {
+        Judgement {
             verdict,
             isolation: c.isolation,
             statements: c.statement_count,

@@ -434,7 +434,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
     if let Some(j) = super::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
     }
-    if proto.delay_until().is_some() || proto.cy.wait_handle().is_some() {
+    if proto.delay_until().is_some() || proto.cypher.wait_handle().is_some() {
         return Err(Stop::Fallback);
     }
     let (read_client, read_up) = super::wants_reads(proto, b);

@@ -133,7 +133,7 @@ pub(crate) async fn relay(
             None => proto.awaiting_since(),
             Some(_) => None,
         };
-        let mut catalog = proto.cy.wait_handle();
+        let mut catalog = proto.cypher.wait_handle();
         let waits_catalog = catalog.is_some();
         let mut catalog = std::pin::pin!(catalog_changed(&mut catalog));
         // All that is ready is handled together: no direction can starve
@@ -225,7 +225,7 @@ pub(crate) async fn relay(
             proto.delay_elapsed();
         }
         if ev.catalog {
-            proto.cy.wake();
+            proto.cypher.wake();
         }
         reserve(&mut b.cin);
         reserve(&mut b.uin);

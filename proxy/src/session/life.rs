@@ -57,7 +57,9 @@ pub struct Start {
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
     let startup_raw = start.startup_raw.clone();
-    let opened = open(client, start, shared).instrument(span.clone()).await;
+    let opened = connect_and_authenticate(client, start, shared)
+        .instrument(span.clone())
+        .await;
     let Some((proto, ready)) = opened else {
         return;
     };
@@ -76,7 +78,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 shared: shared.clone(),
                 span: span.clone(),
             };
-            live(Streams::Runtime(io), proto, bufs, seat, s).await
+            relay_to_the_end(Streams::Runtime(io), proto, bufs, seat, s).await
         }
         None => Some(proto),
     };
@@ -85,7 +87,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         let mut statements = Default::default();
         if let Some(mut proto) = proto {
             forget_key(&mut proto, shared);
-            proto.cy.close(&proto.services);
+            proto.cypher.close(&proto.services);
             statements = proto.statements.take().await;
         }
         super::log_summary(&info, started);
@@ -164,7 +166,13 @@ enum Relayed {
 /// keeps the upstream connection for the next client if it may. Returns
 /// the protocol state for the session's summary; `None` when it was lost
 /// (the session was stopped while on another worker).
-fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -> Lived {
+fn relay_to_the_end(
+    streams: Streams,
+    proto: Protocol,
+    bufs: Bufs,
+    seat: Seat,
+    s: Session,
+) -> Lived {
     // The two ways of relaying are boxed: a future holds the state of all
     // its awaits at once, and is copied whole each time it is boxed.
     Box::pin(async move {
@@ -194,8 +202,8 @@ fn live(streams: Streams, proto: Protocol, bufs: Bufs, seat: Seat, s: Session) -
                 let mut bufs = end.bufs;
                 let keep = s
                     .span
-                    .in_scope(|| last_words(&proto, end.end, &mut bufs, &s.shared));
-                match say_last(streams, &mut bufs, keep).await {
+                    .in_scope(|| farewells(&proto, end.end, &mut bufs, &s.shared));
+                match write_farewells(streams, &mut bufs, keep).await {
                     Ok(upstream) => upstream,
                     Err(why) => {
                         s.span.in_scope(|| warn!("session closed: {why}"));
@@ -297,7 +305,7 @@ async fn relay_fast(
     })
 }
 
-fn returning(e: std::io::Error) -> String {
+fn back_to_runtime_failed(e: std::io::Error) -> String {
     format!("it could not return to the runtime: {e}")
 }
 
@@ -312,7 +320,7 @@ async fn relay_runtime(
 ) -> (Relayed, Protocol, Seat) {
     let mut io = match streams.registered() {
         Ok(io) => io,
-        Err(e) => return (Relayed::Lost(returning(e)), proto, seat),
+        Err(e) => return (Relayed::Lost(back_to_runtime_failed(e)), proto, seat),
     };
     proto.info.set_relay(Relay::Runtime);
     let tls = io.client.is_tls() || io.upstream.is_tls();
@@ -355,14 +363,16 @@ async fn move_to(
             return Some(proto);
         }
         (Ok(Ok((c, u))), None) => {
-            return live(Streams::Std(c, u), proto, bufs, seat.stay(), s).await;
+            return relay_to_the_end(Streams::Std(c, u), proto, bufs, seat.stay(), s).await;
         }
         // Never asked of TLS sessions: relay on here.
-        (Err(io), _) => return live(Streams::Runtime(io), proto, bufs, seat.stay(), s).await,
+        (Err(io), _) => {
+            return relay_to_the_end(Streams::Runtime(io), proto, bufs, seat.stay(), s).await;
+        }
     };
     let seat = seat.moved(j);
     s.span.in_scope(|| debug!(worker = j, "session moved"));
-    let moved = handle.spawn(live(Streams::Std(c, u), proto, bufs, seat, s));
+    let moved = handle.spawn(relay_to_the_end(Streams::Std(c, u), proto, bufs, seat, s));
     AbortOnDrop(moved).await
 }
 
@@ -399,7 +409,7 @@ type Ready = (Pair, BytesMut, BytesMut);
 /// Connects upstream and relays authentication. `None` when the upstream
 /// could not be reached (the session is closed then); a `Ready` when the
 /// client may now send queries.
-async fn open(
+async fn connect_and_authenticate(
     client: Stream,
     start: Start,
     shared: &Arc<Shared>,
@@ -488,7 +498,7 @@ async fn open(
 /// Logs how the session ended and queues each side's last words; what
 /// was queued for a side that is gone is dropped. True when the upstream
 /// connection is to be kept for the next client instead.
-fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bool {
+fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bool {
     let c = &proto.info;
     let gone = WriteQueue::default;
     match end {
@@ -539,7 +549,11 @@ fn last_words(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> b
 /// upstream connection when it is to be kept, with the runtime, which
 /// resets it. The client is closed before that: it is gone already, and
 /// sees its socket close now, not after the reset.
-async fn say_last(streams: Streams, bufs: &mut Bufs, keep: bool) -> Result<Option<Stream>, String> {
+async fn write_farewells(
+    streams: Streams,
+    bufs: &mut Bufs,
+    keep: bool,
+) -> Result<Option<Stream>, String> {
     let (client, upstream) = match streams {
         Streams::Runtime(mut io) => {
             let _ = bufs.to_client.write_all(&mut io.client).await;
@@ -552,7 +566,7 @@ async fn say_last(streams: Streams, bufs: &mut Bufs, keep: bool) -> Result<Optio
         fast::release(&s);
         tokio::net::TcpStream::from_std(s)
             .map(Stream::Plain)
-            .map_err(returning)
+            .map_err(back_to_runtime_failed)
     };
     // A socket that closes now leaves the epoll by closing.
     if !matches!(bufs.to_client.write_to(&client), Ok(true) | Err(_)) {

@@ -15,10 +15,7 @@ pub mod auth {
     pub const SASL_FINAL: i32 = 12;
 }
 
-/// Body of a whole message (header stripped).
-pub fn body(msg: &[u8]) -> &[u8] {
-    msg.get(5..).unwrap_or_default()
-}
+pub use super::body;
 
 /// The authentication code of an 'R' message.
 pub fn auth_code(msg: &[u8]) -> Option<i32> {
@@ -66,6 +63,30 @@ pub fn strip_channel_binding(msg: Bytes) -> Bytes {
 }
 
 /// Transaction status of a ReadyForQuery: b'I', b'T' or b'E'.
+/// The columns of a DataRow as text (NULL as `None`), when it has `n`
+/// of them, all valid UTF-8; `None` otherwise.
+pub fn data_row_text(msg: &[u8], n: usize) -> Option<Vec<Option<String>>> {
+    let b = body(msg);
+    let count = i16::from_be_bytes([*b.first()?, *b.get(1)?]);
+    if usize::try_from(count).ok()? != n {
+        return None;
+    }
+    let mut at = 2usize;
+    let mut cols = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+        let Ok(len) = usize::try_from(len) else {
+            cols.push(None);
+            continue;
+        };
+        let end = at.checked_add(len)?;
+        cols.push(Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned()));
+        at = end;
+    }
+    Some(cols)
+}
+
 pub fn ready_status(msg: &[u8]) -> u8 {
     body(msg).first().copied().unwrap_or(b'I')
 }

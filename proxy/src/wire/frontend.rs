@@ -1,10 +1,7 @@
 //! The frontend message bodies the proxy reads: statement text, names, and
 //! the Execute row limit. Every accessor is bounds-checked.
 
-/// Body of a whole message (header stripped).
-fn body(msg: &[u8]) -> &[u8] {
-    msg.get(5..).unwrap_or_default()
-}
+use super::body;
 
 fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
     let nul = memchr::memchr(0, buf)?;

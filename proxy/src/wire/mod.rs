@@ -58,3 +58,8 @@ pub fn is_flush_request(frontend_tag: u8) -> bool {
         tag::QUERY | tag::SYNC | tag::FLUSH | tag::FUNCTION_CALL | tag::COPY_DONE | tag::COPY_FAIL
     )
 }
+
+/// Body of a whole tagged message (its type and length stripped).
+pub fn body(msg: &[u8]) -> &[u8] {
+    msg.get(5..).unwrap_or_default()
+}

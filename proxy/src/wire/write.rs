@@ -1,4 +1,6 @@
-//! Messages the proxy writes itself (errors, the admin console's answers).
+//! Messages the proxy writes itself: to clients (errors, the admin
+//! console's answers, answers it gives for the server) and to the server
+//! (statements of its own).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -11,6 +13,51 @@ pub enum Severity {
 
 /// A Terminate message: what the proxy sends for a client that left.
 pub const TERMINATE: [u8; 5] = [super::tag::TERMINATE, 0, 0, 0, 4];
+
+pub const SYNC: [u8; 5] = [super::tag::SYNC, 0, 0, 0, 4];
+pub const FLUSH: [u8; 5] = [super::tag::FLUSH, 0, 0, 0, 4];
+
+/// A Query of `sql`.
+pub fn query(out: &mut BytesMut, sql: &str) {
+    message(out, super::tag::QUERY, |b| cstr(b, sql));
+}
+
+/// A Close of the prepared statement (`kind` b'S') or portal (b'P') `name`.
+pub fn close(out: &mut BytesMut, kind: u8, name: &str) {
+    message(out, super::tag::CLOSE, |b| {
+        b.put_u8(kind);
+        cstr(b, name);
+    });
+}
+
+/// A Parse of `sql` as statement `name`, with no parameter types given.
+pub fn parse(out: &mut BytesMut, name: &str, sql: &str) {
+    message(out, super::tag::PARSE, |b| {
+        cstr(b, name);
+        cstr(b, sql);
+        b.put_i16(0);
+    });
+}
+
+/// A Bind of statement `stmt` to `portal`, without parameters, results in
+/// text.
+pub fn bind(out: &mut BytesMut, portal: &str, stmt: &str) {
+    message(out, super::tag::BIND, |b| {
+        cstr(b, portal);
+        cstr(b, stmt);
+        b.put_i16(0);
+        b.put_i16(0);
+        b.put_i16(0);
+    });
+}
+
+/// An Execute of `portal` for all its rows.
+pub fn execute(out: &mut BytesMut, portal: &str) {
+    message(out, super::tag::EXECUTE, |b| {
+        cstr(b, portal);
+        b.put_i32(0);
+    });
+}
 
 /// Appends one message with `tag`, letting `body` write the body.
 pub fn message(out: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {

@@ -1,0 +1,358 @@
+//! Client to upstream: the client's messages routed, coalesced, answered
+//! here or forwarded, and what they do to the prepared statements and the
+//! session's settings.
+
+use bytes::{Bytes, BytesMut};
+use onetrip_planner::classify::{PreparedOp, loaded_libraries, prepared_ops};
+
+use super::*;
+
+impl Protocol {
+    pub fn on_client_bytes(
+        &mut self,
+        cin: &mut BytesMut,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> Result<(), ProtocolError> {
+        // Nothing read and nothing held: the usual case after a wake-up by
+        // the upstream, and on the loop's second look.
+        if cin.is_empty()
+            && self.client_rest.is_empty()
+            && !self.csplit.in_pass()
+            && !self.cypher.holds_message()
+        {
+            return Ok(());
+        }
+        let max = self.services.config.limits.max_message_bytes;
+        while self.flow == Flow::Open && !self.client_paused() {
+            // A message held for the catalog is routed again, as it came.
+            if let Some((_, msg)) = self.cypher.take_pending() {
+                self.on_client_chunk(msg, to_up, to_client);
+                continue;
+            }
+            if !self.client_rest.is_empty() {
+                let rest = std::mem::take(&mut self.client_rest);
+                self.on_client_chunk(rest, to_up, to_client);
+                continue;
+            }
+            let n = if self.csplit.in_pass() {
+                0
+            } else {
+                frame::complete_len(cin, max).map_err(ProtocolError::Frontend)?
+            };
+            if n > 0 {
+                let chunk = cin.split_to(n).freeze();
+                self.on_client_chunk(chunk, to_up, to_client);
+                continue;
+            }
+            // A CopyData that has not arrived whole streams through as it
+            // comes; any other message waits until it is whole.
+            let piece = self
+                .csplit
+                .next(cin, max, |t| t != tag::COPY_DATA)
+                .map_err(ProtocolError::Frontend)?;
+            match piece {
+                Some(Piece::Pass(_, bytes)) => {
+                    if !self.coalescer.discarding() {
+                        // Part of a CopyData: its first byte is data, not a
+                        // message type, so nothing is counted by it.
+                        self.queue_up(to_up, bytes);
+                    }
+                }
+                Some(Piece::Whole(_, msg)) => self.on_client_chunk(msg, to_up, to_client),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles the whole messages in `chunk` in order. Those that go on as
+    /// they came are queued as parts of `chunk`, so a read's worth of them
+    /// costs one slice. What is left when the client gets paused is kept.
+    fn on_client_chunk(
+        &mut self,
+        chunk: Bytes,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) {
+        let mut at = 0;
+        let mut forwarded = 0;
+        while at < chunk.len() {
+            if self.flow != Flow::Open || self.client_paused() {
+                self.client_rest = chunk.slice(at..);
+                break;
+            }
+            let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) else {
+                break;
+            };
+            let end = at + h.wire_len;
+            if self.waits_for_settings(h.tag, &chunk[at..end], to_up) {
+                self.client_rest = chunk.slice(at..);
+                break;
+            }
+            let forward = if h.tag == tag::COPY_DATA {
+                !self.coalescer.discarding()
+            } else {
+                self.on_client_message(h.tag, &chunk.slice(at..end), to_up, to_client)
+            };
+            let op = std::mem::replace(&mut self.client_op, Op::None);
+            if forward {
+                self.forward_up(to_up, &chunk, at, end, op);
+                forwarded += h.wire_len;
+            }
+            at = end;
+        }
+        Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);
+    }
+
+    /// Does the client's next message wait for the session's settings? A
+    /// Flush that may end a batch to coalesce, and a statement that may
+    /// call cypher(), wait for an answer on its way (it comes within the
+    /// server's time for a trivial query) rather than do without; a
+    /// cypher() statement after a change to the search path has it asked
+    /// for again, and waits too.
+    fn waits_for_settings(&mut self, t: u8, msg: &[u8], to_up: &mut WriteQueue) -> bool {
+        let waiting = self.settings.waiting();
+        if !waiting && !self.settings.wants_search_path() {
+            return false;
+        }
+        let needs = match t {
+            tag::FLUSH => waiting && self.coalescer.may_coalesce_batch(),
+            tag::QUERY | tag::PARSE => {
+                self.cypher.enabled()
+                    && statement_text(t, msg).is_some_and(|s| Words::scan(s).any(Words::CYPHER))
+            }
+            _ => false,
+        };
+        if needs && !waiting {
+            if !self.quiet_upstream() {
+                return false;
+            }
+            let q = self.settings.ask();
+            self.send_own_up(to_up, q, Own::Settings, false);
+        }
+        self.held_for_settings = needs;
+        needs
+    }
+
+    /// Nothing of the client's is on its way upstream and no transaction
+    /// is open: a query of the proxy's own can run now, unseen.
+    fn quiet_upstream(&self) -> bool {
+        self.txn_status == b'I'
+            && self.flight.client_answered()
+            && !self.unsynced
+            && !self.in_copy
+            && self.coalescer.idle()
+    }
+
+    /// Queues `buf[start..end]`, one message as the client sent it (the
+    /// caller counts its bytes).
+    fn forward_up(
+        &mut self,
+        to_up: &mut WriteQueue,
+        buf: &Bytes,
+        start: usize,
+        end: usize,
+        op: Op,
+    ) {
+        let t = buf[start];
+        to_up.push_part(buf, start, end);
+        self.note_sent_up(t, wire::is_flush_request(t), None, op);
+    }
+
+    /// Handles one client message; true when it goes upstream as it came
+    /// (the caller queues it), false when it was answered, held, dropped or
+    /// replaced here.
+    fn on_client_message(
+        &mut self,
+        t: u8,
+        msg: &Bytes,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> bool {
+        // The statement, found once for routing and for the statement kept
+        // below, unless routing rewrote the message.
+        let mut sql = None;
+        let mut rewritten = None;
+        if t == tag::QUERY || t == tag::PARSE {
+            match self.route(t, msg) {
+                Routed::Plain(s) => sql = s,
+                Routed::Rewritten(m) => rewritten = Some(m),
+                Routed::Held(query) => {
+                    if let Some(q) = query {
+                        self.send_own_up(to_up, q, Own::Cypher, true);
+                    }
+                    return false;
+                }
+            }
+        }
+        let msg = rewritten.as_ref().unwrap_or(msg);
+        if wire::is_flush_request(t) {
+            self.client_rt = true;
+        }
+        match t {
+            tag::QUERY => {
+                sql = sql
+                    .or_else(|| frontend::query_text(msg).map(|text| Sql::within(msg, text, None)));
+                if let Some(sql) = &sql {
+                    self.coalescer.on_simple_query(sql);
+                    self.note_settings_change(sql.words());
+                }
+                self.note_statement(sql.clone());
+            }
+            tag::EXECUTE => {
+                let sql = self.coalescer.batch_statement();
+                if let Some(sql) = &sql {
+                    self.note_settings_change(sql.words());
+                }
+                self.note_statement(sql);
+            }
+            tag::TERMINATE => {
+                self.flow = Flow::Terminated;
+                if self.keep_upstream && self.quiet() {
+                    self.terminate_withheld = true;
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        // The coalescer decides what, if anything, goes upstream; what it
+        // sends of its own goes first.
+        let forward = self.with_coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
+        self.drain_out(to_client, to_up);
+        let op = self.follow_prepared(t, msg, sql);
+        match rewritten {
+            Some(m) if forward => {
+                self.send_up(to_up, m, wire::is_flush_request(t), op);
+                false
+            }
+            _ => {
+                self.client_op = op;
+                forward
+            }
+        }
+    }
+
+    /// Relaying starts: the session's settings are asked for at once, so
+    /// the answer is in before the client's first statement needs it (the
+    /// client is still reading its greeting). No round trip is counted: the
+    /// client waits for nothing.
+    pub fn start(&mut self, to_up: &mut WriteQueue) {
+        if self.settings.asked() {
+            // A kept connection's, learned by an earlier client.
+            self.coalescer
+                .on_default_isolation(self.settings.default_isolation());
+        } else {
+            let q = self.settings.ask();
+            self.send_own_up(to_up, q, Own::Settings, false);
+        }
+    }
+
+    /// A statement with these words may change the search path (SET
+    /// search_path or SCHEMA, set_config, RESET, DISCARD ALL).
+    fn note_settings_change(&mut self, w: Words) {
+        if w.any(Words::SEARCH_PATH | Words::SCHEMA | Words::CONFIG | Words::RESET | Words::DISCARD)
+        {
+            self.settings.search_path_may_change();
+        }
+    }
+
+    /// What a client message on its way does to the prepared statements
+    /// (`sql`: its statement, when routing found it). Drops take effect at
+    /// once (an unknown statement is never coalesced); what is created is
+    /// recorded when the server accepts it.
+    fn follow_prepared(&mut self, t: u8, msg: &Bytes, sql: Option<Sql>) -> Op {
+        match t {
+            tag::PARSE => {
+                if let Some((name, text)) = frontend::parse(msg) {
+                    let sql = sql.unwrap_or_else(|| Sql::within(msg, text, None));
+                    return Op::Parse(name.to_owned(), sql);
+                }
+            }
+            tag::CLOSE => {
+                if let Some((b'S', name)) = frontend::target(msg) {
+                    self.flight.forget(name);
+                }
+            }
+            tag::QUERY => {
+                if let Some(sql) = &sql {
+                    return self.follow_sql_prepared(sql);
+                }
+            }
+            tag::EXECUTE => {
+                if let Some(sql) = self.coalescer.batch_statement() {
+                    return self.follow_sql_prepared(&sql);
+                }
+            }
+            _ => {}
+        }
+        Op::None
+    }
+
+    /// SQL's PREPARE, DEALLOCATE and DISCARD ALL act on the same statements
+    /// as Parse and Close.
+    fn follow_sql_prepared(&mut self, sql: &Sql) -> Op {
+        let w = sql.words();
+        if w.all(Words::LOAD | Words::AGE)
+            && !w.any(Words::PREPARE)
+            && loaded_libraries(sql.as_str()).iter().any(|l| lists_age(l))
+        {
+            return Op::LoadAge;
+        }
+        if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
+            return Op::None;
+        }
+        let mut prepares = Vec::new();
+        for op in prepared_ops(sql.as_str()) {
+            match op {
+                PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
+                PreparedOp::Deallocate(name) => self.flight.forget(&name),
+                PreparedOp::DeallocateAll | PreparedOp::Unknown => self.flight.forget_all(),
+                PreparedOp::Execute { .. } => {}
+            }
+        }
+        if prepares.is_empty() {
+            Op::None
+        } else {
+            Op::Prepare(prepares)
+        }
+    }
+
+    /// Routes a Query or Parse through the Cypher planner, unless it is the
+    /// statement routed just before (a client repeating its unnamed
+    /// statement), which went on unchanged: then it goes on again, and its
+    /// statement is the one found then.
+    fn route(&mut self, t: u8, msg: &Bytes) -> Routed {
+        if let Some((last, sql)) = &self.last_plain
+            && last == msg
+        {
+            return Routed::Plain(Some(sql.clone()));
+        }
+        let Some(text) = statement_text(t, msg) else {
+            return Routed::Plain(None);
+        };
+        let words = Words::scan(text);
+        let sql = Sql::within(msg, text, Some(words));
+        if !may_route(words) {
+            // Nothing about it depends on the session's state: remember it.
+            self.last_plain = Some((msg.clone(), sql.clone()));
+            return Routed::Plain(Some(sql));
+        }
+        // The session's own settings query may still be on its way: it
+        // leaves the transaction status as it is.
+        let quiet = self.quiet_upstream();
+        let view = SessionView {
+            quiet,
+            ag_catalog_on_path: self.settings.ag_catalog_on_path(),
+            age_loaded: self.settings.age_loaded() || self.flight.age_loaded,
+        };
+        match self
+            .cypher
+            .route(msg, text, words, &view, &self.services, &self.info)
+        {
+            Route::Forward => Routed::Plain(Some(sql)),
+            Route::Rewritten(m) => Routed::Rewritten(m),
+            Route::Held(q) => Routed::Held(q),
+        }
+    }
+}

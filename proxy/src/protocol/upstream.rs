@@ -1,0 +1,181 @@
+//! Upstream to client: the server's answers relayed, held or swallowed by
+//! whose they are, and what the session learns from them.
+
+use bytes::{Bytes, BytesMut};
+
+use super::*;
+
+impl Protocol {
+    pub fn on_upstream_bytes(
+        &mut self,
+        uin: &mut BytesMut,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) -> Result<(), ProtocolError> {
+        if self.delay_until.is_some() || (uin.is_empty() && !self.usplit.in_pass()) {
+            return Ok(());
+        }
+        if let Some(start) = self.up_rt_start {
+            let rtt = self.services.config.upstream.rtt;
+            if !rtt.is_zero() && !self.rt_delayed {
+                // Simulated distance, added to the real round trip: the
+                // answer is held back as a whole, never reordered.
+                self.rt_delayed = true;
+                self.delay_until = Some(Instant::now() + rtt);
+                return Ok(());
+            }
+            self.rt_delayed = false;
+            self.up_rt_start = None;
+            Counters::add(&self.info.counters.upstream_round_trips, 1);
+            self.info.counters.record_latency(start.elapsed());
+            if let Some(c) = self.statements.current() {
+                c.upstream_round_trips += 1;
+            }
+        }
+        let max = self.services.config.limits.max_message_bytes;
+        loop {
+            let n = if self.usplit.in_pass() {
+                0
+            } else {
+                frame::complete_len(uin, max).map_err(ProtocolError::Backend)?
+            };
+            if n > 0 {
+                let chunk = uin.split_to(n).freeze();
+                self.on_upstream_chunk(&chunk, to_client, to_up);
+                continue;
+            }
+            // The first message is not whole yet: one the session reads
+            // waits for the rest; any other streams through as it comes
+            // (a large DataRow is never buffered whole).
+            let holding = self.coalescer.holds_all()
+                || self.cypher.reads_whole()
+                || self.flight.next_owner() != Owner::Client;
+            let piece = self
+                .usplit
+                .next(uin, max, |t| holding || wants_whole(t))
+                .map_err(ProtocolError::Backend)?;
+            match piece {
+                Some(Piece::Pass(h, bytes)) => {
+                    if let Some(h) = h {
+                        // A message too large to wait for: the client's, and
+                        // no completion whose text matters.
+                        self.flight.on_answer(h.tag, &[]);
+                    }
+                    self.emit(to_client, bytes)
+                }
+                Some(Piece::Whole(_, msg)) => self.on_upstream_chunk(&msg, to_client, to_up),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles the whole messages in `chunk`; those relayed as they came
+    /// are queued as parts of it.
+    fn on_upstream_chunk(
+        &mut self,
+        chunk: &Bytes,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) {
+        let mut at = 0;
+        let mut relayed = 0;
+        while let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) {
+            let end = at + h.wire_len;
+            let owner = self.flight.on_answer(h.tag, &chunk[at..end]);
+            let relay = if owner != Owner::Client
+                || wants_whole(h.tag)
+                || self.coalescer.holds_all()
+                || self.cypher.reads_whole()
+            {
+                self.on_upstream_message(h.tag, &chunk.slice(at..end), owner, to_client, to_up)
+            } else {
+                true
+            };
+            if relay {
+                self.note_client_answer();
+                to_client.push_part(chunk, at, end);
+                relayed += h.wire_len;
+            }
+            at = end;
+        }
+        Counters::add(&self.info.counters.bytes_to_client, relayed as u64);
+    }
+
+    /// Handles one upstream message; true when it goes to the client as it
+    /// came (the caller queues it).
+    fn on_upstream_message(
+        &mut self,
+        t: u8,
+        msg: &Bytes,
+        owner: Owner,
+        to_client: &mut WriteQueue,
+        to_up: &mut WriteQueue,
+    ) -> bool {
+        match owner {
+            // Swallowed, but for an error (which a bare SELECT can't give
+            // short of the connection failing): the client should know
+            // that what it sent next is skipped.
+            Owner::Own(Own::Snapshot | Own::Rerun) => return t == tag::ERROR_RESPONSE,
+            Owner::Own(Own::Settings) => {
+                if t == tag::READY_FOR_QUERY {
+                    self.txn_status = backend::ready_status(msg);
+                }
+                if let Some(isolation) = self.settings.on_answer(t, msg) {
+                    self.coalescer.on_default_isolation(isolation);
+                }
+                if t == tag::READY_FOR_QUERY {
+                    self.held_for_settings = false;
+                }
+                return false;
+            }
+            Owner::Own(Own::Cypher) => {
+                // A query of our own: its answers are not the client's.
+                let next = self.cypher.on_hidden_answer(t, msg, &self.services);
+                if t == tag::READY_FOR_QUERY {
+                    self.txn_status = backend::ready_status(msg);
+                }
+                if let Some(q) = next {
+                    // The client's own statement, run after the compiled one.
+                    self.send_up(to_up, q, true, Op::None);
+                }
+                return false;
+            }
+            Owner::Own(Own::Probe) | Owner::Client => {}
+        }
+        self.cypher
+            .observe_relayed(t, msg, &self.services, &self.info);
+        match t {
+            tag::READY_FOR_QUERY => {
+                self.cypher.on_ready(&self.services);
+                let status = backend::ready_status(msg);
+                self.txn_status = status;
+                self.in_copy = false;
+                if status == b'I' && self.work_since_idle {
+                    self.work_since_idle = false;
+                    Counters::add(&self.info.counters.transactions, 1);
+                }
+                self.info.set_state(match status {
+                    b'T' => SessionState::InTransaction,
+                    b'E' => SessionState::FailedTransaction,
+                    _ => SessionState::Idle,
+                });
+            }
+            tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
+            tag::PARAMETER_STATUS if self.keep_upstream => {
+                if let Some((k, v)) = backend::parameter_status(msg) {
+                    set_param(&mut self.server_params, k, v);
+                }
+            }
+            tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {
+                self.in_copy = true
+            }
+            tag::COMMAND_COMPLETE => self.in_copy = false,
+            _ => {}
+        }
+        let relay =
+            self.with_coalescer(|co, ctx, out| co.on_upstream_message(t, msg, owner, ctx, out));
+        self.drain_out(to_client, to_up);
+        relay
+    }
+}
