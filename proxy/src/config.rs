@@ -314,7 +314,8 @@ impl Config {
             let Some(rest) = name.strip_prefix("ONETRIP_") else {
                 continue;
             };
-            if NOT_CONFIG.contains(&rest) {
+            if NOT_CONFIG.contains(&rest) || NOT_CONFIG_PREFIXES.iter().any(|p| rest.starts_with(p))
+            {
                 continue;
             }
             apply_env(&mut table, &name, rest, &value)?;
@@ -379,8 +380,10 @@ impl Config {
 }
 
 /// `ONETRIP_*` variables that are not config keys: the config file, the
-/// log filter, and settings of the test harness.
-const NOT_CONFIG: [&str; 5] = ["CONFIG", "LOG", "PG_BINDIR", "PYTHON", "AGE_DSN"];
+/// log filter, and settings of the test harness and CI (Apache AGE's
+/// source, the random pipelines).
+const NOT_CONFIG: [&str; 4] = ["CONFIG", "LOG", "PG_BINDIR", "PYTHON"];
+const NOT_CONFIG_PREFIXES: [&str; 2] = ["AGE_", "PIPELINE_"];
 
 /// `ONETRIP_SECTION_KEY=value` sets `[section] key = value`. The value is read
 /// as a TOML value when it parses as one (numbers, booleans, arrays), else as
@@ -521,6 +524,8 @@ mod tests {
         assert_eq!(cfg.upstream.rtt, Duration::from_micros(500));
         assert!(!cfg.coalesce.single_read);
         assert!(load_str("", &[("ONETRIP_LOG", "debug")]).is_ok());
+        assert!(load_str("", &[("ONETRIP_AGE_SRC", "/tmp/age")]).is_ok());
+        assert!(load_str("", &[("ONETRIP_PIPELINE_SEED", "1")]).is_ok());
         let err = load_str("", &[("ONETRIP_NOPE_X", "1")])
             .unwrap_err()
             .to_string();
