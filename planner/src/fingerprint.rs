@@ -11,7 +11,7 @@
 //! assert_eq!(fingerprint("SELECT a FROM t WHERE b = $1 AND c = 1.5e3"), "select a from t where b = $1 and c = ?");
 //! ```
 
-use crate::classify::lexer::{self, Kind};
+use crate::lexer::{self, Kind};
 
 /// Fingerprints are cut to at most this many bytes (on a character boundary).
 pub const MAX_FINGERPRINT_LEN: usize = 200;

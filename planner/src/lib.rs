@@ -4,3 +4,4 @@
 pub mod classify;
 pub mod cypher;
 pub mod fingerprint;
+pub(crate) mod lexer;

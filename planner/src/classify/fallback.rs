@@ -6,8 +6,8 @@
 
 use super::functions::ExtraFunctions;
 use super::isolation::{IsolationChange, parse_isolation_name};
-use super::lexer::{self, Kind, Token};
 use super::{StatementClass, Verdict, parse_one, statement};
+use crate::lexer::{self, Kind, Token};
 
 use StatementClass::{SessionSetting, TransactionControl, Unknown, Unsafe, Write};
 

@@ -30,11 +30,10 @@
 //! ```
 
 mod cache;
-mod cypher_scan;
 mod fallback;
 mod functions;
 mod isolation;
-pub(crate) mod lexer;
+use crate::lexer;
 mod prepared;
 mod query;
 mod statement;

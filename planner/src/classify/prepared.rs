@@ -2,7 +2,7 @@
 //! `DISCARD ALL`. They share one namespace with the protocol's Parse, so a
 //! session that follows its prepared statements must follow these too.
 
-use super::lexer::{self, Kind, Token};
+use crate::lexer::{self, Kind, Token};
 
 /// What one statement does to the session's prepared statements, or which
 /// one it runs.

@@ -9,10 +9,10 @@ use sqlparser::ast::{
     Query, Select, SetExpr, TableFactor, Value, Visit, Visitor,
 };
 
-use super::cypher_scan::{self, CypherVerdict};
 use super::functions::{self, ExtraFunctions, FunctionVerdict};
 use super::isolation::{self, IsolationChange};
 use super::{StatementClass, Verdict};
+use crate::cypher::effect::{CypherEffect, effect};
 
 /// Judges a top-level query statement.
 pub(crate) fn classify(query: &Query, extra: &ExtraFunctions) -> Verdict {
@@ -160,12 +160,12 @@ impl Walker<'_> {
             );
             return;
         };
-        match cypher_scan::scan(text) {
-            CypherVerdict::Read => {}
-            CypherVerdict::Write(kw) => self
+        match effect(text) {
+            CypherEffect::Read => {}
+            CypherEffect::Write(kw) => self
                 .verdict
                 .raise(StatementClass::Write, format!("cypher query contains {kw}")),
-            CypherVerdict::Unsafe(why) => self.verdict.raise(StatementClass::Unsafe, why),
+            CypherEffect::Unknown(why) => self.verdict.raise(StatementClass::Unsafe, why),
         }
     }
 

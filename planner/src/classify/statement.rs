@@ -10,8 +10,8 @@ use sqlparser::ast::{
 
 use super::functions::ExtraFunctions;
 use super::isolation::{self, IsolationChange};
-use super::lexer::{self, Kind};
 use super::{StatementClass, Verdict, query};
+use crate::lexer::{self, Kind};
 
 use StatementClass::{Read, SessionSetting, TransactionControl, Unsafe, Write};
 

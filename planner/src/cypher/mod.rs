@@ -26,6 +26,7 @@ pub mod ast;
 pub mod catalog;
 pub mod compile;
 mod display;
+pub mod effect;
 pub mod lexer;
 pub mod literal;
 pub mod parser;

@@ -1,6 +1,6 @@
 //! Finding `cypher()` calls in SQL text and splicing compiled SQL in their
-//! place. A small lexer (strings, dollar quotes, identifiers, comments)
-//! gives exact byte spans; every byte outside a replaced call is kept.
+//! place. The planner's SQL lexer gives exact byte spans; every byte
+//! outside a replaced call is kept.
 
 use std::ops::ControlFlow;
 
@@ -11,6 +11,7 @@ use sqlparser::parser::Parser;
 use super::DeclineReason as D;
 use super::catalog::Catalog;
 use super::compile::compile_cypher;
+use crate::lexer::{self, Kind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rewrite {
@@ -52,169 +53,39 @@ struct Tk {
     end: usize,
 }
 
+/// The statement's tokens as this module reads them, from the planner's
+/// SQL lexer; anything it can't follow exactly (an unterminated string,
+/// comment or identifier, a `U&` form) declines.
 fn lex(sql: &str) -> Result<Vec<Tk>, D> {
-    let b = sql.as_bytes();
     let mut v = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let s = i;
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
+    for tok in lexer::tokens(sql) {
+        if tok.unterminated {
+            return Err(D::SqlShape);
         }
-        if c == b'-' && b.get(i + 1) == Some(&b'-') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
-            continue;
-        }
-        if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            let mut depth = 0usize;
-            while i < b.len() {
-                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            if depth != 0 {
-                return Err(D::SqlShape);
-            }
-            continue;
-        }
-        let t = match c {
-            b'\'' => {
-                let (value, end) = quoted(sql, i, b'\'')?;
-                i = end;
-                T::Str { value, plain: true }
-            }
-            b'"' => {
-                let (_, end) = quoted(sql, i, b'"')?;
-                i = end;
-                T::QIdent
-            }
-            b'$' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
-                i += 1;
-                while i < b.len() && b[i].is_ascii_digit() {
-                    i += 1;
-                }
-                T::Param
-            }
-            b'$' => {
-                // `$tag$ ... $tag$`
-                let mut j = i + 1;
-                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
-                    j += 1;
-                }
-                if b.get(j) != Some(&b'$') || b.get(i + 1).is_some_and(u8::is_ascii_digit) {
-                    return Err(D::SqlShape);
-                }
-                let tag = &sql[i..=j];
-                let body = j + 1;
-                let Some(close) = sql[body..].find(tag) else {
-                    return Err(D::SqlShape);
-                };
-                i = body + close + tag.len();
-                T::Str {
-                    value: sql[body..body + close].to_string(),
-                    plain: false,
-                }
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
-                let mut j = i;
-                while j < b.len()
-                    && (b[j].is_ascii_alphanumeric()
-                        || b[j] == b'_'
-                        || b[j] == b'$'
-                        || b[j] >= 0x80)
-                {
-                    j += 1;
-                }
-                let word = &sql[i..j];
-                let next = b.get(j).copied();
-                if next == Some(b'\'')
-                    && (word.eq_ignore_ascii_case("e")
-                        || word.eq_ignore_ascii_case("b")
-                        || word.eq_ignore_ascii_case("x")
-                        || word.eq_ignore_ascii_case("n"))
-                {
-                    i = skip_escape_string(sql, j)?;
-                    T::OtherStr
-                } else if word.eq_ignore_ascii_case("u") && next == Some(b'&') {
-                    return Err(D::SqlShape);
-                } else {
-                    i = j;
-                    T::Word(word.to_ascii_lowercase())
-                }
-            }
-            b'0'..=b'9' => {
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
-                    i += 1;
-                }
-                T::Other
-            }
-            b'(' | b')' | b',' | b'.' | b';' => {
-                i += 1;
-                T::Punct(c)
-            }
-            _ => {
-                i += 1;
-                T::Other
-            }
+        let text = tok.text(sql);
+        let t = match tok.kind {
+            Kind::Word => T::Word(text.to_ascii_lowercase()),
+            Kind::QuotedIdent if text.starts_with('"') => T::QIdent,
+            Kind::String if text.starts_with(['u', 'U']) => return Err(D::SqlShape),
+            Kind::QuotedIdent => return Err(D::SqlShape),
+            Kind::String => match tok.string_value(sql) {
+                Some((value, plain)) => T::Str { value, plain },
+                None => T::OtherStr,
+            },
+            Kind::Param => T::Param,
+            Kind::Punct => match text.as_bytes() {
+                [c @ (b'(' | b')' | b',' | b'.' | b';')] => T::Punct(*c),
+                _ => T::Other,
+            },
+            Kind::Number | Kind::Op | Kind::Other => T::Other,
         };
         v.push(Tk {
             t,
-            start: s,
-            end: i,
+            start: tok.start,
+            end: tok.end,
         });
     }
     Ok(v)
-}
-
-/// A `'...'` or `"..."` token with doubled-quote escapes; returns the value
-/// and the end offset.
-fn quoted(sql: &str, i: usize, q: u8) -> Result<(String, usize), D> {
-    let b = sql.as_bytes();
-    let mut j = i + 1;
-    let mut val = String::new();
-    let mut seg = j;
-    while j < b.len() {
-        if b[j] == q {
-            if b.get(j + 1) == Some(&q) {
-                val.push_str(&sql[seg..=j]);
-                j += 2;
-                seg = j;
-                continue;
-            }
-            val.push_str(&sql[seg..j]);
-            return Ok((val, j + 1));
-        }
-        j += 1;
-    }
-    Err(D::SqlShape)
-}
-
-/// Skips an `E'...'` string (backslash escapes); returns the end offset.
-fn skip_escape_string(sql: &str, quote: usize) -> Result<usize, D> {
-    let b = sql.as_bytes();
-    let mut j = quote + 1;
-    while j < b.len() {
-        match b[j] {
-            b'\\' => j += 2,
-            b'\'' if b.get(j + 1) == Some(&b'\'') => j += 2,
-            b'\'' => return Ok(j + 1),
-            _ => j += 1,
-        }
-    }
-    Err(D::SqlShape)
 }
 
 /// One `cypher(...) AS alias(cols)` occurrence.
@@ -345,20 +216,11 @@ pub fn invalidates_catalog(sql: &str) -> bool {
         }
         if w == "cypher" {
             match toks.get(k + 4).map(|t| &t.t) {
-                Some(T::Str { value, .. }) => match super::parse(value) {
-                    Ok(st) => {
-                        let writes = st.parts.iter().flat_map(|p| &p.clauses).any(|c| {
-                            matches!(
-                                c,
-                                super::ast::Clause::Write(_) | super::ast::Clause::Call { .. }
-                            )
-                        });
-                        if writes {
-                            return true;
-                        }
+                Some(T::Str { value, .. }) => {
+                    if super::effect::effect(value) != super::effect::CypherEffect::Read {
+                        return true;
                     }
-                    Err(_) => return true,
-                },
+                }
                 _ => return true,
             }
         }

@@ -1,5 +1,6 @@
-//! A small PostgreSQL lexer: enough to split a simple-query string into statements, to look at
-//! leading keywords when sqlparser gives up, and to fingerprint SQL. It never fails: anything it
+//! The planner's SQL lexer: enough to split a simple-query string into statements, to look at
+//! leading keywords when sqlparser gives up, to fingerprint SQL, to find `cypher()` calls with
+//! exact byte spans, and to read SQL's own PREPARE, EXECUTE and LOAD. It never fails: anything it
 //! does not understand becomes a one-character `Other` token, and an unterminated string,
 //! quoted identifier or comment runs to the end of the input.
 
@@ -45,6 +46,23 @@ impl Token {
 
     pub fn is_punct(&self, sql: &str, p: &str) -> bool {
         self.kind == Kind::Punct && self.text(sql) == p
+    }
+
+    /// A string constant's value, for the two forms whose value the text
+    /// gives without escapes: `'...'` (`plain`: its backslashes mean what
+    /// `standard_conforming_strings` says) and `$tag$...$tag$`. `None` for
+    /// any other token, an unterminated one, or another string form.
+    pub fn string_value(&self, sql: &str) -> Option<(String, bool)> {
+        if self.kind != Kind::String || self.unterminated {
+            return None;
+        }
+        let t = self.text(sql);
+        if let Some(inner) = t.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')) {
+            return Some((inner.replace("''", "'"), true));
+        }
+        let tag_len = t.strip_prefix('$')?.find('$')? + 2;
+        let body = t.get(tag_len..t.len().checked_sub(tag_len)?)?;
+        Some((body.to_owned(), false))
     }
 }
 
