@@ -5,3 +5,4 @@ pub mod classify;
 pub mod cypher;
 pub mod fingerprint;
 pub(crate) mod lexer;
+pub mod words;

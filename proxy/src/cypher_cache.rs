@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use onetrip_planner::cypher::{Catalog, Rewrite, RewriteOptions, rewrite_sql};
 use tokio::sync::watch;
 
-use crate::words::Words;
+use onetrip_planner::words::Words;
 
 /// Most compiled plans kept; the cache starts over when full.
 const MAX_PLANS: usize = 10_000;

@@ -31,7 +31,6 @@ pub mod stats;
 pub mod timers;
 pub mod tools;
 pub mod wire;
-pub mod words;
 pub mod worker;
 
 pub use config::Config;

@@ -25,8 +25,8 @@ use super::{
 use crate::{
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
-    words::Words,
 };
+use onetrip_planner::words::Words;
 
 /// What the session knows when a message passes the coalescer.
 pub struct Ctx<'a> {

@@ -12,8 +12,8 @@ use crate::{
     cypher_cache::{Lookup, may_change_catalog},
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
-    words::Words,
 };
+use onetrip_planner::words::Words;
 
 /// Rows of `Catalog::QUERY` as text.
 type Row = [Option<String>; 6];

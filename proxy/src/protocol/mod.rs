@@ -15,6 +15,7 @@ mod verdict;
 use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
+use onetrip_planner::words::Words;
 
 use self::{
     coalesce::{Coalescer, Ctx, Out},
@@ -33,7 +34,6 @@ use crate::{
         queue::WriteQueue,
         tag,
     },
-    words::Words,
 };
 
 /// What a session's protocol state uses of what all sessions share.

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::words::Words;
+use onetrip_planner::words::Words;
 
 /// UTF-8 statement text (checked when made), with the words the session
 /// looks for found once, when it is made, rather than at every Execute.
