@@ -341,6 +341,12 @@ pub(crate) struct Piece {
 /// Splits at top-level `;` (not inside parentheses, strings, comments or a `BEGIN ATOMIC ...
 /// END` function body) and drops empty statements, as PostgreSQL does for a simple Query.
 pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
+    let tokens: Vec<Token> = tokens(sql).collect();
+    split_tokens(sql, &tokens)
+}
+
+/// `split_statements` over tokens already read.
+pub(crate) fn split_tokens(sql: &str, tokens: &[Token]) -> Vec<Piece> {
     let mut pieces = Vec::new();
     // Span of the current statement's tokens so far.
     let mut cur: Option<(usize, usize)> = None;
@@ -357,7 +363,7 @@ pub(crate) fn split_statements(sql: &str) -> Vec<Piece> {
             });
         }
     };
-    for t in tokens(sql) {
+    for &t in tokens {
         if t.kind == Kind::Word {
             if prev_begin && t.is_word(sql, "atomic") {
                 atomic += 1;

@@ -12,10 +12,8 @@ use std::{
 };
 
 use dashmap::DashMap;
-use onetrip_planner::cypher::{Catalog, Rewrite, RewriteOptions, rewrite_sql};
+use onetrip_planner::{analysis::Analysis, cypher::Catalog};
 use tokio::sync::watch;
-
-use onetrip_planner::words::Words;
 
 /// Most compiled plans kept; the cache starts over when full.
 const MAX_PLANS: usize = 10_000;
@@ -60,7 +58,8 @@ struct Slot {
 #[derive(Default)]
 pub struct CypherCache {
     slots: DashMap<String, Arc<Slot>>,
-    plans: DashMap<(u64, Box<str>), Arc<Rewrite>>,
+    /// Analyses of statements with `cypher()` calls, by catalog version.
+    analyses: DashMap<(u64, Box<str>), Arc<Analysis>>,
     versions: AtomicU64,
 }
 
@@ -144,26 +143,31 @@ impl CypherCache {
         }
     }
 
-    /// The plan for `sql` under catalog `version`: a hash lookup once compiled.
-    pub fn plan(&self, version: u64, sql: &str, catalog: &Catalog) -> Arc<Rewrite> {
-        let key = (version, Box::<str>::from(sql));
-        if let Some(p) = self.plans.get(&key) {
-            return p.clone();
+    /// The database's catalog and its version, when one is loaded; asks
+    /// for nothing (see `lookup` for that).
+    pub fn ready(&self, db: &str) -> Option<(u64, Arc<Catalog>)> {
+        let slot = self.slots.get(db)?.clone();
+        let st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &*st {
+            State::Ready(v, Some(c)) => Some((*v, c.clone())),
+            _ => None,
         }
-        let plan = Arc::new(rewrite_sql(sql, catalog, &RewriteOptions::default()));
-        if self.plans.len() >= MAX_PLANS {
-            self.plans.clear();
-        }
-        self.plans.insert(key, plan.clone());
-        plan
     }
-}
 
-/// May running `sql` (whose words are `w`) change a database's AGE graphs
-/// or labels, so the cached catalog must be fetched again? The word check
-/// first; the planner decides.
-pub fn may_change_catalog(sql: &str, w: Words) -> bool {
-    (w.any(Words::GRAPH | Words::LABEL | Words::CYPHER)
-        && onetrip_planner::cypher::invalidates_catalog(sql))
-        || w.all(Words::EXTENSION | Words::AGE)
+    /// The analysis of `sql` another session made for catalog `version`.
+    /// Compiling a Cypher statement costs more than a short session lasts:
+    /// shared, each text is compiled once per catalog.
+    pub fn shared_analysis(&self, version: u64, sql: &str) -> Option<Arc<Analysis>> {
+        self.analyses
+            .get(&(version, Box::<str>::from(sql)))
+            .map(|a| a.clone())
+    }
+
+    /// Keeps an analysis for the other sessions.
+    pub fn share_analysis(&self, version: u64, sql: &str, analysis: Arc<Analysis>) {
+        if self.analyses.len() >= MAX_PLANS {
+            self.analyses.clear();
+        }
+        self.analyses.insert((version, Box::from(sql)), analysis);
+    }
 }

@@ -33,6 +33,8 @@ pub struct Shared {
     closers: DashMap<u64, oneshot::Sender<()>>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: Arc<CypherCache>,
+    /// The planner, with the configured read-only functions.
+    pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: Pool,
     /// Sessions that would busy-poll for their answer now
@@ -49,6 +51,7 @@ impl Shared {
             config: self.config.clone(),
             stats: self.stats.clone(),
             cypher: self.cypher.clone(),
+            analyzer: self.analyzer.clone(),
         }
     }
 
@@ -99,7 +102,10 @@ impl Shared {
         force_close: watch::Receiver<bool>,
         workers: Vec<tokio::runtime::Handle>,
     ) -> Self {
+        let analyzer =
+            onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
         Self {
+            analyzer: Arc::new(analyzer),
             config: Arc::new(config),
             upstream_addr,
             stats: Arc::new(Stats::new()),

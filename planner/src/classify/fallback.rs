@@ -4,7 +4,7 @@
 //! statements whose leading keywords settle the class (`PREPARE TRANSACTION`, `DO`, ...) get
 //! it; anything else is Unknown.
 
-use super::functions::ExtraFunctions;
+use super::Known;
 use super::isolation::{IsolationChange, parse_isolation_name};
 use super::{StatementClass, Verdict, parse_one, statement};
 use crate::lexer::{self, Kind, Token};
@@ -14,7 +14,7 @@ use StatementClass::{SessionSetting, TransactionControl, Unknown, Unsafe, Write}
 /// An alias sqlparser needs where PostgreSQL allows none; never shown to anyone.
 const SYNTHETIC_ALIAS: &str = "onetrip_coldef_alias";
 
-pub(crate) fn classify(text: &str, err: String, extra: &ExtraFunctions) -> Verdict {
+pub(crate) fn classify(text: &str, err: String, extra: &Known) -> Verdict {
     let toks: Vec<Token> = lexer::tokens(text).collect();
     if let Some(rewritten) = rewrite(text, &toks)
         && let Ok(stmt) = parse_one(&rewritten)

@@ -21,15 +21,14 @@
 //! coalescing for the statements that reach them.
 //!
 //! ```
-//! use onetrip_planner::classify::{ClassCache, StatementClass};
+//! use onetrip_planner::classify::{Classifier, StatementClass};
 //!
-//! let mut cache = ClassCache::new(1024, vec!["my_fn".to_string()]);
-//! let c = cache.classify("SELECT my_fn(x) FROM t WHERE id = $1");
+//! let classifier = Classifier::new(["my_fn"]);
+//! let c = classifier.classify("SELECT my_fn(x) FROM t WHERE id = $1");
 //! assert_eq!(c.class, StatementClass::Read);
-//! assert_eq!(cache.classify("SELECT nextval('s')").class, StatementClass::Unsafe);
+//! assert_eq!(classifier.classify("SELECT nextval('s')").class, StatementClass::Unsafe);
 //! ```
 
-mod cache;
 mod fallback;
 mod functions;
 mod isolation;
@@ -44,9 +43,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use sqlparser::dialect::PostgreSqlDialect;
+
+use crate::cypher::effect::CypherEffect;
 use sqlparser::parser::Parser;
 
-pub use cache::{ClassCache, MAX_CACHED_LEN};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 
@@ -107,7 +107,7 @@ pub struct Classification {
 }
 
 /// Classifies SQL with a fixed set of extra read-only functions. Shareable between sessions
-/// (`Arc<Classifier>`); see [`ClassCache`] for the per-session cache.
+/// (`Arc<Classifier>`); see `analysis::AnalysisCache` for the per-session cache.
 #[derive(Clone, Debug, Default)]
 pub struct Classifier {
     extra: functions::ExtraFunctions,
@@ -130,6 +130,21 @@ impl Classifier {
     /// Classifies `sql`, which may hold several `;`-separated statements.
     pub fn classify(&self, sql: &str) -> Classification {
         let pieces = lexer::split_statements(sql);
+        self.classify_pieces(sql, &pieces, &[])
+    }
+
+    /// Classifies `sql` split into `pieces`, with the effects of its
+    /// `cypher()` texts already found.
+    pub(crate) fn classify_pieces(
+        &self,
+        sql: &str,
+        pieces: &[lexer::Piece],
+        effects: &[(String, CypherEffect)],
+    ) -> Classification {
+        let known = Known {
+            functions: &self.extra,
+            effects,
+        };
         if pieces.is_empty() {
             // PostgreSQL answers EmptyQueryResponse and does nothing else.
             return Classification {
@@ -143,7 +158,7 @@ impl Classifier {
         let mut worst: Option<(Verdict, usize)> = None;
         let mut isolation = Vec::new();
         for (i, piece) in pieces.iter().enumerate() {
-            let v = self.classify_piece(sql, piece);
+            let v = classify_piece(sql, piece, &known);
             isolation.extend(v.isolation.iter().copied());
             if worst.as_ref().is_none_or(|(w, _)| v.class > w.class) {
                 worst = Some((v, i));
@@ -163,34 +178,6 @@ impl Classifier {
             statement_count: count,
         }
     }
-
-    fn classify_piece(&self, sql: &str, piece: &lexer::Piece) -> Verdict {
-        let text = sql.get(piece.start..piece.end).unwrap_or("");
-        if piece.operators > MAX_OPERATORS {
-            // sqlparser builds `a + b + c ...` as a left-nested tree, and walking or even
-            // dropping a very deep one overflows the stack.
-            return Verdict::new(
-                StatementClass::Unknown,
-                format!("too complex to classify ({} operators)", piece.operators),
-            );
-        }
-        let spelled = explain_analyse(text);
-        let text_for_parser = spelled.as_deref().unwrap_or(text);
-        let mut v = match parse_one(text_for_parser) {
-            Ok(stmt) => statement::classify(&stmt, text, &self.extra),
-            Err(err) => fallback::classify(text, err, &self.extra),
-        };
-        // Anything not understood precisely that mentions isolation may change it (ALTER
-        // SYSTEM plus a reload, a DO block, an unparsed BEGIN ...).
-        if v.isolation.is_empty()
-            && v.class != StatementClass::Read
-            && contains_ignore_ascii_case(text, "isolation")
-            && !v.isolation_exact
-        {
-            v.isolation.push(IsolationChange::Unknown);
-        }
-        v
-    }
 }
 
 /// `EXPLAIN ANALYSE ...` with `ANALYZE` in place of PostgreSQL's other
@@ -208,6 +195,52 @@ fn explain_analyse(text: &str) -> Option<String> {
     let mut out = text.to_owned();
     out.replace_range(t.start..t.end, "ANALYZE");
     Some(out)
+}
+
+fn classify_piece(sql: &str, piece: &lexer::Piece, known: &Known) -> Verdict {
+    let text = sql.get(piece.start..piece.end).unwrap_or("");
+    if piece.operators > MAX_OPERATORS {
+        // sqlparser builds `a + b + c ...` as a left-nested tree, and walking or even
+        // dropping a very deep one overflows the stack.
+        return Verdict::new(
+            StatementClass::Unknown,
+            format!("too complex to classify ({} operators)", piece.operators),
+        );
+    }
+    let spelled = explain_analyse(text);
+    let text_for_parser = spelled.as_deref().unwrap_or(text);
+    let mut v = match parse_one(text_for_parser) {
+        Ok(stmt) => statement::classify(&stmt, text, known),
+        Err(err) => fallback::classify(text, err, known),
+    };
+    // Anything not understood precisely that mentions isolation may change it (ALTER
+    // SYSTEM plus a reload, a DO block, an unparsed BEGIN ...).
+    if v.isolation.is_empty()
+        && v.class != StatementClass::Read
+        && contains_ignore_ascii_case(text, "isolation")
+        && !v.isolation_exact
+    {
+        v.isolation.push(IsolationChange::Unknown);
+    }
+    v
+}
+
+/// What classifying a statement may use besides its text: the functions
+/// configured as read-only, and the effects of its `cypher()` texts when
+/// they were already found.
+pub(crate) struct Known<'a> {
+    pub functions: &'a functions::ExtraFunctions,
+    pub effects: &'a [(String, CypherEffect)],
+}
+
+impl Known<'_> {
+    /// What a `cypher()` call's text may do.
+    pub fn effect(&self, text: &str) -> CypherEffect {
+        match self.effects.iter().find(|(t, _)| t == text) {
+            Some((_, e)) => e.clone(),
+            None => crate::cypher::effect::effect(text),
+        }
+    }
 }
 
 /// Statements with more binary operators than this are Unknown (see `classify_piece`).

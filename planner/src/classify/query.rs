@@ -9,13 +9,13 @@ use sqlparser::ast::{
     Query, Select, SetExpr, TableFactor, Value, Visit, Visitor,
 };
 
-use super::functions::{self, ExtraFunctions, FunctionVerdict};
+use super::functions::{self, FunctionVerdict};
 use super::isolation::{self, IsolationChange};
-use super::{StatementClass, Verdict};
-use crate::cypher::effect::{CypherEffect, effect};
+use super::{Known, StatementClass, Verdict};
+use crate::cypher::effect::CypherEffect;
 
 /// Judges a top-level query statement.
-pub(crate) fn classify(query: &Query, extra: &ExtraFunctions) -> Verdict {
+pub(crate) fn classify(query: &Query, extra: &Known) -> Verdict {
     // `WITH ... INSERT/UPDATE/DELETE/MERGE` is a write at the top level, not a maybe-write.
     if let Some(kind) = dml_kind(&query.body) {
         return Verdict::new(StatementClass::Write, kind);
@@ -58,7 +58,7 @@ fn dml_kind(body: &SetExpr) -> Option<&'static str> {
 }
 
 struct Walker<'a> {
-    extra: &'a ExtraFunctions,
+    extra: &'a Known<'a>,
     verdict: Verdict,
     saw_cypher: bool,
 }
@@ -137,7 +137,7 @@ impl Walker<'_> {
         if last == "set_config" {
             self.set_config(args);
         }
-        match functions::judge(&parts, self.extra) {
+        match functions::judge(&parts, self.extra.functions) {
             FunctionVerdict::ReadOnly => {}
             FunctionVerdict::SideEffect(why) => self.verdict.raise(
                 StatementClass::Unsafe,
@@ -160,7 +160,7 @@ impl Walker<'_> {
             );
             return;
         };
-        match effect(text) {
+        match self.extra.effect(text) {
             CypherEffect::Read => {}
             CypherEffect::Write(kw) => self
                 .verdict

@@ -8,14 +8,13 @@ use sqlparser::ast::{
     ContextModifier, DiscardObject, Expr, ObjectName, Reset, Set, Statement, UtilityOption, Value,
 };
 
-use super::functions::ExtraFunctions;
 use super::isolation::{self, IsolationChange};
-use super::{StatementClass, Verdict, query};
+use super::{Known, StatementClass, Verdict, query};
 use crate::lexer::{self, Kind};
 
 use StatementClass::{Read, SessionSetting, TransactionControl, Unsafe, Write};
 
-pub(crate) fn classify(stmt: &Statement, text: &str, extra: &ExtraFunctions) -> Verdict {
+pub(crate) fn classify(stmt: &Statement, text: &str, extra: &Known) -> Verdict {
     let exact = |class, reason: &'static str| Verdict::new(class, reason).with_isolation(None);
     match stmt {
         Statement::Query(q) => query::classify(q, extra),

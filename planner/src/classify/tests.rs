@@ -676,15 +676,16 @@ fn functions_are_found_in_every_clause() {
 fn api_is_usable_across_tasks() {
     fn send<T: Send>() {}
     fn send_sync<T: Send + Sync>() {}
-    send::<ClassCache>();
+    use crate::analysis::{AnalysisCache, Analyzer};
+    send::<AnalysisCache>();
     send_sync::<Classifier>();
     send_sync::<Classification>();
-    // One classifier shared by many sessions' caches.
-    let shared = std::sync::Arc::new(Classifier::new(["my_fn"]));
-    let mut a = ClassCache::with_classifier(8, shared.clone());
-    let mut b = ClassCache::with_classifier(8, shared);
-    assert_eq!(a.classify("select my_fn()").class, Read);
-    assert_eq!(b.classify("select my_fn()").class, Read);
+    // One analyzer shared by many sessions' caches.
+    let shared = std::sync::Arc::new(Analyzer::new(["my_fn"]));
+    let mut a = AnalysisCache::new(8, shared.clone());
+    let mut b = AnalysisCache::new(8, shared);
+    assert_eq!(a.get("select my_fn()", None).class.class, Read);
+    assert_eq!(b.get("select my_fn()", None).class.class, Read);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use sqlparser::parser::Parser;
 use super::DeclineReason as D;
 use super::catalog::Catalog;
 use super::compile::compile_cypher;
+use super::effect::{CypherEffect, effect};
 use crate::lexer::{self, Kind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +57,9 @@ struct Tk {
 /// The statement's tokens as this module reads them, from the planner's
 /// SQL lexer; anything it can't follow exactly (an unterminated string,
 /// comment or identifier, a `U&` form) declines.
-fn lex(sql: &str) -> Result<Vec<Tk>, D> {
-    let mut v = Vec::new();
-    for tok in lexer::tokens(sql) {
+fn lex(sql: &str, tokens: &[lexer::Token]) -> Result<Vec<Tk>, D> {
+    let mut v = Vec::with_capacity(tokens.len());
+    for tok in tokens {
         if tok.unterminated {
             return Err(D::SqlShape);
         }
@@ -105,81 +106,29 @@ pub fn rewrite_sql(sql: &str, catalog: &Catalog, opts: &RewriteOptions) -> Rewri
         return Rewrite::Unchanged;
     }
     // Cheap exit for the vast majority of statements.
-    if !sql
-        .as_bytes()
-        .windows(6)
-        .any(|w| w.eq_ignore_ascii_case(b"cypher"))
-    {
+    if !mentions(sql, "cypher") {
         return Rewrite::Unchanged;
     }
-    let toks = match lex(sql) {
-        Ok(t) => t,
-        Err(r) => return Rewrite::Declined(r),
-    };
-    // A plain string holding a backslash reads differently with
-    // standard_conforming_strings off: don't guess.
-    if toks
-        .iter()
-        .any(|t| matches!(&t.t, T::Str { value, plain: true } if value.contains('\\')))
-    {
-        return Rewrite::Declined(D::SqlShape);
+    let tokens: Vec<lexer::Token> = lexer::tokens(sql).collect();
+    examine(sql, &tokens).rewrite(sql, catalog)
+}
+
+/// Whether running `sql` may change the AGE catalog (graphs, labels): a
+/// call of one of AGE's graph/label functions, or a `cypher()` call whose
+/// text writes (CREATE and MERGE create labels on the fly) or can't be
+/// judged. The proxy refreshes its cached [`Catalog`] after such statements.
+pub fn invalidates_catalog(sql: &str) -> bool {
+    if !mentions(sql, "cypher") && !AGE_DDL.iter().any(|f| mentions(sql, f)) {
+        return false;
     }
-    let mut calls = Vec::new();
-    for k in 0..toks.len() {
-        if toks[k].t != T::Word("cypher".into())
-            || toks.get(k + 1).map(|t| &t.t) != Some(&T::Punct(b'('))
-        {
-            continue;
-        }
-        let prev = k.checked_sub(1).map(|p| &toks[p].t);
-        match prev {
-            Some(T::Word(w)) if w == "from" || w == "join" || w == "lateral" => {}
-            Some(T::Punct(b',')) => {}
-            // `ag_catalog.cypher(...)`: the emitted SQL relies on ag_catalog
-            // being on the search_path, which a qualified call doesn't show.
-            Some(T::Punct(b'.')) => return Rewrite::Declined(D::SqlShape),
-            _ => continue,
-        }
-        match parse_call(sql, &toks, k) {
-            Ok(c) => calls.push(c),
-            Err(r) => return Rewrite::Declined(r),
-        }
-    }
-    if calls.is_empty() {
-        return Rewrite::Unchanged;
-    }
-    let starts: Vec<usize> = calls.iter().map(|c| c.start).collect();
-    if !sqlparser_confirms(sql, &starts) {
-        return Rewrite::Declined(D::SqlShape);
-    }
-    let mut out = String::with_capacity(sql.len() * 2);
-    let mut last = 0;
-    for c in &calls {
-        let Some(graph) = catalog.graph(&c.graph) else {
-            return Rewrite::Declined(D::UnknownGraph);
-        };
-        let compiled = match compile_cypher(
-            &c.cypher,
-            &graph,
-            catalog.assume_labels,
-            c.params.as_deref(),
-            c.columns.len(),
-        ) {
-            Ok(s) => s,
-            Err(r) => return Rewrite::Declined(r),
-        };
-        out.push_str(&sql[last..c.start]);
-        out.push('(');
-        out.push_str(&compiled);
-        out.push_str(") AS ");
-        out.push_str(&c.alias);
-        out.push('(');
-        out.push_str(&c.columns.join(", "));
-        out.push(')');
-        last = c.end;
-    }
-    out.push_str(&sql[last..]);
-    Rewrite::Rewritten(out)
+    let tokens: Vec<lexer::Token> = lexer::tokens(sql).collect();
+    examine(sql, &tokens).changes_catalog
+}
+
+fn mentions(sql: &str, word: &str) -> bool {
+    sql.as_bytes()
+        .windows(word.len())
+        .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
 }
 
 /// AGE functions that change graphs or labels.
@@ -194,38 +143,124 @@ const AGE_DDL: &[&str] = &[
     "load_edges_from_file",
 ];
 
-/// Whether running `sql` may change the AGE catalog (graphs, labels): a
-/// call of one of AGE's graph/label functions, or a `cypher()` call whose
-/// text writes (CREATE and MERGE create labels on the fly) or cannot be
-/// parsed. The proxy refreshes its cached [`Catalog`] after such statements.
-pub fn invalidates_catalog(sql: &str) -> bool {
-    let lower = sql.to_ascii_lowercase();
-    if !AGE_DDL.iter().any(|f| lower.contains(f)) && !lower.contains("cypher") {
-        return false;
-    }
-    let Ok(toks) = lex(sql) else {
-        return true;
+/// What a statement's text says of its `cypher()` calls, found in one pass
+/// over the planner's tokens.
+pub(crate) struct Examined {
+    /// The calls in FROM to compile, or why they may not be.
+    calls: Result<Vec<Call>, D>,
+    /// Running it may change the catalog.
+    pub changes_catalog: bool,
+    /// Each `cypher()` text, with what it may do.
+    pub effects: Vec<(String, CypherEffect)>,
+}
+
+pub(crate) fn examine(sql: &str, tokens: &[lexer::Token]) -> Examined {
+    let toks = match lex(sql, tokens) {
+        Ok(t) => t,
+        Err(r) => {
+            return Examined {
+                calls: Err(r),
+                changes_catalog: true,
+                effects: Vec::new(),
+            };
+        }
     };
+    let mut calls = Ok(Vec::new());
+    let mut changes_catalog = false;
+    let mut effects = Vec::new();
     for (k, t) in toks.iter().enumerate() {
         let T::Word(w) = &t.t else { continue };
         if toks.get(k + 1).map(|t| &t.t) != Some(&T::Punct(b'(')) {
             continue;
         }
         if AGE_DDL.contains(&w.as_str()) {
-            return true;
+            changes_catalog = true;
         }
-        if w == "cypher" {
-            match toks.get(k + 4).map(|t| &t.t) {
-                Some(T::Str { value, .. }) => {
-                    if super::effect::effect(value) != super::effect::CypherEffect::Read {
-                        return true;
-                    }
-                }
-                _ => return true,
+        if w != "cypher" {
+            continue;
+        }
+        match toks.get(k + 4).map(|t| &t.t) {
+            Some(T::Str { value, .. }) => {
+                let e = effect(value);
+                changes_catalog |= e != CypherEffect::Read;
+                effects.push((value.clone(), e));
             }
+            _ => changes_catalog = true,
+        }
+        let Ok(found) = calls.as_mut() else { continue };
+        let prev = k.checked_sub(1).map(|p| &toks[p].t);
+        match prev {
+            Some(T::Word(w)) if w == "from" || w == "join" || w == "lateral" => {}
+            Some(T::Punct(b',')) => {}
+            // `ag_catalog.cypher(...)`: the emitted SQL relies on ag_catalog
+            // being on the search_path, which a qualified call doesn't show.
+            Some(T::Punct(b'.')) => {
+                calls = Err(D::SqlShape);
+                continue;
+            }
+            _ => continue,
+        }
+        match parse_call(sql, &toks, k) {
+            Ok(c) => found.push(c),
+            Err(r) => calls = Err(r),
         }
     }
-    false
+    // A plain string holding a backslash reads differently with
+    // standard_conforming_strings off: don't guess.
+    if toks
+        .iter()
+        .any(|t| matches!(&t.t, T::Str { value, plain: true } if value.contains('\\')))
+    {
+        calls = Err(D::SqlShape);
+    }
+    Examined {
+        calls,
+        changes_catalog,
+        effects,
+    }
+}
+
+impl Examined {
+    /// The statement with its calls compiled for `catalog`.
+    pub(crate) fn rewrite(&self, sql: &str, catalog: &Catalog) -> Rewrite {
+        let calls = match &self.calls {
+            Ok(c) if c.is_empty() => return Rewrite::Unchanged,
+            Ok(c) => c,
+            Err(r) => return Rewrite::Declined(*r),
+        };
+        let starts: Vec<usize> = calls.iter().map(|c| c.start).collect();
+        if !sqlparser_confirms(sql, &starts) {
+            return Rewrite::Declined(D::SqlShape);
+        }
+        let mut out = String::with_capacity(sql.len() * 2);
+        let mut last = 0;
+        for c in calls {
+            let Some(graph) = catalog.graph(&c.graph) else {
+                return Rewrite::Declined(D::UnknownGraph);
+            };
+            let compiled = match compile_cypher(
+                &c.cypher,
+                &graph,
+                catalog.assume_labels,
+                c.params.as_deref(),
+                c.columns.len(),
+            ) {
+                Ok(s) => s,
+                Err(r) => return Rewrite::Declined(r),
+            };
+            out.push_str(&sql[last..c.start]);
+            out.push('(');
+            out.push_str(&compiled);
+            out.push_str(") AS ");
+            out.push_str(&c.alias);
+            out.push('(');
+            out.push_str(&c.columns.join(", "));
+            out.push(')');
+            last = c.end;
+        }
+        out.push_str(&sql[last..]);
+        Rewrite::Rewritten(out)
+    }
 }
 
 /// When sqlparser can parse the statement, it must see every call as a

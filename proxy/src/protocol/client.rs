@@ -346,10 +346,21 @@ impl Protocol {
             ag_catalog_on_path: self.settings.ag_catalog_on_path(),
             age_loaded: self.settings.age_loaded() || self.flight.age_loaded,
         };
-        match self
-            .cypher
-            .route(msg, text, words, &view, &self.services, &self.info)
-        {
+        let (route, analysis) = self.cypher.route(
+            msg,
+            &sql,
+            &view,
+            &self.services,
+            &mut self.coalescer.analyses,
+            &self.info,
+        );
+        // The statement's analysis goes with it: what follows its Parse
+        // (Bind, Execute, the Flush) asks the planner nothing more.
+        let sql = match analysis {
+            Some(a) => sql.with_analysis(a),
+            None => sql,
+        };
+        match route {
             Route::Forward => Routed::Plain(Some(sql)),
             Route::Rewritten(m) => Routed::Rewritten(m),
             Route::Held(q) => Routed::Held(q),

@@ -20,7 +20,7 @@ use super::{
     flight::{Flight, Own, Owner},
     own::{close_statement, flush_frame, probe_prepare, probe_run, snapshot_frames, sync_frame},
     text::{Sql, may_set_isolation},
-    verdict::{Verdict, VerdictCache},
+    verdict::{Analyses, Verdict},
 };
 use crate::{
     stats::{Counters, SessionInfo},
@@ -121,7 +121,8 @@ pub struct Coalescer {
     /// The next client message is dropped if it is a Flush (psycopg's
     /// `Sync Flush`, after the Sync was answered here).
     swallow_flush: bool,
-    verdicts: VerdictCache,
+    /// The session's analyses of statement texts.
+    pub analyses: Analyses,
     /// The session's default isolation as the server reported it (what
     /// RESET returns to); `None` until known.
     startup_isolation: Option<IsolationLevel>,
@@ -152,7 +153,7 @@ impl Coalescer {
             batch: Batch::default(),
             held: Held::default(),
             swallow_flush: false,
-            verdicts: VerdictCache::new(&cfg.read_only_functions),
+            analyses: Analyses::new(services.analyzer.clone()),
             startup_isolation: None,
             isolation_touched: false,
             session_isolation: None,
@@ -216,7 +217,7 @@ impl Coalescer {
         if !may_set_isolation(sql.words()) {
             return;
         }
-        let changes = self.verdicts.judge(sql.as_str()).isolation;
+        let changes = self.analyses.judge(sql).isolation;
         self.apply_isolation(&changes, false);
     }
 
@@ -294,7 +295,7 @@ impl Coalescer {
                     if may_set_isolation(w)
                         && let Some(sql) = self.batch.statement.clone()
                     {
-                        let changes = self.verdicts.judge(sql.as_str()).isolation;
+                        let changes = self.analyses.judge(&sql).isolation;
                         self.apply_isolation(&changes, ctx.txn_status != b'I');
                     }
                 }
@@ -385,7 +386,7 @@ impl Coalescer {
     /// The statement's verdict; `EXECUTE name(args)` gets the prepared
     /// statement's, or its arguments' when those are worse.
     fn verdict(&mut self, sql: &Sql, flight: &Flight) -> Verdict {
-        let own = self.verdicts.judge(sql.as_str()).verdict;
+        let own = self.analyses.judge(sql).verdict;
         if !sql.words().any(Words::EXECUTE) {
             return own;
         }
@@ -393,17 +394,17 @@ impl Coalescer {
         let [PreparedOp::Execute { name, args }] = ops.as_slice() else {
             return own;
         };
-        if self.verdicts.judge(sql.as_str()).statements != 1 {
+        if self.analyses.judge(sql).statements != 1 {
             return own;
         }
         let Some(target) = flight.statement(name) else {
             return own;
         };
-        let runs = self.verdicts.judge(target.as_str()).verdict;
+        let runs = self.analyses.judge(target).verdict;
         if args.trim().is_empty() {
             return runs;
         }
-        let args = self.verdicts.judge(&format!("SELECT {args}")).verdict;
+        let args = self.analyses.judge_text(&format!("SELECT {args}")).verdict;
         Verdict::worse(runs, args)
     }
 

@@ -4,12 +4,18 @@
 //! session fetches it.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use onetrip_planner::cypher::{Catalog, Rewrite};
+use std::sync::Arc;
+
+use onetrip_planner::{
+    analysis::Analysis,
+    classify::StatementClass,
+    cypher::{Catalog, Rewrite},
+};
 use tokio::sync::watch;
 
-use super::Services;
+use super::{Services, text::Sql, verdict::Analyses};
 use crate::{
-    cypher_cache::{Lookup, may_change_catalog},
+    cypher_cache::Lookup,
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
 };
@@ -73,9 +79,6 @@ pub struct CypherSession {
     fetch: Option<Fetch>,
     verify_mode: bool,
     verify: Option<Verify>,
-    /// Verify mode's judge of which statements may run twice.
-    classifier: Option<onetrip_planner::classify::Classifier>,
-    read_only_functions: Vec<String>,
     /// This session owns the database's catalog fetch.
     loading: bool,
     /// A statement that may change labels ran: refetch after it completes.
@@ -116,21 +119,11 @@ impl CypherSession {
             fetch: None,
             verify_mode: services.config.planner.verify,
             verify: None,
-            classifier: None,
-            read_only_functions: services.config.coalesce.read_only_functions.clone(),
             loading: false,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
             span: tracing::Span::current(),
         }
-    }
-
-    /// The classifier's verdict: a read, which may run twice.
-    fn is_read(&mut self, sql: &str) -> bool {
-        let classifier = self.classifier.get_or_insert_with(|| {
-            onetrip_planner::classify::Classifier::new(&self.read_only_functions)
-        });
-        classifier.classify(sql).class == onetrip_planner::classify::StatementClass::Read
     }
 
     /// `[planner] cypher_rewrite` is on.
@@ -178,95 +171,163 @@ impl CypherSession {
         }
     }
 
-    /// Routes a Query or Parse (`msg`) whose statement text is `sql`, with
-    /// `words`.
+    /// Routes a Query or Parse (`msg`) whose statement is `sql`; returns
+    /// its analysis too, when one was made.
     pub fn route(
         &mut self,
         msg: &Bytes,
-        sql: &str,
-        words: Words,
+        sql: &Sql,
         view: &SessionView,
         services: &Services,
+        analyses: &mut Analyses,
         info: &SessionInfo,
-    ) -> Route {
-        let quiet = view.quiet;
-        let t = msg.first().copied().unwrap_or_default();
-        if may_change_catalog(sql, words) {
+    ) -> (Route, Option<Arc<Analysis>>) {
+        let words = sql.words();
+        if words.all(Words::EXTENSION | Words::AGE) {
+            self.invalidate_at_ready = true;
+            services.cypher.invalidate(&self.database);
+            return (Route::Forward, None);
+        }
+        // One analysis: for the catalog, when the statement may have calls
+        // to compile and the catalog is there.
+        let calls = self.enabled && words.any(Words::CYPHER);
+        let ready = calls
+            .then(|| services.cypher.ready(&self.database))
+            .flatten();
+        let analysis = match &ready {
+            Some((version, catalog)) => self.analysis(*version, sql, catalog, services, analyses),
+            None => analyses.of(sql),
+        };
+        if analysis.changes_catalog {
             // The change happens when the statement runs: the catalog is
             // refreshed after it. Such a statement is never compiled, so it
             // goes now; waiting for a fetch here would invalidate the fetched
             // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
             services.cypher.invalidate(&self.database);
-            return Route::Forward;
+            return (Route::Forward, Some(analysis));
         }
-        if !self.enabled || !words.any(Words::CYPHER) {
-            return Route::Forward;
+        if !calls {
+            return (Route::Forward, Some(analysis));
         }
-        match services.cypher.lookup(&self.database) {
-            Lookup::Ready(version, Some(catalog)) => {
-                let plan = services.cypher.plan(version, sql, &catalog);
-                match &*plan {
-                    Rewrite::Rewritten(_) if view.ag_catalog_on_path != Some(true) => {
-                        // An unqualified cypher() is AGE's only with
-                        // ag_catalog on the search path, and the compiled
-                        // SQL names AGE's operators unqualified too.
-                        Counters::add(&info.counters.fallbacks, 1);
-                        services.stats.note_fallback(match view.ag_catalog_on_path {
-                            Some(_) => "cypher: ag_catalog not on the search_path",
-                            None => "cypher: search_path not known",
-                        });
-                        Route::Forward
-                    }
-                    Rewrite::Rewritten(_) if !view.age_loaded => {
-                        // Without AGE's library loaded (LOAD 'age', or a
-                        // preload), cypher() fails where compiled SQL runs.
-                        Counters::add(&info.counters.fallbacks, 1);
-                        services
-                            .stats
-                            .note_fallback("cypher: AGE not known to be loaded in the session");
-                        Route::Forward
-                    }
-                    Rewrite::Rewritten(_) if self.verify_mode && !self.is_read(sql) => {
-                        // Verify mode runs the statement twice: only a read
-                        // may run twice.
-                        services
-                            .stats
-                            .note_fallback("cypher verify: skipped (not a read)");
-                        Route::Forward
-                    }
-                    Rewrite::Rewritten(new_sql) if self.verify_mode => {
-                        if t != tag::QUERY || !quiet {
-                            // Only a quiet simple Query can run twice unseen;
-                            // otherwise AGE answers alone.
-                            services.stats.note_fallback(
-                                "cypher verify: skipped (extended protocol or busy session)",
-                            );
-                            return Route::Forward;
-                        }
-                        Counters::add(&info.counters.rewritten_queries, 1);
-                        let compiled = rebuild(t, msg, new_sql);
-                        self.verify = Some(Verify {
-                            original: msg.clone(),
-                            compiled: Answer::default(),
-                            relaying: false,
-                            relayed: Answer::default(),
-                        });
-                        Route::Held(Some(compiled))
-                    }
-                    Rewrite::Rewritten(new_sql) => {
-                        Counters::add(&info.counters.rewritten_queries, 1);
-                        Route::Rewritten(rebuild(t, msg, new_sql))
-                    }
-                    Rewrite::Declined(reason) => {
-                        Counters::add(&info.counters.fallbacks, 1);
-                        services.stats.note_fallback(&format!("cypher: {reason}"));
-                        Route::Forward
-                    }
-                    Rewrite::Unchanged => Route::Forward,
-                }
+        let route = match ready {
+            Some(_) => self.compiled(msg, &analysis, view, services, info),
+            None => self.without_catalog(msg, view.quiet, services, info),
+        };
+        (route, Some(analysis))
+    }
+
+    /// The analysis of `sql` for `catalog`: the session's, another
+    /// session's, or made now and shared.
+    fn analysis(
+        &self,
+        version: u64,
+        sql: &Sql,
+        catalog: &Catalog,
+        services: &Services,
+        analyses: &mut Analyses,
+    ) -> Arc<Analysis> {
+        if let Some(a) = analyses.cached(sql.as_str(), version) {
+            return a;
+        }
+        if let Some(a) = services.cypher.shared_analysis(version, sql.as_str()) {
+            analyses.keep(sql.as_str(), a.clone(), version);
+            return a;
+        }
+        let a = analyses.for_catalog(sql.as_str(), Some((version, catalog)));
+        services
+            .cypher
+            .share_analysis(version, sql.as_str(), a.clone());
+        a
+    }
+
+    /// A statement whose calls were compiled (or declined) for the catalog.
+    fn compiled(
+        &mut self,
+        msg: &Bytes,
+        analysis: &Analysis,
+        view: &SessionView,
+        services: &Services,
+        info: &SessionInfo,
+    ) -> Route {
+        let t = msg.first().copied().unwrap_or_default();
+        let quiet = view.quiet;
+        match &analysis.rewrite {
+            Rewrite::Rewritten(_) if view.ag_catalog_on_path != Some(true) => {
+                // An unqualified cypher() is AGE's only with ag_catalog on
+                // the search path, and the compiled SQL names AGE's
+                // operators unqualified too.
+                Counters::add(&info.counters.fallbacks, 1);
+                services.stats.note_fallback(match view.ag_catalog_on_path {
+                    Some(_) => "cypher: ag_catalog not on the search_path",
+                    None => "cypher: search_path not known",
+                });
+                Route::Forward
             }
-            Lookup::Ready(_, None) => Route::Forward,
+            Rewrite::Rewritten(_) if !view.age_loaded => {
+                // Without AGE's library loaded (LOAD 'age', or a preload),
+                // cypher() fails where compiled SQL runs.
+                Counters::add(&info.counters.fallbacks, 1);
+                services
+                    .stats
+                    .note_fallback("cypher: AGE not known to be loaded in the session");
+                Route::Forward
+            }
+            Rewrite::Rewritten(_)
+                if self.verify_mode && analysis.class.class != StatementClass::Read =>
+            {
+                // Verify mode runs the statement twice: only a read may
+                // run twice.
+                services
+                    .stats
+                    .note_fallback("cypher verify: skipped (not a read)");
+                Route::Forward
+            }
+            Rewrite::Rewritten(new_sql) if self.verify_mode => {
+                if t != tag::QUERY || !quiet {
+                    // Only a quiet simple Query can run twice unseen;
+                    // otherwise AGE answers alone.
+                    services.stats.note_fallback(
+                        "cypher verify: skipped (extended protocol or busy session)",
+                    );
+                    return Route::Forward;
+                }
+                Counters::add(&info.counters.rewritten_queries, 1);
+                let compiled = rebuild(t, msg, new_sql);
+                self.verify = Some(Verify {
+                    original: msg.clone(),
+                    compiled: Answer::default(),
+                    relaying: false,
+                    relayed: Answer::default(),
+                });
+                Route::Held(Some(compiled))
+            }
+            Rewrite::Rewritten(new_sql) => {
+                Counters::add(&info.counters.rewritten_queries, 1);
+                Route::Rewritten(rebuild(t, msg, new_sql))
+            }
+            Rewrite::Declined(reason) => {
+                Counters::add(&info.counters.fallbacks, 1);
+                services.stats.note_fallback(&format!("cypher: {reason}"));
+                Route::Forward
+            }
+            Rewrite::Unchanged => Route::Forward,
+        }
+    }
+
+    /// A statement with calls to compile while the catalog is not loaded:
+    /// fetch it (or wait for the session fetching it) and route it again.
+    fn without_catalog(
+        &mut self,
+        msg: &Bytes,
+        quiet: bool,
+        services: &Services,
+        info: &SessionInfo,
+    ) -> Route {
+        let t = msg.first().copied().unwrap_or_default();
+        match services.cypher.lookup(&self.database) {
+            // Loaded meanwhile: the next statement is compiled.
+            Lookup::Ready(..) => Route::Forward,
             Lookup::Loading(rx) => {
                 self.pending = Some((t, msg.clone()));
                 self.waiting = Some(rx);

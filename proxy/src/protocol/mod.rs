@@ -42,6 +42,8 @@ pub struct Services {
     pub config: Arc<crate::config::Config>,
     pub stats: Arc<crate::stats::Stats>,
     pub cypher: Arc<crate::cypher_cache::CypherCache>,
+    /// The planner, with the configured read-only functions.
+    pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,41 +2,84 @@
 //! in, so following a statement through Parse, Bind and Execute copies
 //! nothing.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
+use onetrip_planner::{analysis::Analysis, words::Words};
 use rustc_hash::FxHashMap;
 
-use onetrip_planner::words::Words;
-
 /// UTF-8 statement text (checked when made), with the words the session
-/// looks for found once, when it is made, rather than at every Execute.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Sql(Bytes, Words);
+/// looks for found once, when it is made, rather than at every Execute;
+/// and its analysis, once the planner made one, so that the Bind, Execute
+/// and Flush that follow its Parse need not ask again. Equal and hashed by
+/// its text.
+#[derive(Debug, Clone)]
+pub struct Sql {
+    text: Bytes,
+    words: Words,
+    analysis: Option<Arc<Analysis>>,
+}
+
+impl PartialEq for Sql {
+    fn eq(&self, other: &Sql) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Sql {}
+
+impl std::hash::Hash for Sql {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.text.hash(h);
+    }
+}
 
 impl Sql {
     /// The text `text`, which lies inside `msg`, without copying it;
     /// `words` are its words when already found.
     pub fn within(msg: &Bytes, text: &str, words: Option<Words>) -> Self {
         let words = words.unwrap_or_else(|| Words::scan(text));
-        Sql(msg.slice_ref(text.as_bytes()), words)
+        Sql {
+            text: msg.slice_ref(text.as_bytes()),
+            words,
+            analysis: None,
+        }
     }
 
     /// A copy, for text kept long after its message (it would otherwise
     /// pin the whole read buffer the message arrived in).
     pub fn detached(&self) -> Self {
-        Sql(Bytes::copy_from_slice(&self.0), self.1)
+        Sql {
+            text: Bytes::copy_from_slice(&self.text),
+            words: self.words,
+            analysis: self.analysis.clone(),
+        }
     }
 
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        std::str::from_utf8(&self.text).unwrap_or_default()
     }
 
     pub fn words(&self) -> Words {
-        self.1
+        self.words
     }
 
     /// `part`, which lies inside this text, as a statement of its own.
     pub fn part(&self, part: &str) -> Sql {
-        Sql(self.0.slice_ref(part.as_bytes()), Words::scan(part))
+        Sql {
+            text: self.text.slice_ref(part.as_bytes()),
+            words: Words::scan(part),
+            analysis: None,
+        }
+    }
+
+    pub fn analysis(&self) -> Option<&Arc<Analysis>> {
+        self.analysis.as_ref()
+    }
+
+    pub fn with_analysis(mut self, analysis: Arc<Analysis>) -> Self {
+        self.analysis = Some(analysis);
+        self
     }
 }
 

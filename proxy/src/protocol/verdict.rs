@@ -1,6 +1,15 @@
-//! The coalescer's view of the planner's statement classes.
+//! The session's analyses of statement texts, and the coalescer's view of
+//! their classes.
 
-use onetrip_planner::classify::{ClassCache, Classification, StatementClass};
+use std::sync::Arc;
+
+use onetrip_planner::{
+    analysis::{Analysis, AnalysisCache, Analyzer},
+    classify::{Classification, StatementClass},
+    cypher::Catalog,
+};
+
+use super::text::Sql;
 
 /// Distinct statement texts whose class a session remembers.
 const CACHE_ENTRIES: usize = 1024;
@@ -42,6 +51,7 @@ impl Verdict {
     }
 }
 
+/// What the coalescer reads of a statement's analysis.
 pub struct Judgement {
     pub verdict: Verdict,
     pub isolation: Vec<onetrip_planner::classify::IsolationChange>,
@@ -49,19 +59,9 @@ pub struct Judgement {
     pub statements: usize,
 }
 
-pub struct VerdictCache {
-    cache: ClassCache,
-}
-
-impl VerdictCache {
-    pub fn new(read_only_functions: &[String]) -> Self {
-        Self {
-            cache: ClassCache::new(CACHE_ENTRIES, read_only_functions.to_vec()),
-        }
-    }
-
-    pub fn judge(&mut self, sql: &str) -> Judgement {
-        let c: Classification = self.cache.classify(sql);
+impl Judgement {
+    fn of(a: &Analysis) -> Judgement {
+        let c: &Classification = &a.class;
         let verdict = match c.class {
             StatementClass::Read => Verdict::Read,
             StatementClass::MaybeWrite => Verdict::MaybeWrite,
@@ -71,8 +71,55 @@ impl VerdictCache {
         };
         Judgement {
             verdict,
-            isolation: c.isolation,
+            isolation: c.isolation.clone(),
             statements: c.statement_count,
         }
+    }
+}
+
+/// The session's analyses: one planner call per statement text (per
+/// catalog version), kept for the statements it runs again.
+pub struct Analyses {
+    cache: AnalysisCache,
+}
+
+impl Analyses {
+    pub fn new(analyzer: Arc<Analyzer>) -> Self {
+        Self {
+            cache: AnalysisCache::new(CACHE_ENTRIES, analyzer),
+        }
+    }
+
+    /// The analysis of `sql`: the one it carries, or the cache's.
+    pub fn of(&mut self, sql: &Sql) -> Arc<Analysis> {
+        match sql.analysis() {
+            Some(a) => a.clone(),
+            None => self.cache.get(sql.as_str(), None),
+        }
+    }
+
+    /// The analysis of `text` for `catalog` (with its version), when the
+    /// statement's `cypher()` calls are to be compiled.
+    pub fn for_catalog(&mut self, text: &str, catalog: Option<(u64, &Catalog)>) -> Arc<Analysis> {
+        self.cache.get(text, catalog)
+    }
+
+    /// The analysis of `text` made for catalog `version`, if kept.
+    pub fn cached(&mut self, text: &str, version: u64) -> Option<Arc<Analysis>> {
+        self.cache.peek(text, Some(version))
+    }
+
+    /// Keeps an analysis made elsewhere (another session's, for the same
+    /// catalog version).
+    pub fn keep(&mut self, text: &str, analysis: Arc<Analysis>, version: u64) {
+        self.cache.put(text, analysis, Some(version));
+    }
+
+    pub fn judge(&mut self, sql: &Sql) -> Judgement {
+        Judgement::of(&self.of(sql))
+    }
+
+    pub fn judge_text(&mut self, text: &str) -> Judgement {
+        Judgement::of(&self.cache.get(text, None))
     }
 }

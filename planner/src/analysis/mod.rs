@@ -1,0 +1,127 @@
+//! One analysis of a statement's text: everything the proxy asks of it,
+//! found in one pass and kept together. The text is lexed once; each
+//! `cypher()` text is judged once; the classification, the catalog effect
+//! and the compiled statement all come from that.
+//!
+//! ```
+//! use onetrip_planner::analysis::Analyzer;
+//! use onetrip_planner::classify::StatementClass;
+//!
+//! let analyzer = Analyzer::new(Vec::<String>::new());
+//! let a = analyzer.analyze("SELECT * FROM cypher('g', $$ CREATE (:A) $$) AS (a agtype)", None);
+//! assert_eq!(a.class.class, StatementClass::Write);
+//! assert!(a.changes_catalog);
+//! ```
+
+mod cache;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use cache::{AnalysisCache, MAX_CACHED_LEN, lookups};
+
+use crate::{
+    classify::{Classification, Classifier},
+    cypher::{Catalog, Rewrite, sql},
+    lexer,
+};
+
+/// What a statement's text says, for one version of the AGE catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Analysis {
+    /// What it may do (the classes coalescing goes by), with the isolation
+    /// changes it makes.
+    pub class: Classification,
+    /// Its `cypher()` calls compiled, when analysed with a catalog;
+    /// `Unchanged` otherwise.
+    pub rewrite: Rewrite,
+    /// Running it may change AGE's catalog (graphs, labels).
+    pub changes_catalog: bool,
+}
+
+/// Analyses statements with a fixed set of extra read-only functions;
+/// shareable between sessions.
+#[derive(Clone, Debug, Default)]
+pub struct Analyzer {
+    classifier: Classifier,
+}
+
+/// Analyses run in this process, for tests and reports: a statement run
+/// again should find its analysis in a cache, not here.
+static ANALYSES: AtomicU64 = AtomicU64::new(0);
+
+pub fn analyses_run() -> u64 {
+    ANALYSES.load(Ordering::Relaxed)
+}
+
+impl Analyzer {
+    pub fn new<I, S>(read_only_functions: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self {
+            classifier: Classifier::new(read_only_functions),
+        }
+    }
+
+    /// Analyses `sql`; with `catalog`, its `cypher()` calls are compiled.
+    pub fn analyze(&self, sql: &str, catalog: Option<&Catalog>) -> Analysis {
+        ANALYSES.fetch_add(1, Ordering::Relaxed);
+        let tokens: Vec<lexer::Token> = lexer::tokens(sql).collect();
+        let pieces = lexer::split_tokens(sql, &tokens);
+        let examined = sql::examine(sql, &tokens);
+        let class = self
+            .classifier
+            .classify_pieces(sql, &pieces, &examined.effects);
+        let rewrite = match catalog {
+            Some(c) => examined.rewrite(sql, c),
+            None => Rewrite::Unchanged,
+        };
+        Analysis {
+            class,
+            rewrite,
+            changes_catalog: examined.changes_catalog,
+        }
+    }
+
+    /// The classifier alone, for statements nothing else is asked of.
+    pub fn classifier(&self) -> &Classifier {
+        &self.classifier
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::StatementClass;
+
+    #[test]
+    fn one_analysis_answers_every_question() {
+        let a = Analyzer::default();
+        let mut catalog = Catalog::new();
+        catalog.add_graph("g", "g", 1);
+        catalog.add_label(
+            "g",
+            "Person",
+            crate::cypher::LabelKind::Vertex,
+            "g.\"Person\"",
+        );
+        let read =
+            "select * from cypher('g', $$ MATCH (n:Person) RETURN n.name $$) as (name agtype)";
+        let r = a.analyze(read, Some(&catalog));
+        assert_eq!(r.class.class, StatementClass::Read);
+        assert!(!r.changes_catalog);
+        assert!(matches!(r.rewrite, Rewrite::Rewritten(_)));
+        assert_eq!(a.analyze(read, None).rewrite, Rewrite::Unchanged);
+
+        let ddl = a.analyze("select ag_catalog.create_vlabel('g', 'City')", None);
+        assert!(ddl.changes_catalog);
+        let plain = a.analyze(
+            "select 1; set transaction isolation level serializable",
+            None,
+        );
+        assert_eq!(plain.class.statement_count, 2);
+        assert!(!plain.class.isolation.is_empty());
+        assert!(!plain.changes_catalog);
+    }
+}
