@@ -1,4 +1,4 @@
-//! Round-trip accounting (DESIGN.md, "Round trips: definitions").
+//! Round-trip accounting (ARCHITECTURE.md, "Round trips: definitions").
 //!
 //! Each session owns an `Arc<Counters>` that only its own task writes
 //! (relaxed atomics on a cache line nobody else writes), so the forwarding

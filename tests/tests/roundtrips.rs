@@ -1,4 +1,4 @@
-//! Round trips counted exactly as DESIGN.md defines them, with real clients
+//! Round trips counted exactly as ARCHITECTURE.md defines them, with real clients
 //! against a real PostgreSQL.
 
 use onetrip::stats::{SessionInfo, Snapshot};

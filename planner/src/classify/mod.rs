@@ -1,4 +1,4 @@
-//! Statement classification for coalescing (DESIGN.md, "Coalescing a single-read batch").
+//! Statement classification for coalescing (ARCHITECTURE.md, "Coalescing a single-read batch").
 //!
 //! An early Sync ends an implicit transaction sooner than the client asked; that is invisible
 //! only for statements that change nothing. [`classify`] decides which statements those are,

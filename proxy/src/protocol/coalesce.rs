@@ -1,4 +1,4 @@
-//! Coalescing a single-read batch (DESIGN.md, "Coalescing a single-read
+//! Coalescing a single-read batch (ARCHITECTURE.md, "Coalescing a single-read
 //! batch").
 //!
 //! `Parse? Bind Describe Execute Flush` -> wait -> `Sync Flush` costs the

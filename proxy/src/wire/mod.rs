@@ -50,7 +50,7 @@ pub mod tag {
     pub const NEGOTIATE_PROTOCOL_VERSION: u8 = b'v';
 }
 
-/// Does this frontend message ask the server to send what it has (DESIGN.md,
+/// Does this frontend message ask the server to send what it has (ARCHITECTURE.md,
 /// "Round trips: definitions")?
 pub fn is_flush_request(frontend_tag: u8) -> bool {
     matches!(
