@@ -181,6 +181,22 @@ const AGE_READ_ONLY: &[&str] = &[
     "get_cypher_keywords",
 ];
 
+/// Functions that read the transaction's own time or identity: inside a
+/// transaction block they answer what they answered at its start.
+pub(crate) const TRANSACTION_TIME: &[&str] = &[
+    "now",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "localtime",
+    "localtimestamp",
+    "transaction_timestamp",
+    "txid_current_if_assigned",
+    "pg_current_xact_id_if_assigned",
+    "txid_current_snapshot",
+    "pg_current_snapshot",
+];
+
 /// Side-effect functions with the reason they are unsafe. Exact names first, then prefixes.
 #[rustfmt::skip]
 const SIDE_EFFECTS: &[(&str, &str)] = &[

@@ -104,6 +104,10 @@ pub struct Classification {
     pub isolation: Vec<IsolationChange>,
     /// Number of non-empty statements.
     pub statement_count: usize,
+    /// It reads the transaction's own time or identity (`now()`,
+    /// `current_timestamp`, the transaction's id or snapshot): run outside
+    /// its transaction block, it would answer differently.
+    pub transaction_time: bool,
 }
 
 /// Classifies SQL with a fixed set of extra read-only functions. Shareable between sessions
@@ -152,14 +156,17 @@ impl Classifier {
                 reason: Arc::from("empty query"),
                 isolation: Vec::new(),
                 statement_count: 0,
+                transaction_time: false,
             };
         }
         let count = pieces.len();
         let mut worst: Option<(Verdict, usize)> = None;
         let mut isolation = Vec::new();
+        let mut transaction_time = false;
         for (i, piece) in pieces.iter().enumerate() {
             let v = classify_piece(sql, piece, &known);
             isolation.extend(v.isolation.iter().copied());
+            transaction_time |= v.transaction_time;
             if worst.as_ref().is_none_or(|(w, _)| v.class > w.class) {
                 worst = Some((v, i));
             }
@@ -176,6 +183,7 @@ impl Classifier {
             reason: Arc::from(reason),
             isolation,
             statement_count: count,
+            transaction_time,
         }
     }
 }
@@ -279,6 +287,8 @@ pub(crate) struct Verdict {
     /// The statement's isolation effect is fully known (possibly "none"), so the textual
     /// "mentions isolation" safety net does not apply.
     pub isolation_exact: bool,
+    /// It reads the transaction's time or identity.
+    pub transaction_time: bool,
 }
 
 impl Verdict {
@@ -288,6 +298,7 @@ impl Verdict {
             reason: reason.into(),
             isolation: Vec::new(),
             isolation_exact: false,
+            transaction_time: false,
         }
     }
 

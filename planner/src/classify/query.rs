@@ -137,6 +137,9 @@ impl Walker<'_> {
         if last == "set_config" {
             self.set_config(args);
         }
+        if functions::TRANSACTION_TIME.contains(&last) {
+            self.verdict.transaction_time = true;
+        }
         match functions::judge(&parts, self.extra.functions) {
             FunctionVerdict::ReadOnly => {}
             FunctionVerdict::SideEffect(why) => self.verdict.raise(

@@ -729,3 +729,28 @@ fn trusted_by_name_and_attribute_notation() {
     // notation's explicit form.
     assert_eq!(classify("select f(t) from t").class, Unsafe);
 }
+
+/// Reads of the transaction's own time or identity, which a read run
+/// outside its transaction block would answer differently.
+#[test]
+fn transaction_time() {
+    for sql in [
+        "select now()",
+        "SELECT CURRENT_TIMESTAMP",
+        "select current_date, 1",
+        "select localtimestamp",
+        "select transaction_timestamp()",
+        "select pg_catalog.now()",
+        "select * from t where created < now() - interval '1 day'",
+        "select pg_current_xact_id_if_assigned()",
+    ] {
+        assert!(classify(sql).transaction_time, "{sql}");
+    }
+    for sql in [
+        "select 1",
+        "select clock_timestamp()",
+        "select statement_timestamp()",
+    ] {
+        assert!(!classify(sql).transaction_time, "{sql}");
+    }
+}
