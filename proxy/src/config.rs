@@ -12,6 +12,7 @@ pub struct Config {
     pub upstream: Upstream,
     pub tls: Tls,
     pub coalesce: Coalesce,
+    pub transactions: Transactions,
     pub planner: Planner,
     pub metrics: Metrics,
     pub admin: Admin,
@@ -164,6 +165,26 @@ impl Default for Coalesce {
             write_probe: true,
             max_held_bytes: 1 << 20,
             read_only_functions: Vec::new(),
+        }
+    }
+}
+
+/// Transactions in fewer round trips.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Transactions {
+    /// BEGIN is answered here and goes upstream with the next statement.
+    pub defer_begin: bool,
+    /// Under READ COMMITTED, reads of a transaction that has not reached
+    /// the server run without it.
+    pub lazy_reads: bool,
+}
+
+impl Default for Transactions {
+    fn default() -> Self {
+        Self {
+            defer_begin: true,
+            lazy_reads: false,
         }
     }
 }
@@ -394,8 +415,17 @@ fn apply_env(
     rest: &str,
     value: &str,
 ) -> Result<(), ConfigError> {
-    const SECTIONS: [&str; 9] = [
-        "listen", "upstream", "tls", "coalesce", "planner", "metrics", "admin", "limits", "log",
+    const SECTIONS: [&str; 10] = [
+        "listen",
+        "upstream",
+        "tls",
+        "coalesce",
+        "transactions",
+        "planner",
+        "metrics",
+        "admin",
+        "limits",
+        "log",
     ];
     let lower = rest.to_ascii_lowercase();
     let Some((section, key)) = SECTIONS.iter().find_map(|s| {

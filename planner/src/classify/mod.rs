@@ -108,6 +108,21 @@ pub struct Classification {
     /// `current_timestamp`, the transaction's id or snapshot): run outside
     /// its transaction block, it would answer differently.
     pub transaction_time: bool,
+    /// The text is one statement that begins or ends a transaction.
+    pub transaction: Option<TransactionStatement>,
+}
+
+/// A statement that begins or ends a transaction, as far as a session that
+/// answers it itself needs to know (the AND CHAIN forms, savepoints and
+/// two-phase commit are none of these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransactionStatement {
+    /// BEGIN or START TRANSACTION, any modes; `tag` is its CommandComplete.
+    Begin { tag: &'static str },
+    /// COMMIT or END.
+    Commit,
+    /// ROLLBACK or ABORT.
+    Rollback,
 }
 
 /// Classifies SQL with a fixed set of extra read-only functions. Shareable between sessions
@@ -157,6 +172,7 @@ impl Classifier {
                 isolation: Vec::new(),
                 statement_count: 0,
                 transaction_time: false,
+                transaction: None,
             };
         }
         let count = pieces.len();
@@ -184,6 +200,7 @@ impl Classifier {
             isolation,
             statement_count: count,
             transaction_time,
+            transaction: if count == 1 { v.transaction } else { None },
         }
     }
 }
@@ -289,6 +306,7 @@ pub(crate) struct Verdict {
     pub isolation_exact: bool,
     /// It reads the transaction's time or identity.
     pub transaction_time: bool,
+    pub transaction: Option<TransactionStatement>,
 }
 
 impl Verdict {
@@ -299,6 +317,7 @@ impl Verdict {
             isolation: Vec::new(),
             isolation_exact: false,
             transaction_time: false,
+            transaction: None,
         }
     }
 

@@ -9,7 +9,7 @@ use sqlparser::ast::{
 };
 
 use super::isolation::{self, IsolationChange};
-use super::{Known, StatementClass, Verdict, query};
+use super::{Known, StatementClass, TransactionStatement, Verdict, query};
 use crate::lexer::{self, Kind};
 
 use StatementClass::{Read, SessionSetting, TransactionControl, Unsafe, Write};
@@ -35,17 +35,49 @@ pub(crate) fn classify(stmt: &Statement, text: &str, extra: &Known) -> Verdict {
             }
         }
 
-        Statement::StartTransaction { modes, begin, .. } => {
+        Statement::StartTransaction {
+            modes,
+            begin,
+            modifier,
+            statements,
+            exception,
+            has_end_keyword,
+            ..
+        } => {
             let reason = if *begin { "BEGIN" } else { "START TRANSACTION" };
             let change = isolation::from_modes(modes)
                 .map(|level| level.map_or(IsolationChange::Unknown, IsolationChange::Transaction));
-            Verdict::new(TransactionControl, reason).with_isolation(change)
+            let mut v = Verdict::new(TransactionControl, reason).with_isolation(change);
+            // Only PostgreSQL's own forms (no other dialect's modifier or
+            // BEGIN ... END block).
+            if modifier.is_none()
+                && statements.is_empty()
+                && exception.is_none()
+                && !has_end_keyword
+            {
+                v.transaction = Some(TransactionStatement::Begin { tag: reason });
+            }
+            v
         }
-        Statement::Commit { .. } => exact(TransactionControl, "COMMIT"),
+        Statement::Commit {
+            chain, modifier, ..
+        } => {
+            let mut v = exact(TransactionControl, "COMMIT");
+            if !chain && modifier.is_none() {
+                v.transaction = Some(TransactionStatement::Commit);
+            }
+            v
+        }
         Statement::Rollback {
             savepoint: Some(_), ..
         } => exact(TransactionControl, "ROLLBACK TO SAVEPOINT"),
-        Statement::Rollback { .. } => exact(TransactionControl, "ROLLBACK"),
+        Statement::Rollback { chain, .. } => {
+            let mut v = exact(TransactionControl, "ROLLBACK");
+            if !chain {
+                v.transaction = Some(TransactionStatement::Rollback);
+            }
+            v
+        }
         Statement::Savepoint { .. } => exact(TransactionControl, "SAVEPOINT"),
         Statement::ReleaseSavepoint { .. } => exact(TransactionControl, "RELEASE SAVEPOINT"),
 

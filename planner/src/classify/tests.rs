@@ -754,3 +754,43 @@ fn transaction_time() {
         assert!(!classify(sql).transaction_time, "{sql}");
     }
 }
+
+/// BEGIN and the ends of a transaction, as a session that answers them
+/// itself needs to know them.
+#[test]
+fn transaction_statements() {
+    use super::TransactionStatement::*;
+    let t = |sql| classify(sql).transaction;
+    assert_eq!(t("BEGIN"), Some(Begin { tag: "BEGIN" }));
+    assert_eq!(t("begin work"), Some(Begin { tag: "BEGIN" }));
+    assert_eq!(
+        t("START TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Some(Begin {
+            tag: "START TRANSACTION"
+        })
+    );
+    for sql in [
+        "COMMIT",
+        "end",
+        "commit work",
+        "COMMIT AND NO CHAIN",
+        "END TRANSACTION",
+    ] {
+        assert_eq!(t(sql), Some(Commit), "{sql}");
+    }
+    for sql in ["ROLLBACK", "abort", "ROLLBACK AND NO CHAIN"] {
+        assert_eq!(t(sql), Some(Rollback), "{sql}");
+    }
+    for sql in [
+        "COMMIT AND CHAIN",
+        "ROLLBACK AND CHAIN",
+        "ROLLBACK TO SAVEPOINT a",
+        "PREPARE TRANSACTION 'x'",
+        "COMMIT PREPARED 'x'",
+        "BEGIN; SELECT 1",
+        "SAVEPOINT a",
+        "select 1",
+    ] {
+        assert_eq!(t(sql), None, "{sql}");
+    }
+}
