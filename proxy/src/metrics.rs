@@ -162,6 +162,11 @@ fn help(name: &str) -> &'static str {
         "rewritten_queries" => "Queries rewritten by the planner.",
         "fallbacks" => "Times a feature stepped aside.",
         "reused_upstreams" => "Sessions served by a kept upstream connection (upstream.reuse).",
+        "deferred_begins" => "BEGINs answered by the proxy and sent with the next statement.",
+        "local_ends" => {
+            "COMMITs and ROLLBACKs answered by the proxy: the transaction never reached the server."
+        }
+        "lazy_reads" => "Reads run outside a transaction block that had not reached the server.",
         _ => "onetrip counter.",
     }
 }

@@ -111,6 +111,14 @@ counters! {
     fallbacks,
     /// Sessions served by a kept upstream connection (`upstream.reuse`).
     reused_upstreams,
+    /// BEGINs answered here (`transactions.defer_begin`): each one a round
+    /// trip saved.
+    deferred_begins,
+    /// COMMITs and ROLLBACKs of transactions that never reached the server,
+    /// answered here: each one a round trip saved.
+    local_ends,
+    /// Reads run without their transaction block (`transactions.lazy_reads`).
+    lazy_reads,
 }
 
 impl Snapshot {
@@ -160,6 +168,8 @@ pub enum SessionState {
     InTransaction = 3,
     FailedTransaction = 4,
     Closing = 5,
+    /// In a transaction the client began that has not reached the server.
+    TransactionHeld = 6,
 }
 
 impl SessionState {
@@ -171,6 +181,7 @@ impl SessionState {
             Self::InTransaction => "idle in transaction",
             Self::FailedTransaction => "idle in failed transaction",
             Self::Closing => "closing",
+            Self::TransactionHeld => "idle in transaction (not sent)",
         }
     }
 
@@ -181,6 +192,7 @@ impl SessionState {
             3 => Self::InTransaction,
             4 => Self::FailedTransaction,
             5 => Self::Closing,
+            6 => Self::TransactionHeld,
             _ => Self::Startup,
         }
     }

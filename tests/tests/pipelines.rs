@@ -1,5 +1,5 @@
-//! Random pipelines sent to PostgreSQL and through onetrip (coalescing on
-//! and off): the same answers at the same points and the same tables
+//! Random pipelines sent to PostgreSQL and through onetrip (with its
+//! defaults, with lazy reads, and with nothing saved): the same answers at the same points and the same tables
 //! afterwards, for every case.
 //!
 //! `ONETRIP_PIPELINE_CASES` (default 500) and `ONETRIP_PIPELINE_SEED`

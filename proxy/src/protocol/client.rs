@@ -23,8 +23,19 @@ impl Protocol {
         {
             return Ok(());
         }
+        if self.txn_wait {
+            // A group waited for its end: what came since joins it.
+            if cin.is_empty() {
+                return Ok(());
+            }
+            let mut joined = BytesMut::from(&self.client_rest[..]);
+            joined.extend_from_slice(cin);
+            *cin = joined;
+            self.client_rest = Bytes::new();
+            self.txn_wait = false;
+        }
         let max = self.services.config.limits.max_message_bytes;
-        while self.flow == Flow::Open && !self.client_paused() {
+        while self.flow == Flow::Open && !self.client_paused() && !self.txn_wait {
             // A message held for the catalog is routed again, as it came.
             if let Some((_, msg)) = self.cypher.take_pending() {
                 self.on_client_chunk(msg, to_up, to_client);
@@ -90,6 +101,18 @@ impl Protocol {
                 self.client_rest = chunk.slice(at..);
                 break;
             }
+            match self.transaction_step(&chunk, at, h.tag, end, to_up, to_client) {
+                TxnStep::Go => {}
+                TxnStep::Answered(past) => {
+                    at = past;
+                    continue;
+                }
+                TxnStep::Wait => {
+                    self.client_rest = chunk.slice(at..);
+                    self.txn_wait = true;
+                    break;
+                }
+            }
             let forward = if h.tag == tag::COPY_DATA {
                 !self.coalescer.discarding()
             } else {
@@ -118,6 +141,12 @@ impl Protocol {
         }
         let needs = match t {
             tag::FLUSH => waiting && self.coalescer.may_coalesce_batch(),
+            // Whether a read may run without its held BEGIN.
+            tag::QUERY | tag::PARSE | tag::BIND
+                if waiting && self.txn.held.is_some() && self.txn.lazy_reads =>
+            {
+                true
+            }
             tag::QUERY | tag::PARSE => {
                 self.cypher.enabled()
                     && statement_text(t, msg).is_some_and(|s| Words::scan(s).any(Words::CYPHER))
@@ -137,9 +166,10 @@ impl Protocol {
 
     /// Nothing of the client's is on its way upstream and no transaction
     /// is open: a query of the proxy's own can run now, unseen.
-    fn quiet_upstream(&self) -> bool {
+    pub(super) fn quiet_upstream(&self) -> bool {
         self.txn_status == b'I'
             && self.flight.client_answered()
+            && !self.flight.skipping()
             && !self.unsynced
             && !self.in_copy
             && self.coalescer.idle()

@@ -245,6 +245,12 @@ impl Coalescer {
         }
     }
 
+    /// The session's own isolation is READ COMMITTED (a transaction's may
+    /// still set another).
+    pub fn session_read_committed(&self) -> bool {
+        self.session_isolation == Some(IsolationLevel::ReadCommitted)
+    }
+
     fn read_committed(&self) -> bool {
         self.txn_isolation.or(self.session_isolation) == Some(IsolationLevel::ReadCommitted)
     }

@@ -15,6 +15,8 @@
 use std::collections::VecDeque;
 
 use super::text::{Prepared, Sql};
+use bytes::Bytes;
+
 use crate::wire::{backend, tag};
 
 /// Statements the proxy sends on its own; their answers are not the
@@ -31,6 +33,13 @@ pub enum Own {
     Settings,
     /// The AGE catalog fetch, or the compiled statement in verify mode.
     Cypher,
+    /// A BEGIN answered here, sent with the transaction's first statement
+    /// that needs the server.
+    Begin,
+    /// A statement that fails on purpose, after a held BEGIN of a
+    /// transaction whose lazy read failed: the block is then aborted at the
+    /// server, which answers what follows as it would have.
+    Abort,
 }
 
 /// Whose an answer is.
@@ -66,7 +75,14 @@ enum Item {
         own: Option<Own>,
         sync: bool,
         records: Records,
+        /// A lazy read's: the client is told the status of its transaction
+        /// block (`T`, or `E` when it failed), not the server's.
+        lazy: bool,
+        failed: bool,
     },
+    /// An answer given here, which goes to the client once everything sent
+    /// before it is answered.
+    Local(Bytes),
 }
 
 /// Statements a message makes once the server accepts them; an entry is
@@ -112,6 +128,9 @@ pub struct Flight {
     prepared: Prepared,
     /// A LOAD of AGE's library has completed in this backend.
     pub age_loaded: bool,
+    /// The status to tell the client in place of the last ReadyForQuery's,
+    /// when it was a lazy read's.
+    ready_as: Option<u8>,
 }
 
 impl Flight {
@@ -142,7 +161,54 @@ impl Flight {
             own,
             sync,
             records: Records::from(op),
+            lazy: false,
+            failed: false,
         });
+    }
+
+    /// The Sync or Query just sent ends a lazy read.
+    pub fn mark_lazy(&mut self) {
+        if let Some(Item::Ready { lazy, .. }) = self.items.back_mut() {
+            *lazy = true;
+        }
+    }
+
+    /// An answer given here: returned to go to the client now when nothing
+    /// sent is unanswered, else kept for its turn (`due_locals`).
+    pub fn local(&mut self, answer: Bytes) -> Option<Bytes> {
+        if self.items.is_empty() {
+            return Some(answer);
+        }
+        self.items.push_back(Item::Local(answer));
+        None
+    }
+
+    /// The answers given here whose turn has come.
+    pub fn due_locals(&mut self, out: &mut Vec<Bytes>) {
+        while let Some(Item::Local(_)) = self.items.front() {
+            if let Some(Item::Local(b)) = self.items.pop_front() {
+                out.push(b);
+            }
+        }
+    }
+
+    /// Whether a local answer waits for its turn.
+    pub fn has_due_locals(&self) -> bool {
+        matches!(self.items.front(), Some(Item::Local(_)))
+    }
+
+    /// The status to tell the client in place of the ReadyForQuery just
+    /// answered, when it ended a lazy read.
+    pub fn take_ready_as(&mut self) -> Option<u8> {
+        self.ready_as.take()
+    }
+
+    /// Syncs, Queries or FunctionCalls of the client's await their
+    /// ReadyForQuery (the proxy's own may too).
+    pub fn awaiting_client_ready(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i, Item::Ready { own: None, .. }))
     }
 
     /// Sent Syncs, Queries or FunctionCalls await their ReadyForQuery.
@@ -177,11 +243,27 @@ impl Flight {
         })
     }
 
+    /// A BEGIN of the proxy's own (held for the client) is on its way.
+    pub fn begin_on_its_way(&self) -> bool {
+        self.items.iter().any(|i| {
+            matches!(
+                i,
+                Item::Ext {
+                    own: Some(Own::Begin | Own::Abort),
+                    ..
+                } | Item::Ready {
+                    own: Some(Own::Begin | Own::Abort),
+                    ..
+                }
+            )
+        })
+    }
+
     /// Whose the next answer will be.
     pub fn next_owner(&self) -> Owner {
         match self.items.front() {
             Some(Item::Ext { own, .. } | Item::Ready { own, .. }) => Owner::of(*own),
-            None => Owner::Client,
+            Some(Item::Local(_)) | None => Owner::Client,
         }
     }
 
@@ -213,6 +295,12 @@ impl Flight {
                         }
                         self.items.pop_front();
                         self.skip_to_sync();
+                        if let Some(Item::Ready {
+                            lazy: true, failed, ..
+                        }) = self.items.front_mut()
+                        {
+                            *failed = true;
+                        }
                     }
                     tag::PARSE_COMPLETE
                     | tag::BIND_COMPLETE
@@ -236,13 +324,23 @@ impl Flight {
                 }
                 owner
             }
-            Item::Ready { own, records, .. } => {
+            Item::Ready {
+                own,
+                records,
+                lazy,
+                failed,
+                ..
+            } => {
                 let owner = Owner::of(*own);
                 match t {
                     tag::READY_FOR_QUERY => {
+                        if *lazy {
+                            self.ready_as = Some(if *failed { b'E' } else { b'T' });
+                        }
                         self.items.pop_front();
                         self.readies -= 1;
                     }
+                    tag::ERROR_RESPONSE => *failed = true,
                     _ if is_prepare_complete(t, msg) => {
                         if let Records::Prepare(list) = records {
                             prepared.record(list.pop_front().flatten());
@@ -257,6 +355,8 @@ impl Flight {
                 }
                 owner
             }
+            // Not an answer from the server: nothing is awaited from it.
+            Item::Local(_) => Owner::Client,
         }
     }
 
@@ -264,7 +364,7 @@ impl Flight {
     fn skip_to_sync(&mut self) {
         while let Some(item) = self.items.front() {
             match item {
-                Item::Ready { sync: true, .. } => return,
+                Item::Ready { sync: true, .. } | Item::Local(_) => return,
                 Item::Ready { .. } => self.readies -= 1,
                 Item::Ext { .. } => {}
             }
@@ -278,7 +378,9 @@ impl Flight {
     /// else the one the server has.
     pub fn statement(&self, name: &str) -> Option<&Sql> {
         for item in self.items.iter().rev() {
-            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item else {
+                continue;
+            };
             match records {
                 Records::Nothing | Records::LoadAge | Records::Parse(None) => {}
                 Records::Parse(Some((n, sql))) => {
@@ -300,7 +402,9 @@ impl Flight {
     pub fn forget(&mut self, name: &str) {
         self.prepared.closed(name);
         for item in &mut self.items {
-            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item else {
+                continue;
+            };
             for e in records.entries() {
                 if e.as_ref().is_some_and(|(n, _)| n == name) {
                     *e = None;
@@ -313,7 +417,9 @@ impl Flight {
     pub fn forget_all(&mut self) {
         self.prepared = Prepared::default();
         for item in &mut self.items {
-            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item;
+            let (Item::Ext { records, .. } | Item::Ready { records, .. }) = item else {
+                continue;
+            };
             for e in records.entries() {
                 *e = None;
             }

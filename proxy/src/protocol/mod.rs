@@ -2,6 +2,7 @@
 //! or answers itself. Pure bookkeeping over byte queues; no I/O here.
 
 mod client;
+mod client_txn;
 mod coalesce;
 mod cypher;
 pub mod flight;
@@ -9,6 +10,7 @@ mod own;
 pub mod settings;
 mod statements;
 pub mod text;
+mod transaction;
 mod upstream;
 mod verdict;
 
@@ -24,6 +26,7 @@ use self::{
     settings::{Settings, lists_age},
     statements::Statements,
     text::Sql,
+    transaction::Transaction,
 };
 use crate::{
     stats::{Counters, SessionInfo, SessionState},
@@ -35,6 +38,7 @@ use crate::{
         tag,
     },
 };
+use client_txn::{TxnStep, UnnamedFix};
 
 /// What a session's protocol state uses of what all sessions share.
 #[derive(Clone)]
@@ -94,6 +98,17 @@ pub struct Protocol {
     client_op: Op,
     /// The session's settings, as learned from the server.
     pub settings: Settings,
+    /// The client's transaction, where it is answered here.
+    pub txn: Transaction,
+    /// A group of messages after a held BEGIN waits for its end to come.
+    txn_wait: bool,
+    /// The next Sync or Query sent ends a lazy read.
+    lazy_next: bool,
+    /// Messages of a group decided at its first go on until its end.
+    txn_group: bool,
+    /// What the server's unnamed statement must become before the client
+    /// uses it (see `client_txn.rs`).
+    unnamed_fix: Option<UnnamedFix>,
     /// A message waits for the settings' answer, which is on its way (the
     /// session's first, sent before the answer came; see `needs_settings`).
     held_for_settings: bool,
@@ -136,6 +151,10 @@ enum Routed {
 
 impl Protocol {
     pub fn new(services: Services, info: Arc<SessionInfo>) -> Self {
+        let txn = Transaction::new(
+            services.config.transactions.defer_begin,
+            services.config.transactions.lazy_reads,
+        );
         let co = Coalescer::new(&services);
         let cy = CypherSession::new(&services, &info.database);
         Self {
@@ -154,6 +173,11 @@ impl Protocol {
             client_op: Op::None,
             settings: Settings::default(),
             held_for_settings: false,
+            txn,
+            txn_wait: false,
+            lazy_next: false,
+            txn_group: false,
+            unnamed_fix: None,
             statements: Statements::default(),
             work_since_idle: false,
             coalescer: co,
@@ -181,6 +205,7 @@ impl Protocol {
     pub fn quiet(&self) -> bool {
         self.txn_status == b'I'
             && self.flight.client_answered()
+            && !self.flight.skipping()
             && !self.unsynced
             && !self.in_copy
             && self.coalescer.idle()
@@ -228,8 +253,29 @@ impl Protocol {
     /// (otherwise they go with a client message, whose flush request
     /// starts the round trip).
     fn send_own_up(&mut self, to_up: &mut WriteQueue, bytes: Bytes, own: Own, flush: bool) {
+        self.send_own_up_parsing(to_up, bytes, own, flush, None);
+    }
+
+    /// Like `send_own_up`; `parse`: the unnamed statement its Parse makes,
+    /// for the prepared statements (a held BEGIN's extended form).
+    fn send_own_up_parsing(
+        &mut self,
+        to_up: &mut WriteQueue,
+        bytes: Bytes,
+        own: Own,
+        flush: bool,
+        parse: Option<Sql>,
+    ) {
+        let mut parse = parse;
         for h in frame::headers(&bytes) {
-            self.note_sent_up(h.tag, flush, Some(own), Op::None);
+            let op = match (h.tag, parse.take()) {
+                (tag::PARSE, Some(sql)) => Op::Parse(String::new(), sql),
+                (_, p) => {
+                    parse = p;
+                    Op::None
+                }
+            };
+            self.note_sent_up(h.tag, flush, Some(own), op);
         }
         self.queue_up(to_up, bytes);
     }
@@ -244,6 +290,11 @@ impl Protocol {
     /// what it has now, which starts an upstream round trip if none is on.
     fn note_sent_up(&mut self, t: u8, flush: bool, own: Option<Own>, op: Op) {
         self.flight.sent(t, own, op);
+        if own.is_none() && self.lazy_next && matches!(t, tag::SYNC | tag::QUERY) {
+            self.lazy_next = false;
+            self.flight.mark_lazy();
+            Counters::add(&self.info.counters.lazy_reads, 1);
+        }
         match t {
             tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => self.unsynced = false,
             tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL | tag::FLUSH => {}
@@ -274,10 +325,16 @@ impl Protocol {
 
     /// Runs `f` on the coalescer with what the session knows.
     fn with_coalescer<R>(&mut self, f: impl FnOnce(&mut Coalescer, &Ctx, &mut Out) -> R) -> R {
+        // A held BEGIN on its way opens the block the batch runs in; the
+        // proxy's own statements' ReadyForQuery are not the batch's.
+        let txn_status = match self.flight.begin_on_its_way() {
+            true => b'T',
+            false => self.txn_status,
+        };
         let ctx = Ctx {
             flight: &self.flight,
-            txn_status: self.txn_status,
-            awaiting_ready: self.flight.awaiting_ready(),
+            txn_status,
+            awaiting_ready: self.flight.awaiting_client_ready(),
             in_copy: self.in_copy,
             info: &self.info,
             services: &self.services,

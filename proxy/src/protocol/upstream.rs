@@ -97,9 +97,22 @@ impl Protocol {
                 to_client.push_part(chunk, at, end);
                 relayed += h.wire_len;
             }
+            if self.flight.has_due_locals() {
+                self.emit_due_locals(to_client);
+            }
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_client, relayed as u64);
+    }
+
+    /// Answers given here whose turn has come, after everything sent before
+    /// them was answered.
+    fn emit_due_locals(&mut self, to_client: &mut WriteQueue) {
+        let mut due = Vec::new();
+        self.flight.due_locals(&mut due);
+        for b in due {
+            self.emit(to_client, b);
+        }
     }
 
     /// Handles one upstream message; true when it goes to the client as it
@@ -141,6 +154,14 @@ impl Protocol {
                 }
                 return false;
             }
+            Owner::Own(Own::Begin | Own::Abort) => {
+                if t == tag::READY_FOR_QUERY {
+                    self.txn_status = backend::ready_status(msg);
+                }
+                // A BEGIN fails only with its connection; then the client
+                // should hear why, in place of its statement's answer.
+                return t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
+            }
             Owner::Own(Own::Probe) | Owner::Client => {}
         }
         self.cypher
@@ -150,6 +171,13 @@ impl Protocol {
                 self.cypher.on_ready(&self.services);
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
+                if let Some(told) = self.flight.take_ready_as() {
+                    // A lazy read's: the client is told its block's status.
+                    self.txn.failed = told == b'E';
+                    self.info.set_state(SessionState::TransactionHeld);
+                    self.emit(to_client, wire::write::ready_frame(told));
+                    return false;
+                }
                 self.in_copy = false;
                 if status == b'I' && self.work_since_idle {
                     self.work_since_idle = false;

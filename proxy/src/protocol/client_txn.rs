@@ -1,0 +1,364 @@
+//! Client to upstream, for transactions (`transaction.rs`): which of the
+//! client's messages are answered here, which wait for the rest of their
+//! group, and when a held BEGIN goes upstream.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use onetrip_planner::{
+    analysis::Analysis,
+    classify::{IsolationChange, IsolationLevel, StatementClass, TransactionStatement},
+};
+
+use super::transaction::{self, Group, Held};
+use super::*;
+
+/// What becomes of the client's message at `at`.
+pub(super) enum TxnStep {
+    /// It goes on through the usual path.
+    Go,
+    /// It and the messages of its group, up to this offset, were answered
+    /// here.
+    Answered(usize),
+    /// Its group's end has not come yet.
+    Wait,
+}
+
+/// What the server's unnamed statement must become before a client message
+/// uses it, after a statement answered here that the server never saw.
+#[derive(Debug)]
+pub(super) enum UnnamedFix {
+    /// A simple Query drops it.
+    Drop,
+    /// The extended form of a COMMIT or ROLLBACK parsed it: this Parse.
+    Parse(Bytes),
+}
+
+impl Protocol {
+    pub(super) fn transaction_step(
+        &mut self,
+        chunk: &Bytes,
+        at: usize,
+        t: u8,
+        end: usize,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> TxnStep {
+        if !self.txn.defer_begin {
+            return TxnStep::Go;
+        }
+        if self.txn_group {
+            // Decided at the group's first message.
+            if !is_extended(t) {
+                self.txn_group = false;
+            }
+            self.fix_unnamed_before(chunk, at, t, to_up);
+            return TxnStep::Go;
+        }
+        let step = if self.txn.held.is_none() {
+            self.begin_here(chunk, at, t, end, to_client)
+        } else {
+            self.while_held(chunk, at, t, end, to_up, to_client)
+        };
+        if matches!(step, TxnStep::Go) {
+            self.fix_unnamed_before(chunk, at, t, to_up);
+            self.txn_group = is_extended(t);
+        }
+        step
+    }
+
+    /// A BEGIN sent while nothing is on its way: answered here, held.
+    fn begin_here(
+        &mut self,
+        chunk: &Bytes,
+        at: usize,
+        t: u8,
+        end: usize,
+        to_client: &mut WriteQueue,
+    ) -> TxnStep {
+        if !matches!(t, tag::QUERY | tag::PARSE) || !self.quiet_upstream() {
+            return TxnStep::Go;
+        }
+        let msg = chunk.slice(at..end);
+        let (text, unnamed_parse) = match t {
+            tag::QUERY => (frontend::query_text(&msg), false),
+            _ => match frontend::parse(&msg) {
+                Some(("", text)) => (Some(text), true),
+                _ => (None, false),
+            },
+        };
+        let Some(text) = text.filter(|s| first_word_is(s, &["begin", "start"])) else {
+            return TxnStep::Go;
+        };
+        let sql = Sql::within(&msg, text, None);
+        let analysis = self.coalescer.analyses.of(&sql);
+        let Some(TransactionStatement::Begin { tag: begin_tag }) = analysis.class.transaction
+        else {
+            return TxnStep::Go;
+        };
+        let lazy_ok = begins_read_committed(&analysis);
+        let (answers, group_end, parse) = if t == tag::QUERY {
+            (transaction::query_answers(begin_tag, b'T'), end, None)
+        } else {
+            let Some(g) = transaction::group(chunk, at) else {
+                return TxnStep::Wait;
+            };
+            if !plain_unnamed_group(chunk, &g) {
+                return TxnStep::Go;
+            }
+            (
+                transaction::group_answers(&g, begin_tag, b'T'),
+                g.end,
+                unnamed_parse.then(|| sql.detached()),
+            )
+        };
+        self.txn.held = Some(Held {
+            frames: chunk.slice(at..group_end),
+            parse,
+            lazy_ok,
+        });
+        Counters::add(&self.info.counters.deferred_begins, 1);
+        self.note_statement(None);
+        self.info.set_state(SessionState::TransactionHeld);
+        self.answer_here(answers, to_client);
+        TxnStep::Answered(group_end)
+    }
+
+    /// A message while a BEGIN is held.
+    fn while_held(
+        &mut self,
+        chunk: &Bytes,
+        at: usize,
+        t: u8,
+        end: usize,
+        to_up: &mut WriteQueue,
+        to_client: &mut WriteQueue,
+    ) -> TxnStep {
+        match t {
+            tag::TERMINATE => return TxnStep::Go,
+            // Nothing is on its way for them: a lone Sync gets the status,
+            // a lone Flush nothing.
+            tag::SYNC if !self.unsynced => {
+                self.client_rt = true;
+                let status = self.txn.told_status();
+                self.answer_here(wire::write::ready_frame(status), to_client);
+                return TxnStep::Answered(end);
+            }
+            tag::FLUSH if !self.unsynced => return TxnStep::Answered(end),
+            _ => {}
+        }
+        if t == tag::QUERY {
+            let msg = chunk.slice(at..end);
+            let Some(text) = frontend::query_text(&msg) else {
+                self.send_held(to_up);
+                return TxnStep::Go;
+            };
+            let analysis = self.coalescer.analyses.of(&Sql::within(&msg, text, None));
+            if let Some(end_kind) = ends(&analysis) {
+                let tag_text = self.end_tag(end_kind);
+                self.end_here(transaction::query_answers(tag_text, b'I'), to_client);
+                self.unnamed_fix = Some(UnnamedFix::Drop);
+                self.flight.forget("");
+                return TxnStep::Answered(end);
+            }
+            if self.lazy_read(&analysis) {
+                self.lazy_next = true;
+                return TxnStep::Go;
+            }
+            self.send_held(to_up);
+            return TxnStep::Go;
+        }
+        if !matches!(
+            t,
+            tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
+        ) {
+            self.send_held(to_up);
+            return TxnStep::Go;
+        }
+        let Some(g) = transaction::group(chunk, at) else {
+            return TxnStep::Wait;
+        };
+        let analysis = self.group_statement(chunk, &g);
+        let plain = plain_unnamed_group(chunk, &g);
+        if plain && let Some(end_kind) = analysis.as_deref().and_then(ends) {
+            let tag_text = self.end_tag(end_kind);
+            self.end_here(transaction::group_answers(&g, tag_text, b'I'), to_client);
+            if let Some((s, e)) = g.parse {
+                self.unnamed_fix = Some(UnnamedFix::Parse(chunk.slice(s..e)));
+                self.flight.forget("");
+            }
+            return TxnStep::Answered(g.end);
+        }
+        let unlimited = g
+            .execute
+            .and_then(|(s, e)| frontend::execute(&chunk[s..e]))
+            .is_some_and(|(_, n)| n == 0);
+        if plain && unlimited && analysis.as_deref().is_some_and(|a| self.lazy_read(a)) {
+            self.lazy_next = true;
+            return TxnStep::Go;
+        }
+        self.send_held(to_up);
+        TxnStep::Go
+    }
+
+    /// The statement a group runs: the one its Bind names, which its own
+    /// Parse may have just made.
+    fn group_statement(&mut self, chunk: &Bytes, g: &Group) -> Option<Arc<Analysis>> {
+        let (s, e) = g.bind?;
+        let (_, stmt) = frontend::bind(&chunk[s..e])?;
+        if let Some((s, e)) = g.parse {
+            let msg = chunk.slice(s..e);
+            let (name, text) = frontend::parse(&msg)?;
+            if name == stmt {
+                return Some(self.coalescer.analyses.of(&Sql::within(&msg, text, None)));
+            }
+        }
+        let sql = self.flight.statement(stmt)?.clone();
+        Some(self.coalescer.analyses.of(&sql))
+    }
+
+    /// May this statement run without the held BEGIN? A pure read, under
+    /// READ COMMITTED (the session's and the BEGIN's), with `lazy_reads`.
+    fn lazy_read(&self, a: &Analysis) -> bool {
+        let held_ok = self.txn.held.as_ref().is_some_and(|h| h.lazy_ok);
+        self.txn.lazy_reads
+            && held_ok
+            && !self.txn.failed
+            && self.coalescer.session_read_committed()
+            && a.class.class == StatementClass::Read
+            && a.class.statement_count == 1
+            && !a.class.transaction_time
+            && a.class.isolation.is_empty()
+    }
+
+    /// COMMIT's tag: ROLLBACK when the transaction failed, as PostgreSQL's.
+    fn end_tag(&self, end: TransactionStatement) -> &'static str {
+        match end {
+            TransactionStatement::Commit if !self.txn.failed => "COMMIT",
+            _ => "ROLLBACK",
+        }
+    }
+
+    /// A transaction that never reached the server ends here.
+    fn end_here(&mut self, answers: Bytes, to_client: &mut WriteQueue) {
+        self.txn.held = None;
+        self.txn.failed = false;
+        self.client_rt = true;
+        Counters::add(&self.info.counters.local_ends, 1);
+        Counters::add(&self.info.counters.transactions, 1);
+        self.note_statement(None);
+        self.work_since_idle = false;
+        self.info.set_state(SessionState::Idle);
+        self.answer_here(answers, to_client);
+    }
+
+    /// An answer given here, in its turn.
+    fn answer_here(&mut self, answers: Bytes, to_client: &mut WriteQueue) {
+        self.client_rt = true;
+        if let Some(now) = self.flight.local(answers) {
+            self.emit(to_client, now);
+        }
+    }
+
+    /// The held BEGIN goes upstream ahead of what needs the server; after
+    /// a failed lazy read, with a statement that fails, so the server
+    /// answers what follows as the aborted block it is.
+    pub(super) fn send_held(&mut self, to_up: &mut WriteQueue) {
+        let Some(held) = self.txn.held.take() else {
+            return;
+        };
+        self.send_own_up_parsing(to_up, held.frames, Own::Begin, false, held.parse);
+        if std::mem::take(&mut self.txn.failed) {
+            self.send_own_up(to_up, transaction::abort_frames(), Own::Abort, false);
+        }
+    }
+
+    /// Before a message that uses the unnamed statement (a Bind or a
+    /// Describe of it) goes upstream, the server's unnamed statement is made
+    /// what the client's is after statements answered here.
+    fn fix_unnamed_before(&mut self, chunk: &Bytes, at: usize, t: u8, to_up: &mut WriteQueue) {
+        if self.unnamed_fix.is_none() {
+            return;
+        }
+        let msg = &chunk[at..];
+        let uses_unnamed = match t {
+            // A new unnamed statement, or a Query (which drops it): no fix
+            // needed any more.
+            tag::PARSE if frontend::parse(msg).is_some_and(|(n, _)| n.is_empty()) => {
+                self.unnamed_fix = None;
+                false
+            }
+            tag::QUERY => {
+                self.unnamed_fix = None;
+                false
+            }
+            tag::BIND => frontend::bind(msg).is_some_and(|(_, s)| s.is_empty()),
+            tag::DESCRIBE | tag::CLOSE => frontend::target(msg) == Some((b'S', "")),
+            _ => false,
+        };
+        if !uses_unnamed {
+            return;
+        }
+        let frame = match self.unnamed_fix.take() {
+            Some(UnnamedFix::Parse(p)) => p,
+            _ => super::own::close_statement(""),
+        };
+        self.send_own_up(to_up, frame, Own::Rerun, false);
+    }
+}
+
+/// A message of an extended-protocol batch, which its Sync ends.
+fn is_extended(t: u8) -> bool {
+    matches!(
+        t,
+        tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
+    )
+}
+
+/// Does `text` start with one of `words` (ASCII case-insensitive)? A cheap
+/// look before the planner's.
+fn first_word_is(text: &str, words: &[&str]) -> bool {
+    let t = text.trim_start();
+    words.iter().any(|w| {
+        t.get(..w.len()).is_some_and(|p| p.eq_ignore_ascii_case(w))
+            && !t
+                .as_bytes()
+                .get(w.len())
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    })
+}
+
+/// A COMMIT or ROLLBACK (not chained, not to a savepoint).
+fn ends(a: &Analysis) -> Option<TransactionStatement> {
+    a.class
+        .transaction
+        .filter(|t| !matches!(t, TransactionStatement::Begin { .. }))
+}
+
+/// The BEGIN sets no isolation level, or READ COMMITTED.
+fn begins_read_committed(a: &Analysis) -> bool {
+    a.class.isolation.iter().all(|c| {
+        matches!(c, IsolationChange::Transaction(l) if l.effective() == IsolationLevel::ReadCommitted)
+    })
+}
+
+/// One Parse (of the unnamed statement) at most, one Bind of the unnamed
+/// statement to the unnamed portal, a Describe of it at most, one Execute
+/// of it, and the Sync: the group a driver sends for one statement.
+fn plain_unnamed_group(chunk: &[u8], g: &Group) -> bool {
+    let unnamed_parse = g
+        .parse
+        .is_none_or(|(s, e)| frontend::parse(&chunk[s..e]).is_some_and(|(n, _)| n.is_empty()));
+    let bind_unnamed = g
+        .bind
+        .and_then(|(s, e)| frontend::bind(&chunk[s..e]))
+        .is_some_and(|(portal, stmt)| portal.is_empty() && (g.parse.is_none() || stmt.is_empty()));
+    let describe_portal = g
+        .describe
+        .is_none_or(|(s, e)| frontend::target(&chunk[s..e]) == Some((b'P', "")));
+    let execute_unnamed = g
+        .execute
+        .and_then(|(s, e)| frontend::execute(&chunk[s..e]))
+        .is_some_and(|(portal, _)| portal.is_empty());
+    g.synced && !g.others && unnamed_parse && bind_unnamed && describe_portal && execute_unnamed
+}

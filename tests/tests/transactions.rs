@@ -1,0 +1,280 @@
+//! Transactions in fewer round trips: every rule as a transcript, message
+//! for message, against PostgreSQL itself, through onetrip with its
+//! defaults (BEGIN deferred), with `lazy_reads`, and with neither.
+
+use onetrip::Proxy;
+use onetrip_tests::{
+    Env, connect,
+    script::{Script, Setup, Target, compare},
+    simple_rows,
+};
+
+const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
+const CHECK: &str = "select id, v from t order by id";
+
+struct Sides {
+    env: Env,
+    lazy: Proxy,
+    plain: Proxy,
+}
+
+impl Sides {
+    async fn start() -> Self {
+        let env = Env::start().await;
+        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
+        let lazy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
+        let plain = env
+            .start_proxy(|c| {
+                c.transactions.defer_begin = false;
+                c.coalesce.single_read = false;
+            })
+            .await;
+        Self { env, lazy, plain }
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        vec![
+            Target::new("PostgreSQL", self.env.pg.port()),
+            Target::new("onetrip", self.env.proxy_port()),
+            Target::new("onetrip with lazy reads", self.lazy.local_addr().port()),
+            Target::new("onetrip deferring nothing", self.plain.local_addr().port()),
+        ]
+    }
+
+    async fn same(&self, script: Script) -> String {
+        let setup = Setup {
+            params: Vec::new(),
+            reset: RESET.into(),
+            check: CHECK.into(),
+        };
+        match compare(&self.targets(), &setup, &script).await {
+            Ok(t) => t.to_string(),
+            Err(m) => panic!("{m}"),
+        }
+    }
+}
+
+/// Each statement as a simple Query, waiting for its answer.
+fn queries(sqls: &[&str]) -> Script {
+    sqls.iter().fold(Script::new(), |s, q| s.query(q).wait())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_transactions_answer_as_postgres() {
+    let s = Sides::start().await;
+    let cases: &[&[&str]] = &[
+        &["begin", "select v from t where id = 2", "commit"],
+        &["begin", "rollback"],
+        &["BEGIN", "BEGIN", "commit"],
+        &["start transaction", "select 1", "end"],
+        &["begin work", "abort"],
+        &["begin", "commit and no chain"],
+        &["begin", "rollback and no chain"],
+        &["begin", "select 1", "commit and chain", "commit"],
+        &[
+            "begin isolation level serializable",
+            "select v from t where id = 1",
+            "select v from t where id = 2",
+            "commit",
+        ],
+        &[
+            "begin read only",
+            "update t set v = 0 where id = 1",
+            "commit",
+        ],
+        &["begin", "select 1/0", "select 1", "commit"],
+        &["begin", "select 1/0", "rollback"],
+        &[
+            "begin",
+            "select v from t where id = 1",
+            "set local statement_timeout = '5s'",
+            "select v from t where id = 2",
+            "commit",
+        ],
+        &[
+            "begin",
+            "select v from t where id = 1",
+            "savepoint a",
+            "insert into t values (1, 1)",
+            "rollback to savepoint a",
+            "commit",
+        ],
+        &[
+            "begin",
+            "select now() = statement_timestamp()",
+            "select now() = statement_timestamp()",
+            "commit",
+        ],
+        &[
+            "begin",
+            "declare c cursor for select id from t order by id",
+            "fetch 2 from c",
+            "commit",
+        ],
+        &[
+            "begin",
+            "select v from t where id = 3",
+            "update t set v = v + 1 where id = 3",
+            "select v from t where id = 3",
+            "commit",
+        ],
+        &["begin", "select 1", "prepare transaction 'x'"],
+        &["commit"],
+        &["rollback"],
+    ];
+    for case in cases {
+        s.same(queries(case)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_and_extended_transactions_answer_as_postgres() {
+    let s = Sides::start().await;
+    // BEGIN sent with its statement: nothing to defer, nothing changes.
+    s.same(
+        Script::new()
+            .query("begin")
+            .query("select v from t where id = 1")
+            .wait()
+            .query("commit")
+            .wait(),
+    )
+    .await;
+    // Everything at once, ends included.
+    s.same(
+        Script::new()
+            .query("begin")
+            .query("select v from t where id = 1")
+            .query("commit")
+            .wait(),
+    )
+    .await;
+    // BEGIN in the extended protocol, as JDBC and pgx send it.
+    let t = s
+        .same(
+            Script::new()
+                .pbe("begin")
+                .sync()
+                .wait()
+                .read("select v from t where id = 2")
+                .sync()
+                .wait()
+                .pbe("commit")
+                .sync()
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "1 2 C ZT | 1 2 T D C ZT | 1 2 C ZI");
+    // With a Describe, and then the unnamed statement bound again.
+    s.same(
+        Script::new()
+            .read("begin")
+            .sync()
+            .wait()
+            .read("rollback")
+            .sync()
+            .wait()
+            .bind("", "", &[])
+            .execute("", 0)
+            .sync()
+            .wait(),
+    )
+    .await;
+    // A simple Query drops the unnamed statement, answered here or not.
+    s.same(
+        Script::new()
+            .pbe("select 1")
+            .sync()
+            .wait()
+            .query("begin")
+            .wait()
+            .query("commit")
+            .wait()
+            .bind("", "", &[])
+            .execute("", 0)
+            .sync()
+            .wait(),
+    )
+    .await;
+    // A lone Sync and Flush while the transaction is held.
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .sync()
+            .wait()
+            .flush()
+            .query("select 1/0")
+            .wait()
+            .sync()
+            .wait()
+            .query("commit")
+            .wait(),
+    )
+    .await;
+    // A pipelined read right after BEGIN is inside a healthy block.
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .read("select v from t where id = 4")
+            .flush()
+            .wait()
+            .sync()
+            .flush()
+            .wait()
+            .query("commit")
+            .wait(),
+    )
+    .await;
+    // A named statement prepared inside, run after.
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .parse("s", "select v from t where id = $1")
+            .bind("", "s", &[Some("2")])
+            .execute("", 0)
+            .sync()
+            .wait()
+            .query("commit")
+            .wait()
+            .bind("", "s", &[Some("3")])
+            .execute("", 0)
+            .sync()
+            .wait(),
+    )
+    .await;
+}
+
+/// A client that leaves with its transaction held leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_a_held_transaction_commits_nothing() {
+    let s = Sides::start().await;
+    for dsn in [
+        s.env.proxy_dsn(),
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            s.lazy.local_addr().port()
+        ),
+    ] {
+        let c = connect(&dsn).await;
+        c.batch_execute("begin").await.unwrap();
+        c.batch_execute("insert into t values (99, 99)")
+            .await
+            .unwrap();
+        drop(c);
+    }
+    let direct = connect(&s.env.direct_dsn()).await;
+    for _ in 0..50 {
+        if s.env.proxy().stats().sessions().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let rows = direct
+        .simple_query("select count(*) from t where id = 99")
+        .await
+        .unwrap();
+    assert_eq!(simple_rows(&rows), [[Some("0".to_owned())]]);
+}
