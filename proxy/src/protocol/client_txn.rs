@@ -189,6 +189,13 @@ impl Protocol {
             }
             return TxnStep::Answered(g.end);
         }
+        // Statements only prepared or described (a driver preparing one):
+        // the server needs no transaction for them.
+        let prepares_only = g.synced && g.bind.is_none() && g.execute.is_none();
+        if prepares_only && self.lazy_allowed() {
+            self.lazy_next = true;
+            return TxnStep::Go;
+        }
         let unlimited = g
             .execute
             .and_then(|(s, e)| frontend::execute(&chunk[s..e]))
@@ -220,15 +227,21 @@ impl Protocol {
     /// May this statement run without the held BEGIN? A pure read, under
     /// READ COMMITTED (the session's and the BEGIN's), with `lazy_reads`.
     fn lazy_read(&self, a: &Analysis) -> bool {
+        self.lazy_allowed()
+            && a.class.class == StatementClass::Read
+            && a.class.statement_count == 1
+            && !a.class.transaction_time
+            && a.class.isolation.is_empty()
+    }
+
+    /// Anything may run without the held BEGIN now: `lazy_reads`, under
+    /// READ COMMITTED (the session's and the BEGIN's).
+    fn lazy_allowed(&self) -> bool {
         let held_ok = self.txn.held.as_ref().is_some_and(|h| h.lazy_ok);
         self.txn.lazy_reads
             && held_ok
             && !self.txn.failed
             && self.coalescer.session_read_committed()
-            && a.class.class == StatementClass::Read
-            && a.class.statement_count == 1
-            && !a.class.transaction_time
-            && a.class.isolation.is_empty()
     }
 
     /// COMMIT's tag: ROLLBACK when the transaction failed, as PostgreSQL's.

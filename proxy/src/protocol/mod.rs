@@ -381,7 +381,6 @@ fn wants_whole(t: u8) -> bool {
     matches!(
         t,
         tag::READY_FOR_QUERY
-            | tag::PARSE_COMPLETE
             | tag::ERROR_RESPONSE
             | tag::COPY_IN_RESPONSE
             | tag::COPY_OUT_RESPONSE
