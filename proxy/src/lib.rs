@@ -15,9 +15,9 @@
 //! ```
 
 pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod cypher_cache;
-pub mod embedded;
 pub mod measure;
 pub mod metrics;
 pub mod net;
@@ -41,6 +41,9 @@ pub use config::Config;
 pub fn workers(threads: usize) -> std::io::Result<worker::Workers> {
     worker::Workers::start(threads, relay::epoll::WORKER_RELAY)
 }
+
+/// The private PostgreSQL of `upstream = "embedded"`; its types appear in
+/// [`Proxy::embedded`] and [`StartError`].
+pub use onetrip_embedded as embedded;
 pub use server::{Proxy, StartError};
 pub use shared::Shared;
-pub mod cli;

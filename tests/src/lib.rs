@@ -13,8 +13,8 @@ use std::{
     time::Duration,
 };
 
-pub use onetrip::embedded::{PgOptions, PgServer};
 use onetrip::{Config, Proxy, config::UpstreamAddress};
+pub use onetrip_embedded::{PgOptions, PgServer};
 
 /// A PostgreSQL server and a proxy in front of it.
 pub struct Env {

@@ -20,7 +20,7 @@ impl ProxyProcess {
     /// on a free loopback port, with `env` as its only `ONETRIP_*`
     /// variables, and waits until it listens.
     pub fn start(bin: impl AsRef<Path>, upstream: SocketAddr, env: &[(&str, &str)]) -> Self {
-        let port = onetrip::embedded::free_port().unwrap();
+        let port = onetrip_embedded::free_port().unwrap();
         let mut cmd = Command::new(bin.as_ref());
         // The harness's own ONETRIP_* variables (such as ONETRIP_PYTHON)
         // are not config keys.

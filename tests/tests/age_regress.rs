@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use onetrip::Proxy;
-use onetrip::embedded::PgServer;
+use onetrip_embedded::PgServer;
 use onetrip_tests::age::{age_src, start_age_pg};
 use onetrip_tests::{connect, proxy_config, workers};
 

@@ -50,7 +50,7 @@ async fn upstream_stopped_and_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_upstream_is_a_fatal_08_error() {
     // A port nobody listens on: bound, then released.
-    let port = onetrip::embedded::free_port().unwrap();
+    let port = onetrip_embedded::free_port().unwrap();
     let mut cfg = Config::default();
     cfg.listen.address = "127.0.0.1:0".parse().unwrap();
     cfg.upstream.address = UpstreamAddress::Tcp(format!("127.0.0.1:{port}"));
