@@ -15,10 +15,8 @@
 //! ```
 
 pub mod admin;
-pub mod cli;
 pub mod config;
 pub mod cypher_cache;
-pub mod measure;
 pub mod metrics;
 pub mod net;
 pub mod pool;
@@ -29,7 +27,6 @@ pub mod session;
 pub mod shared;
 pub mod stats;
 pub mod timers;
-pub mod tools;
 pub mod wire;
 pub mod worker;
 

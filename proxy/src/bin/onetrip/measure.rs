@@ -7,12 +7,12 @@
 use std::{
     ffi::OsString,
     fmt::Write as _,
+    process::ExitCode,
     time::{Duration, Instant},
 };
 
+use onetrip::{Config, Proxy, stats::Snapshot};
 use serde::Serialize;
-
-use crate::{Config, Proxy, stats::Snapshot};
 
 /// How long to wait after the program ends for its sessions to close, so
 /// their counts (and statement fingerprints) land.
@@ -21,7 +21,7 @@ const SETTLE: Duration = Duration::from_secs(3);
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     #[error("cannot start the proxy: {0}")]
-    Start(#[from] crate::StartError),
+    Start(#[from] onetrip::StartError),
     #[error("{program}: command not found")]
     NotFound { program: String },
     #[error("cannot run {program}: {source}")]
@@ -183,10 +183,49 @@ fn url_part(s: &str) -> String {
         .collect()
 }
 
+/// Runs `command` (the program, then its arguments) against a private proxy
+/// and prints the report; the exit status is the program's.
+pub async fn run(
+    mut cfg: Config,
+    rtt: Option<Duration>,
+    json: bool,
+    mut command: Vec<OsString>,
+) -> ExitCode {
+    if let Some(rtt) = rtt {
+        cfg.upstream.rtt = rtt;
+    }
+    let shown = command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let program = command.remove(0);
+    // Ctrl-C reaches the program too (same process group); outlive it so
+    // the report still prints.
+    tokio::spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
+    match measure(cfg, program, command).await {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string(&report) {
+                    Ok(j) => println!("{j}"),
+                    Err(e) => eprintln!("onetrip measure: cannot encode the report: {e}"),
+                }
+            } else {
+                eprint!("{}", report.table(&shown));
+            }
+            ExitCode::from(u8::try_from(report.exit_code).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("onetrip measure: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
 /// Starts a proxy on a free loopback port in front of `config`'s upstream,
 /// runs `program args` pointed at it, and reports. `config.listen` is
 /// replaced and the metrics endpoint is off.
-pub async fn run(
+async fn measure(
     mut config: Config,
     program: OsString,
     args: Vec<OsString>,

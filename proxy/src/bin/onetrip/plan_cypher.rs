@@ -1,37 +1,18 @@
-//! Offline tools of the `onetrip` command: agtype conversions and the
-//! Cypher planner, no server needed.
+//! `onetrip plan-cypher "<sql>"`: what the Cypher planner makes of a
+//! statement, no server needed.
 
-use std::{
-    io::{self, BufReader},
-    process::ExitCode,
-};
+use std::process::ExitCode;
 
-use agtype::lines::LineMode;
 use onetrip_planner::cypher::{Catalog, LabelKind, plan_cypher};
 
 /// Exit status of `plan-cypher` when the planner declines the statement.
-pub const DECLINED: u8 = 3;
-
-/// `onetrip agtype normalize|encode|decode`: one value per stdin line, one
-/// answer per stdout line; non-zero exit if any line failed.
-pub fn agtype_lines(mode: LineMode) -> ExitCode {
-    let stdin = io::stdin();
-    let stdout = io::stdout();
-    match agtype::lines::run(mode, BufReader::new(stdin.lock()), stdout.lock()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("onetrip agtype: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
+const DECLINED: u8 = 3;
 
 /// Builds a catalog from `--catalog FILE` (the rows of `Catalog::QUERY` as
 /// `psql -AtF $'\t'` prints them), or from `--label GRAPH.LABEL=v|e` and
 /// `--graph GRAPH=OID` arguments; with none, every graph and label is
 /// assumed to exist.
-pub fn catalog_from_args(
+fn catalog_from_args(
     file: Option<&std::path::Path>,
     graphs: &[String],
     labels: &[String],
@@ -75,9 +56,9 @@ pub fn catalog_from_args(
     Ok(c)
 }
 
-/// `onetrip plan-cypher "<sql>"`: compiled SQL on stdout (exit 0), or the
-/// reason the planner leaves it to AGE on stderr (exit 3).
-pub fn plan(
+/// The compiled SQL on stdout (exit 0), or the reason the planner leaves
+/// the statement to AGE on stderr (exit 3).
+pub fn run(
     sql: &str,
     file: Option<&std::path::Path>,
     graphs: &[String],

@@ -1,5 +1,0 @@
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    onetrip::cli::main()
-}
