@@ -5,21 +5,18 @@
 use base64::{Engine, engine::general_purpose::STANDARD as B64};
 use bytes::BytesMut;
 use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
-use tokio::io::AsyncWriteExt;
 
-use super::{MessageError, read_message};
+use super::client::Client;
 use crate::{
     config::{Admin, AdminAuth},
-    net::Stream,
-    wire::{tag, write},
+    wire::{
+        backend::{self, auth as code},
+        read::ReadError,
+        tag, write,
+    },
 };
 
 const SCRAM_ITERATIONS: u32 = 4096;
-const AUTH_OK: i32 = 0;
-const AUTH_MD5: i32 = 5;
-const AUTH_SASL: i32 = 10;
-const AUTH_SASL_CONTINUE: i32 = 11;
-const AUTH_SASL_FINAL: i32 = 12;
 
 /// Why a client was not let in; each maps to the FATAL error it gets.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +32,7 @@ pub enum AuthError {
     #[error("authentication not completed within {0:?}")]
     Timeout(std::time::Duration),
     #[error(transparent)]
-    Message(#[from] MessageError),
+    Message(#[from] ReadError),
     #[error("I/O error during authentication: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -51,7 +48,11 @@ impl AuthError {
 }
 
 /// Runs the configured exchange up to (not including) AuthenticationOk.
-pub async fn authenticate(stream: &mut Stream, admin: &Admin, user: &str) -> Result<(), AuthError> {
+pub(super) async fn authenticate(
+    client: &mut Client,
+    admin: &Admin,
+    user: &str,
+) -> Result<(), AuthError> {
     let entry = admin
         .users
         .iter()
@@ -59,14 +60,14 @@ pub async fn authenticate(stream: &mut Stream, admin: &Admin, user: &str) -> Res
         .ok_or_else(|| AuthError::UnknownUser(user.into()))?;
     match admin.auth {
         AdminAuth::Trust => Ok(()),
-        AdminAuth::Md5 => md5(stream, user, &entry.password).await,
-        AdminAuth::ScramSha256 => scram(stream, user, &entry.password).await,
+        AdminAuth::Md5 => md5(client, user, &entry.password).await,
+        AdminAuth::ScramSha256 => scram(client, user, &entry.password).await,
     }
 }
 
 /// AuthenticationOk.
 pub fn ok(out: &mut BytesMut) {
-    write::auth_request(out, AUTH_OK, &[]);
+    write::auth_request(out, code::OK, &[]);
 }
 
 fn random<const N: usize>() -> Result<[u8; N], AuthError> {
@@ -77,18 +78,18 @@ fn random<const N: usize>() -> Result<[u8; N], AuthError> {
     Ok(b)
 }
 
-async fn send(stream: &mut Stream, code: i32, extra: &[u8]) -> Result<(), AuthError> {
+async fn send(client: &mut Client, code: i32, extra: &[u8]) -> Result<(), AuthError> {
     let mut out = BytesMut::new();
     write::auth_request(&mut out, code, extra);
-    stream.write_all(&out).await?;
+    client.write(&out).await?;
     Ok(())
 }
 
 /// Reads the client's next password-family message ('p') body. A client that
 /// hangs up here (psql does, to prompt for a password) is an I/O error.
-async fn password_message(stream: &mut Stream) -> Result<Vec<u8>, AuthError> {
-    match read_message(stream).await? {
-        Some((tag::PASSWORD, body)) => Ok(body.to_vec()),
+async fn password_message(client: &mut Client) -> Result<Vec<u8>, AuthError> {
+    match client.read().await? {
+        Some((tag::PASSWORD, msg)) => Ok(backend::body(&msg).to_vec()),
         Some((t, _)) => Err(AuthError::Unexpected(t)),
         None => Err(AuthError::Io(std::io::ErrorKind::UnexpectedEof.into())),
     }
@@ -98,10 +99,10 @@ fn eq_ct(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn md5(stream: &mut Stream, user: &str, password: &str) -> Result<(), AuthError> {
+async fn md5(client: &mut Client, user: &str, password: &str) -> Result<(), AuthError> {
     let salt = random::<4>()?;
-    send(stream, AUTH_MD5, &salt).await?;
-    let body = password_message(stream).await?;
+    send(client, code::MD5, &salt).await?;
+    let body = password_message(client).await?;
     let given = body.strip_suffix(&[0]).unwrap_or(&body);
     let want =
         postgres_protocol::authentication::md5_hash(user.as_bytes(), password.as_bytes(), salt);
@@ -239,10 +240,10 @@ impl Scram {
     }
 }
 
-async fn scram(stream: &mut Stream, user: &str, password: &str) -> Result<(), AuthError> {
+async fn scram(client: &mut Client, user: &str, password: &str) -> Result<(), AuthError> {
     // SCRAM-SHA-256-PLUS is never offered: TLS may end at the proxy.
-    send(stream, AUTH_SASL, b"SCRAM-SHA-256\0\0").await?;
-    let body = password_message(stream).await?;
+    send(client, code::SASL, b"SCRAM-SHA-256\0\0").await?;
+    let body = password_message(client).await?;
     let nul = body
         .iter()
         .position(|&b| b == 0)
@@ -261,10 +262,10 @@ async fn scram(stream: &mut Stream, user: &str, password: &str) -> Result<(), Au
         .ok_or(AuthError::Scram("bad length"))?;
     let server_nonce = B64.encode(random::<18>()?);
     let state = Scram::start(password, data, random::<16>()?, &server_nonce)?;
-    send(stream, AUTH_SASL_CONTINUE, state.server_first().as_bytes()).await?;
-    let client_final = password_message(stream).await?;
+    send(client, code::SASL_CONTINUE, state.server_first().as_bytes()).await?;
+    let client_final = password_message(client).await?;
     let server_final = state.finish(&client_final, user)?;
-    send(stream, AUTH_SASL_FINAL, server_final.as_bytes()).await
+    send(client, code::SASL_FINAL, server_final.as_bytes()).await
 }
 
 #[cfg(test)]

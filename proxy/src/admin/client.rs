@@ -1,0 +1,42 @@
+//! A console client's connection: its stream, and what was read past the
+//! last whole message.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+
+use crate::{
+    net::Stream,
+    wire::read::{ReadError, read_message},
+};
+
+/// Largest message the console reads; its commands are short.
+const MAX_MESSAGE: usize = 1 << 20;
+
+pub(super) struct Client {
+    stream: Stream,
+    unread: BytesMut,
+}
+
+impl Client {
+    pub(super) fn new(stream: Stream) -> Self {
+        Self {
+            stream,
+            unread: BytesMut::new(),
+        }
+    }
+
+    /// The client's next message as (tag, the whole message), or `None`
+    /// once it has hung up. Cancel-safe: what arrived stays for the next call.
+    pub(super) async fn read(&mut self) -> Result<Option<(u8, Bytes)>, ReadError> {
+        match read_message(&mut self.stream, &mut self.unread, MAX_MESSAGE).await {
+            // A whole message: at least its five header bytes.
+            Ok(msg) => Ok(Some((msg[0], msg))),
+            Err(ReadError::Closed) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await
+    }
+}
