@@ -4,12 +4,12 @@
 
 use std::{sync::Arc, time::SystemTime};
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use crate::{
     shared::Shared,
     stats::Snapshot,
-    wire::write::{self, Severity},
+    wire::write::{self, ColumnType, Severity},
 };
 
 const HELP: &[(&str, &str)] = &[
@@ -120,27 +120,19 @@ fn is_count(column: &str) -> bool {
         || column == "round_trips_saved"
 }
 
-fn row_description(out: &mut BytesMut, columns: &[&str]) {
-    const INT8: u32 = 20;
-    const TEXT: u32 = 25;
-    write::message(out, b'T', |b| {
-        b.put_i16(columns.len() as i16);
-        for c in columns {
-            b.put_slice(c.as_bytes());
-            b.put_u8(0);
-            b.put_u32(0); // table oid
-            b.put_i16(0); // column number
-            let (oid, size) = if is_count(c) { (INT8, 8) } else { (TEXT, -1) };
-            b.put_u32(oid);
-            b.put_i16(size);
-            b.put_i32(-1); // type modifier
-            b.put_i16(0); // text format
-        }
-    });
-}
-
 fn table(out: &mut BytesMut, columns: &[&str], rows: Vec<Row>) {
-    row_description(out, columns);
+    let typed: Vec<(&str, ColumnType)> = columns
+        .iter()
+        .map(|&c| {
+            let ty = if is_count(c) {
+                ColumnType::Int8
+            } else {
+                ColumnType::Text
+            };
+            (c, ty)
+        })
+        .collect();
+    write::row_description(out, &typed);
     for r in &rows {
         write::data_row(out, r);
     }

@@ -123,17 +123,35 @@ pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
     });
 }
 
-/// RowDescription with every column typed `text`.
-pub fn row_description(out: &mut BytesMut, columns: &[&str]) {
+/// The type a RowDescription gives a column; its values go as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Text,
+    Int8,
+}
+
+impl ColumnType {
+    /// (type oid, type size), as `pg_type` has them.
+    fn oid_and_size(self) -> (u32, i16) {
+        match self {
+            ColumnType::Text => (25, -1),
+            ColumnType::Int8 => (20, 8),
+        }
+    }
+}
+
+/// RowDescription: each column's name and type, every value in text format.
+pub fn row_description(out: &mut BytesMut, columns: &[(&str, ColumnType)]) {
     message(out, b'T', |b| {
         b.put_i16(columns.len() as i16);
-        for c in columns {
-            cstr(b, c);
+        for &(name, ty) in columns {
+            let (oid, size) = ty.oid_and_size();
+            cstr(b, name);
             b.put_u32(0); // table oid
             b.put_i16(0); // column number
-            b.put_u32(25); // text
-            b.put_i16(-1);
-            b.put_i32(-1);
+            b.put_u32(oid);
+            b.put_i16(size);
+            b.put_i32(-1); // type modifier
             b.put_i16(0); // text format
         }
     });
@@ -180,5 +198,19 @@ mod tests {
         assert_eq!(&out[5..], b"a b\0plain\0");
         let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
         assert_eq!(len, out.len() - 1);
+    }
+
+    #[test]
+    fn row_description_types_each_column() {
+        let mut out = BytesMut::new();
+        row_description(
+            &mut out,
+            &[("n", ColumnType::Int8), ("s", ColumnType::Text)],
+        );
+        // After the count: name, table oid, column number, then type and size.
+        let field = |at: usize| &out[at + 2 + 6..at + 2 + 12];
+        assert_eq!(&out[5..7], &[0, 2]);
+        assert_eq!(field(7), &[0, 0, 0, 20, 0, 8]);
+        assert_eq!(field(7 + 20), &[0, 0, 0, 25, 0xff, 0xff]);
     }
 }
