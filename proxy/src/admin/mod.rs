@@ -4,7 +4,7 @@
 
 mod auth;
 mod client;
-mod commands;
+mod command;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -117,7 +117,7 @@ async fn query_loop(client: &mut Client, shared: &Arc<Shared>) -> Result<(), Rea
                 let body = backend::body(&msg);
                 let text = body.strip_suffix(&[0]).unwrap_or(body);
                 match std::str::from_utf8(text) {
-                    Ok(sql) => commands::run_all(sql, shared, &mut out),
+                    Ok(sql) => command::run_all(sql, shared, &mut out),
                     Err(_) => write::error_into(
                         &mut out,
                         Severity::Error,
