@@ -193,7 +193,9 @@ async fn connections_in_doubtful_states_are_not_kept() {
 
     // Inside a transaction.
     let (mut s, _) = greet(env.proxy_port()).await;
+    // (A BEGIN alone stays in the proxy; a statement takes it upstream.)
     query(&mut s, "begin").await;
+    query(&mut s, "select 1").await;
     terminate(s).await;
     assert_eq!(kept_after_close(&env).await, 0, "left inside a transaction");
     // In the middle of an extended-query batch (no Sync yet).

@@ -165,9 +165,13 @@ impl Protocol {
     }
 
     /// Nothing of the client's is on its way upstream and no transaction
-    /// is open: a query of the proxy's own can run now, unseen.
+    /// is open, not even one held here: a query of the proxy's own can run
+    /// now, unseen (inside the client's transaction, its failure would
+    /// abort it).
     pub(super) fn quiet_upstream(&self) -> bool {
         self.txn_status == b'I'
+            && self.txn.held.is_none()
+            && !self.flight.begin_on_its_way()
             && self.flight.client_answered()
             && !self.flight.skipping()
             && !self.unsynced
