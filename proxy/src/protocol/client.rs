@@ -298,8 +298,14 @@ impl Protocol {
     fn follow_prepared(&mut self, t: u8, msg: &Bytes, sql: Option<Sql>) -> Op {
         match t {
             tag::PARSE => {
-                if let Some((name, text)) = frontend::parse(msg) {
-                    let sql = sql.unwrap_or_else(|| Sql::within(msg, text, None));
+                // Routing found the text when it was valid: only the name
+                // is read again.
+                let found = match sql {
+                    Some(sql) => frontend::parse_name(msg).map(|name| (name, sql)),
+                    None => frontend::parse(msg)
+                        .map(|(name, text)| (name, Sql::within(msg, text, None))),
+                };
+                if let Some((name, sql)) = found {
                     return Op::Parse(name.to_owned(), sql);
                 }
             }

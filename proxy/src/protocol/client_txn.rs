@@ -79,6 +79,13 @@ impl Protocol {
         if !matches!(t, tag::QUERY | tag::PARSE) || !self.quiet_upstream() {
             return TxnStep::Go;
         }
+        // Nearly every statement is looked at here: its first word first,
+        // on the bytes.
+        if !frontend::statement_bytes(t, &chunk[at..end])
+            .is_some_and(|b| first_word_is(b, &["begin", "start"]))
+        {
+            return TxnStep::Go;
+        }
         let msg = chunk.slice(at..end);
         let (text, unnamed_parse) = match t {
             tag::QUERY => (frontend::query_text(&msg), false),
@@ -87,7 +94,7 @@ impl Protocol {
                 _ => (None, false),
             },
         };
-        let Some(text) = text.filter(|s| first_word_is(s, &["begin", "start"])) else {
+        let Some(text) = text else {
             return TxnStep::Go;
         };
         let sql = Sql::within(&msg, text, None);
@@ -330,14 +337,14 @@ fn is_extended(t: u8) -> bool {
 
 /// Does `text` start with one of `words` (ASCII case-insensitive)? A cheap
 /// look before the planner's.
-fn first_word_is(text: &str, words: &[&str]) -> bool {
-    let t = text.trim_start();
+fn first_word_is(text: &[u8], words: &[&str]) -> bool {
+    let t = text.trim_ascii_start();
     words.iter().any(|w| {
-        t.get(..w.len()).is_some_and(|p| p.eq_ignore_ascii_case(w))
+        t.get(..w.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(w.as_bytes()))
             && !t
-                .as_bytes()
                 .get(w.len())
-                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c >= 0x80)
     })
 }
 

@@ -118,11 +118,46 @@ impl Records {
     }
 }
 
+/// Counts of kinds of items in the queue, kept as items come and go so
+/// that the questions asked at every message cost no walk of the queue.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Sync, Query and FunctionCall items.
+    readies: usize,
+    /// The client's items (not local answers).
+    client: usize,
+    /// The client's Sync, Query and FunctionCall items.
+    client_readies: usize,
+    /// Held BEGINs and aborts of the proxy's own.
+    begins: usize,
+}
+
+impl Tally {
+    fn count(&mut self, item: &Item, add: bool) {
+        let (own, ready) = match item {
+            Item::Ext { own, .. } => (*own, false),
+            Item::Ready { own, .. } => (*own, true),
+            Item::Local(_) => return,
+        };
+        let n = |c: &mut usize, yes: bool| {
+            if yes {
+                if add { *c += 1 } else { *c -= 1 }
+            }
+        };
+        n(&mut self.readies, ready);
+        n(&mut self.client, own.is_none());
+        n(&mut self.client_readies, own.is_none() && ready);
+        n(
+            &mut self.begins,
+            matches!(own, Some(Own::Begin | Own::Abort)),
+        );
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Flight {
     items: VecDeque<Item>,
-    /// Sync, Query and FunctionCall items in `items`.
-    readies: usize,
+    tally: Tally,
     /// The server skips what comes until a Sync, and none is on its way.
     skipping: bool,
     prepared: Prepared,
@@ -146,7 +181,7 @@ impl Flight {
             _ if self.skipping => {}
             tag::QUERY | tag::FUNCTION_CALL => self.push_ready(own, false, op),
             tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE => {
-                self.items.push_back(Item::Ext {
+                self.push(Item::Ext {
                     own,
                     records: Records::from(op),
                 })
@@ -156,8 +191,7 @@ impl Flight {
     }
 
     fn push_ready(&mut self, own: Option<Own>, sync: bool, op: Op) {
-        self.readies += 1;
-        self.items.push_back(Item::Ready {
+        self.push(Item::Ready {
             own,
             sync,
             records: Records::from(op),
@@ -183,6 +217,18 @@ impl Flight {
         None
     }
 
+    fn push(&mut self, item: Item) {
+        self.tally.count(&item, true);
+        self.items.push_back(item);
+    }
+
+    /// Drops the first item, answered or skipped.
+    fn pop(&mut self) {
+        if let Some(item) = self.items.pop_front() {
+            self.tally.count(&item, false);
+        }
+    }
+
     /// The answers given here whose turn has come.
     pub fn due_locals(&mut self, out: &mut Vec<Bytes>) {
         while let Some(Item::Local(_)) = self.items.front() {
@@ -206,14 +252,12 @@ impl Flight {
     /// Syncs, Queries or FunctionCalls of the client's await their
     /// ReadyForQuery (the proxy's own may too).
     pub fn awaiting_client_ready(&self) -> bool {
-        self.items
-            .iter()
-            .any(|i| matches!(i, Item::Ready { own: None, .. }))
+        self.tally.client_readies > 0
     }
 
     /// Sent Syncs, Queries or FunctionCalls await their ReadyForQuery.
     pub fn awaiting_ready(&self) -> bool {
-        self.readies > 0
+        self.tally.readies > 0
     }
 
     /// The server skips what comes until a Sync, after an error.
@@ -223,7 +267,7 @@ impl Flight {
 
     /// ReadyForQuery messages owed.
     pub fn readies(&self) -> usize {
-        self.readies
+        self.tally.readies
     }
 
     /// Nothing sent is unanswered.
@@ -235,28 +279,12 @@ impl Flight {
     /// Nothing the client sent is unanswered (the proxy's own statements
     /// may be).
     pub fn client_answered(&self) -> bool {
-        self.items.iter().all(|i| {
-            matches!(
-                i,
-                Item::Ext { own: Some(_), .. } | Item::Ready { own: Some(_), .. }
-            )
-        })
+        self.tally.client == 0
     }
 
     /// A BEGIN of the proxy's own (held for the client) is on its way.
     pub fn begin_on_its_way(&self) -> bool {
-        self.items.iter().any(|i| {
-            matches!(
-                i,
-                Item::Ext {
-                    own: Some(Own::Begin | Own::Abort),
-                    ..
-                } | Item::Ready {
-                    own: Some(Own::Begin | Own::Abort),
-                    ..
-                }
-            )
-        })
+        self.tally.begins > 0
     }
 
     /// Whose the next answer will be.
@@ -293,7 +321,7 @@ impl Flight {
                             // it parses the new one.
                             prepared.closed("");
                         }
-                        self.items.pop_front();
+                        self.pop();
                         self.skip_to_sync();
                         if let Some(Item::Ready {
                             lazy: true, failed, ..
@@ -318,7 +346,7 @@ impl Flight {
                             Records::LoadAge if is_load_complete(t, msg) => self.age_loaded = true,
                             _ => {}
                         }
-                        self.items.pop_front();
+                        self.pop();
                     }
                     _ => {}
                 }
@@ -337,8 +365,7 @@ impl Flight {
                         if *lazy {
                             self.ready_as = Some(if *failed { b'E' } else { b'T' });
                         }
-                        self.items.pop_front();
-                        self.readies -= 1;
+                        self.pop();
                     }
                     tag::ERROR_RESPONSE => *failed = true,
                     _ if is_prepare_complete(t, msg) => {
@@ -363,12 +390,10 @@ impl Flight {
     /// An extended-protocol message failed: the server skips to the Sync.
     fn skip_to_sync(&mut self) {
         while let Some(item) = self.items.front() {
-            match item {
-                Item::Ready { sync: true, .. } | Item::Local(_) => return,
-                Item::Ready { .. } => self.readies -= 1,
-                Item::Ext { .. } => {}
+            if matches!(item, Item::Ready { sync: true, .. } | Item::Local(_)) {
+                return;
             }
-            self.items.pop_front();
+            self.pop();
         }
         self.skipping = true;
     }

@@ -21,6 +21,23 @@ pub fn parse(msg: &[u8]) -> Option<(&str, &str)> {
     Some((name, sql))
 }
 
+/// A Query's or Parse's statement text as bytes, unchecked: for a cheap
+/// look before the text is wanted as a string.
+pub fn statement_bytes(t: u8, msg: &[u8]) -> Option<&[u8]> {
+    let b = body(msg);
+    let b = match t {
+        super::tag::QUERY => b,
+        super::tag::PARSE => b.get(memchr::memchr(0, b)? + 1..)?,
+        _ => return None,
+    };
+    Some(&b[..memchr::memchr(0, b)?])
+}
+
+/// Parse: the statement name only (its text is not checked).
+pub fn parse_name(msg: &[u8]) -> Option<&str> {
+    cstr(body(msg)).map(|(name, _)| name)
+}
+
 /// Bind: (portal name, statement name).
 pub fn bind(msg: &[u8]) -> Option<(&str, &str)> {
     let (portal, rest) = cstr(body(msg))?;
@@ -53,5 +70,15 @@ mod tests {
         assert_eq!(parse(b"P\0\0\0\x05s"), None);
         assert_eq!(target(b"C\0\0\0\x04"), None);
         assert_eq!(execute(b"E\0\0\0\x09\0\0\0\0\x05"), Some(("", 5)));
+        assert_eq!(statement_bytes(b'P', b"P\0\0\0\x05s"), None);
+        assert_eq!(
+            statement_bytes(b'P', b"P\0\0\0\x0bs\0sel\0"),
+            Some(&b"sel"[..])
+        );
+        assert_eq!(
+            statement_bytes(b'Q', b"Q\0\0\0\x08sel\0"),
+            Some(&b"sel"[..])
+        );
+        assert_eq!(parse_name(b"P\0\0\0\x0bs\0sel\0"), Some("s"));
     }
 }
