@@ -1,9 +1,11 @@
-//! Variable-length relationships (`-[:R*1..3]->`) as a recursive CTE that
-//! walks the edges from the left node, the way AGE's `age_vle` does: each
-//! path of distinct edges whose length is within the bounds is one row; a
-//! self-loop is one step in any direction; an undirected step follows an
-//! edge either way. The CTE is a lateral subquery, so it starts from each
-//! row's left node; the right node is its last vertex.
+//! Variable-length relationships (`-[:R*1..3]->`): every walk from the
+//! left node along distinct edges whose length is within the bounds is one
+//! row, as AGE's `age_vle` finds them: a self-loop is one step in any
+//! direction, an undirected step follows an edge either way, and the right
+//! node is the walk's last vertex. A short walk (up to [`MAX_UNROLLED`]
+//! steps) is a UNION ALL with one arm per length, each a chain of joins
+//! that PostgreSQL plans like any fixed-length pattern; a longer one is a
+//! recursive CTE. Either is a lateral subquery that reads the left node.
 
 use super::super::DeclineReason as D;
 use super::super::ast::*;
@@ -17,9 +19,64 @@ use super::stage::Item;
 /// explodes in AGE as here, and AGE's in-memory walk is no slower.
 pub const MAX_VLE_HOPS: i64 = 10;
 
+/// Longest walk written out as joins: its last arm joins this many edge
+/// tables, and the distinct-edge conditions grow with its square.
+pub const MAX_UNROLLED: i64 = 4;
+
+/// One step of a walk: the edge table (or both orientations of it) and,
+/// for alias `x`, the condition that the step leaves from `from` and the
+/// vertex it arrives at.
+struct Step {
+    table: String,
+    dir: Direction,
+    filter: Option<String>,
+}
+
+impl Step {
+    fn from_cond(&self, x: &str, from: &str) -> String {
+        match self.dir {
+            Direction::Right => format!("{x}.start_id = {from}"),
+            Direction::Left => format!("{x}.end_id = {from}"),
+            // Both orientations; a self-loop once (see the fixed-length case).
+            Direction::Both => {
+                format!("{x}._s = {from} AND NOT ({x}._rev AND {x}.start_id = {x}.end_id)")
+            }
+        }
+    }
+
+    fn next(&self, x: &str) -> String {
+        match self.dir {
+            Direction::Right => format!("{x}.end_id"),
+            Direction::Left => format!("{x}.start_id"),
+            Direction::Both => format!("{x}._o"),
+        }
+    }
+
+    /// The FROM item for alias `x`: undirected, the index-friendly arms of
+    /// a fixed-length relationship.
+    fn item(&self, x: &str) -> String {
+        let t = &self.table;
+        match self.dir {
+            Direction::Both => format!(
+                "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, \
+                 false AS _rev FROM {t} UNION ALL SELECT id, start_id, end_id, properties, \
+                 end_id, start_id, true FROM {t}) AS {x}"
+            ),
+            _ => format!("{t} AS {x}"),
+        }
+    }
+
+    fn filter(&self, x: &str) -> String {
+        match &self.filter {
+            Some(m) => format!(" AND {x}.properties @> {m}"),
+            None => String::new(),
+        }
+    }
+}
+
 impl Compiler<'_> {
     /// Binds a variable-length relationship from `left` (bound, with an
-    /// id) to `right`; returns the SQL array of the path's edge ids.
+    /// id) to `right`; returns the SQL array of the walk's edge ids.
     pub(super) fn var_length_rel(
         &mut self,
         r: &RelPattern,
@@ -46,48 +103,107 @@ impl Compiler<'_> {
             Some(Binding::Node(e)) => e.id.clone().ok_or(D::VariableLength)?,
             _ => return Err(D::VariableLength),
         };
-        let t = self.table(r.types.first().map(String::as_str), LabelKind::Edge)?;
-        let edge_filter = match &r.props {
-            Some(m) => format!(" AND e.properties @> {}", self.walk_constraint(m)?),
-            None => String::new(),
+        let filter = match &r.props {
+            Some(m) => Some(self.walk_constraint(m)?),
+            None => None,
         };
-        // The edges a step may take from `_r.vid`, and the vertex each leads
-        // to; undirected, both orientations of each edge and a self-loop once
-        // (the same index-friendly arms as a fixed-length relationship).
-        let (steps, from, next) = match r.dir {
-            Direction::Right => (t.clone(), "e.start_id = _r.vid", "e.end_id"),
-            Direction::Left => (t.clone(), "e.end_id = _r.vid", "e.start_id"),
-            Direction::Both => (
-                format!(
-                    "(SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, \
-                     false AS _rev FROM {t} UNION ALL SELECT id, start_id, end_id, properties, \
-                     end_id, start_id, true FROM {t})"
-                ),
-                "e._s = _r.vid AND NOT (e._rev AND e.start_id = e.end_id)",
-                "e._o",
-            ),
+        let step = Step {
+            table: self.table(r.types.first().map(String::as_str), LabelKind::Edge)?,
+            dir: r.dir,
+            filter,
         };
+        // The relationship's value, when read: its edges in walk order.
+        let read = r
+            .var
+            .as_ref()
+            .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 0);
         let a = self.fresh("_v");
-        self.stage.items.push(Item::Lateral(format!(
-            "(WITH RECURSIVE _r(vid, ids) AS (SELECT {start}, ARRAY[]::ag_catalog.graphid[] \
-             UNION ALL SELECT {next}, _r.ids || e.id FROM _r, {steps} AS e WHERE {from} \
-             AND cardinality(_r.ids) < {hi} AND e.id <> ALL(_r.ids){edge_filter}) \
-             SELECT vid, ids FROM _r WHERE cardinality(ids) >= {lo}) AS {a}"
-        )));
+        let walk = if hi <= MAX_UNROLLED {
+            self.unrolled(&step, &start, lo, hi, read, &a)
+        } else {
+            self.recursive(&step, &start, lo, hi, read)
+        };
+        self.stage
+            .items
+            .push(Item::Lateral(format!("({walk}) AS {a}")));
         self.bind_endpoint(right, format!("{a}.vid"));
-        let ids = format!("{a}.ids");
-        if let Some(v) = &r.var {
-            // The relationship's value: its edges in path order, as AGE's
-            // `age_materialize_vle_edges` lists them.
-            let oid = self.graph_oid();
-            let list = format!(
-                "(ARRAY(SELECT ag_catalog._agtype_build_edge(x.id, x.start_id, x.end_id, \
-                 ag_catalog._label_name({oid}, x.id), x.properties) FROM unnest({ids}) \
-                 WITH ORDINALITY AS u(id, n) JOIN {t} AS x ON x.id = u.id ORDER BY u.n))::agtype"
-            );
+        if let (Some(v), true) = (&r.var, read) {
+            let list = format!("({a}.es)::agtype");
             self.scope.insert(v.clone(), Binding::Value(Sql::ag(list)));
         }
-        Ok(ids)
+        Ok(format!("{a}.ids"))
+    }
+
+    /// One arm per length: `vid` the last vertex, `ids` the edge ids in
+    /// order, `es` (when `read`) the edges as AGE builds them.
+    fn unrolled(&self, step: &Step, start: &str, lo: i64, hi: i64, read: bool, a: &str) -> String {
+        let mut arms = Vec::new();
+        for k in lo..=hi {
+            let xs: Vec<String> = (1..=k).map(|i| format!("{a}_{k}_{i}")).collect();
+            let mut conds = Vec::new();
+            let mut at = start.to_string();
+            for (i, x) in xs.iter().enumerate() {
+                conds.push(format!("{}{}", step.from_cond(x, &at), step.filter(x)));
+                for y in &xs[..i] {
+                    conds.push(format!("{x}.id <> {y}.id"));
+                }
+                at = step.next(x);
+            }
+            let ids: Vec<String> = xs.iter().map(|x| format!("{x}.id")).collect();
+            let mut cols = vec![
+                format!("{at} AS vid"),
+                format!("ARRAY[{}]::ag_catalog.graphid[] AS ids", ids.join(", ")),
+            ];
+            if read {
+                let es: Vec<String> = xs.iter().map(|x| self.built_edge(x)).collect();
+                cols.push(format!(
+                    "ARRAY[{}]::ag_catalog.agtype[] AS es",
+                    es.join(", ")
+                ));
+            }
+            let mut arm = format!("SELECT {}", cols.join(", "));
+            if !xs.is_empty() {
+                let items: Vec<String> = xs.iter().map(|x| step.item(x)).collect();
+                arm.push_str(&format!(
+                    " FROM {} WHERE {}",
+                    items.join(", "),
+                    conds.join(" AND ")
+                ));
+            }
+            arms.push(arm);
+        }
+        arms.join(" UNION ALL ")
+    }
+
+    /// A walk of any bounded length, one step per iteration.
+    fn recursive(&self, step: &Step, start: &str, lo: i64, hi: i64, read: bool) -> String {
+        let (es0, es1, es) = if read {
+            (
+                ", ARRAY[]::ag_catalog.agtype[] AS es",
+                format!(", _r.es || {}", self.built_edge("e")),
+                ", es",
+            )
+        } else {
+            ("", String::new(), "")
+        };
+        format!(
+            "WITH RECURSIVE _r AS (SELECT {start} AS vid, ARRAY[]::ag_catalog.graphid[] AS ids{es0} \
+             UNION ALL SELECT {}, _r.ids || e.id{es1} FROM _r, {} WHERE {}{} \
+             AND cardinality(_r.ids) < {hi} AND e.id <> ALL(_r.ids)) \
+             SELECT vid, ids{es} FROM _r WHERE cardinality(ids) >= {lo}",
+            step.next("e"),
+            step.item("e"),
+            step.from_cond("e", "_r.vid"),
+            step.filter("e"),
+        )
+    }
+
+    fn built_edge(&self, x: &str) -> String {
+        let oid = self.graph_oid();
+        format!(
+            "ag_catalog._agtype_build_edge({x}.id, {x}.start_id, {x}.end_id, \
+             ag_catalog._label_name({oid}, {x}.id), {x}.properties)"
+        )
     }
 
     /// The property map a walk's edges must match. AGE drops its null
