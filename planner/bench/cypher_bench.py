@@ -235,27 +235,31 @@ def load(conn):
     x("ANALYZE")
 
 
+class TimedOut(Exception):
+    """The statement ran into --timeout."""
+
+
 def timed(conn, sql, params=None):
-    """(seconds, rows) of one run, or (seconds, None) on an error (the
-    session is then reset); with params, sent as $1 of unspecified type."""
+    """(seconds, rows) of one run, or (seconds, None) on an error; raises
+    TimedOut at the statement timeout. With params, sent as $1 of
+    unspecified type."""
+    from psycopg import pq
     t0 = time.perf_counter()
     if params is None:
-        try:
-            rows = conn.execute(sql).fetchall()
-        except psycopg.Error:
-            return time.perf_counter() - t0, None
-        return time.perf_counter() - t0, rows
-    from psycopg import pq
-    res = conn.pgconn.exec_params(sql.encode(), [params.encode()], [0], [0], 0)
+        res = conn.pgconn.exec_(sql.encode())
+    else:
+        res = conn.pgconn.exec_params(sql.encode(), [params.encode()], [0], [0], 0)
     dt = time.perf_counter() - t0
     if res.status != pq.ExecStatus.TUPLES_OK:
+        if res.error_field(pq.DiagnosticField.SQLSTATE) == b"57014":
+            raise TimedOut()
         return dt, None
     return dt, [tuple(res.get_value(i, j) for j in range(res.nfields)) for i in range(res.ntuples)]
 
 
 def measure(age, comp, sql, compiled, params, rounds, min_seconds):
     """Alternating rounds of both sides: (median ms AGE, median ms compiled,
-    rows AGE, rows compiled, rounds)."""
+    rows AGE, rows compiled, rounds); TimedOut when AGE's first run does."""
     ta, tb = [], []
     ra = rb = None
     timed(age, sql, params)  # warm caches for both sides alike
@@ -315,9 +319,13 @@ def main():
                     help="run each compiled query whose speedup is below R again, alone, with 3x the time")
     ap.add_argument("--prepared", action="store_true",
                     help="let the driver prepare repeated statements (default: every run is parsed and planned)")
+    ap.add_argument("--timeout", type=float, default=60,
+                    help="statement timeout in seconds; a query whose cypher() run reaches it is timed on the "
+                    "compiled side alone and counted with the timeout as AGE's time (a lower bound)")
     a = ap.parse_args()
 
-    setup = ["LOAD 'age'", "SET search_path = ag_catalog, \"$user\", public"]
+    setup = ["LOAD 'age'", "SET search_path = ag_catalog, \"$user\", public",
+             "SET statement_timeout = %d" % int(a.timeout * 1000)]
     direct = psycopg.connect(host=a.host, port=a.port, user=a.user, dbname=a.db, autocommit=True)
     threshold = 5 if a.prepared else None
     if a.load:
@@ -375,7 +383,14 @@ def main():
             print("%-18s declined: %s" % (name, p.stderr.strip()))
             continue
         compiled = sql if a.proxy else p.stdout.strip()
-        ma, mb, ra, rb, r = measure(age, comp, sql, compiled, params, a.rounds, a.min_seconds)
+        try:
+            ma, mb, ra, rb, r = measure(age, comp, sql, compiled, params, a.rounds, a.min_seconds)
+        except TimedOut:
+            tb = [timed(comp, compiled, params)[0] for _ in range(3)]
+            ma, mb = a.timeout * 1000, statistics.median(tb) * 1000
+            ratios[name] = (ma / mb, (sql, compiled, params, cypher))
+            print("%-18s %9.0f+ %10.2f %6.2fx+  AGE timed out  %s" % (name, ma, mb, ma / mb, cypher[:60]))
+            continue
         if ra is None:
             errors += 1
             print("%-18s AGE rejects it%s" % (name, "" if rb is None else "; compiled ANSWERS"))
@@ -389,7 +404,10 @@ def main():
         for name, (ratio, (sql, compiled, params, cypher)) in sorted(ratios.items()):
             if ratio >= a.rerun_below:
                 continue
-            ma, mb, _, _, r = measure(age, comp, sql, compiled, params, a.rounds * 3, a.min_seconds * 3)
+            try:
+                ma, mb, _, _, r = measure(age, comp, sql, compiled, params, a.rounds * 3, a.min_seconds * 3)
+            except TimedOut:
+                continue
             print("rerun %-12s %10.2f %10.2f %7.2fx  (was %.2fx), %d rounds  %s" % (
                 name, ma, mb, ma / mb, ratio, r, cypher[:60]))
             ratios[name] = (ma / mb, ratios[name][1])

@@ -75,7 +75,7 @@ async fn connect(dsn: &str) -> Client {
     client
 }
 
-async fn load_graph(c: &Client) {
+async fn load_graph(c: &Client, scale: u64) {
     for s in generator::setup_sql(GRAPH) {
         c.simple_query(&s).await.expect("graph setup");
     }
@@ -97,7 +97,7 @@ async fn load_graph(c: &Client) {
             )
         })
         .collect();
-    let g = generator::generate(SEED);
+    let g = generator::generate_scaled(SEED, scale);
     for s in generator::load_sql(GRAPH, &g, &|l| ids.get(l).copied().unwrap_or(0)) {
         c.simple_query(&s).await.expect("graph load");
     }
@@ -189,7 +189,7 @@ async fn cypher_differential() {
         },
     };
     let c = connect(&dsn).await;
-    load_graph(&c).await;
+    load_graph(&c, 1).await;
     let cat = catalog(&c).await;
     let qs = queries();
     let (mut identical, mut compiled, mut accepted, mut accepted_compiled) = (0, 0, 0, 0);
@@ -265,4 +265,21 @@ async fn cypher_differential() {
         share >= MIN_COMPILED_SHARE,
         "{share:.1}% of the queries AGE accepts compiled, below {MIN_COMPILED_SHARE}%"
     );
+}
+
+/// Loads graph `snb_diff` at `ONETRIP_DIFF_SCALE` times its size (default
+/// 10) into the server that `ONETRIP_AGE_DSN` names, for
+/// `planner/bench/cypher_bench.py --corpus`. A loader, not a check: run it
+/// by name with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "loads the benchmark's graph into ONETRIP_AGE_DSN; run it by name"]
+async fn load_bench_graph() {
+    let dsn = std::env::var("ONETRIP_AGE_DSN").expect("ONETRIP_AGE_DSN names the server");
+    let scale = std::env::var("ONETRIP_DIFF_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let c = connect(&dsn).await;
+    load_graph(&c, scale).await;
+    onetrip_tests::age::report(&format!("loaded graph {GRAPH} at scale {scale}"));
 }
