@@ -153,10 +153,14 @@ def corpus_queries(path):
             continue
         if line.startswith("ordered:"):
             line = line[len("ordered:"):].strip()
+        ncols = None
+        if line.startswith("columns ") and ":" in line:
+            n, line = line[len("columns "):].split(":", 1)
+            ncols, line = int(n), line.strip()
         params = None
         if "|||" in line:
             line, params = (x.strip() for x in line.split("|||", 1))
-        out.append(("line%d" % k, line, return_width(line), params))
+        out.append(("line%d" % k, line, ncols or return_width(line), params))
     return out
 
 

@@ -193,7 +193,8 @@ const DECLINED: &[(&str, &str)] = &[
         "variable_reuse",
     ),
     ("MATCH (a:Person)-[a:KNOWS]->(b) RETURN b", "variable_reuse"),
-    ("MATCH (a:Person) RETURN *", "return_star"),
+    ("MATCH (a:Person) RETURN *, a.name", "return_star"),
+    ("RETURN *", "return_star"),
     (
         "MATCH (a:Person) RETURN a.name AS n ORDER BY n",
         "order_by_alias",

@@ -54,7 +54,7 @@ impl Compiler<'_> {
         for v in &new {
             let b = self.scope[v].clone();
             let rebound = project_binding(&b, &alias, &mut cols, true)?;
-            self.scope.insert(v.clone(), rebound);
+            self.bind(v, rebound);
         }
         if cols.is_empty() {
             cols.push("1".to_string());
@@ -91,12 +91,14 @@ impl Compiler<'_> {
         }
         let outer_stage = std::mem::take(&mut self.stage);
         let outer_scope = self.scope.clone();
+        let outer_order = self.order.clone();
         let patterns = std::slice::from_ref(p);
         let r = self
             .clause_labels(patterns)
             .and_then(|labels| self.pattern_part(p, &labels));
         let inner = std::mem::replace(&mut self.stage, outer_stage);
         self.scope = outer_scope;
+        self.order = outer_order;
         r?;
         Ok(Sql::bool(format!(
             "EXISTS (SELECT 1{}{})",
@@ -167,6 +169,7 @@ impl Compiler<'_> {
         elems.push(left.clone());
         let mut edges: Vec<(EdgeIds, Option<String>)> = Vec::new();
         for (rel, node) in &p.chain {
+            let before = self.order.len();
             let right = self.node(node, labels, path_read)?;
             let label = rel.types.first().cloned();
             if rel.var_length.is_some() {
@@ -179,6 +182,11 @@ impl Compiler<'_> {
                 elems.push(name);
             }
             elems.push(right.clone());
+            // The relationship is bound before its right node (for
+            // `RETURN *`), though the node had to exist first.
+            if self.order.len() == before + 2 {
+                self.order.swap(before, before + 1);
+            }
             left = right;
         }
         // AGE never binds one edge twice within one path (comma-separated
@@ -198,7 +206,7 @@ impl Compiler<'_> {
             for e in &elems {
                 parts.push(self.scope[e].clone());
             }
-            self.scope.insert(v.clone(), Binding::Path(parts));
+            self.bind(v, Binding::Path(parts));
         }
         Ok(())
     }
@@ -263,7 +271,7 @@ impl Compiler<'_> {
             ent.props = Some(props);
         }
         self.n_node += 1;
-        self.scope.insert(name.clone(), Binding::Node(ent));
+        self.bind(&name, Binding::Node(ent));
         Ok(name)
     }
 
@@ -353,7 +361,7 @@ impl Compiler<'_> {
             label: label.clone(),
             nullable: false,
         };
-        self.scope.insert(name.clone(), Binding::Edge(ent));
+        self.bind(&name, Binding::Edge(ent));
         Ok((name, label))
     }
 }

@@ -4,8 +4,10 @@
 //! direction, an undirected step follows an edge either way, and the right
 //! node is the walk's last vertex. A short walk (up to [`MAX_UNROLLED`]
 //! steps) is a UNION ALL with one arm per length, each a chain of joins
-//! that PostgreSQL plans like any fixed-length pattern; a longer one is a
-//! recursive CTE. Either is a lateral subquery that reads the left node.
+//! over the edge table joined to both end nodes: PostgreSQL plans it like a
+//! fixed-length pattern, from whichever end is more selective. A longer
+//! walk is a recursive CTE in a lateral subquery that starts from the left
+//! node.
 
 use super::super::DeclineReason as D;
 use super::super::ast::*;
@@ -42,6 +44,30 @@ impl Step {
                 format!("{x}._s = {from} AND NOT ({x}._rev AND {x}.start_id = {x}.end_id)")
             }
         }
+    }
+
+    /// The vertex a step starting a walk leaves from.
+    fn src(&self, x: &str) -> String {
+        match self.dir {
+            Direction::Right => format!("{x}.start_id"),
+            Direction::Left => format!("{x}.end_id"),
+            Direction::Both => format!("{x}._s"),
+        }
+    }
+
+    /// For a walk's first step, the condition `from_cond` holds apart from
+    /// the vertex itself: undirected, a self-loop is taken once.
+    fn orientation(&self, x: &str) -> Option<String> {
+        match self.dir {
+            Direction::Both => Some(format!("NOT ({x}._rev AND {x}.start_id = {x}.end_id)")),
+            _ => None,
+        }
+    }
+
+    fn filter_cond(&self, x: &str) -> Option<String> {
+        self.filter
+            .as_ref()
+            .map(|m| format!("{x}.properties @> {m}"))
     }
 
     fn next(&self, x: &str) -> String {
@@ -118,32 +144,48 @@ impl Compiler<'_> {
             .as_ref()
             .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 0);
         let a = self.fresh("_v");
-        let walk = if hi <= MAX_UNROLLED {
-            self.unrolled(&step, &start, lo, hi, read, &a)
+        if hi <= MAX_UNROLLED {
+            let walk = self.unrolled(&step, lo, hi, read, &a)?;
+            self.stage
+                .items
+                .push(Item::Table(format!("({walk}) AS {a}")));
+            self.stage.conds.push(format!("{a}.src = {start}"));
         } else {
-            self.recursive(&step, &start, lo, hi, read)
-        };
-        self.stage
-            .items
-            .push(Item::Lateral(format!("({walk}) AS {a}")));
+            let walk = self.recursive(&step, &start, lo, hi, read);
+            self.stage
+                .items
+                .push(Item::Lateral(format!("({walk}) AS {a}")));
+        }
         self.bind_endpoint(right, format!("{a}.vid"));
         if let (Some(v), true) = (&r.var, read) {
             let list = format!("({a}.es)::agtype");
-            self.scope.insert(v.clone(), Binding::Value(Sql::ag(list)));
+            self.bind(v, Binding::Value(Sql::ag(list)));
         }
         Ok(format!("{a}.ids"))
     }
 
-    /// One arm per length: `vid` the last vertex, `ids` the edge ids in
-    /// order, `es` (when `read`) the edges as AGE builds them.
-    fn unrolled(&self, step: &Step, start: &str, lo: i64, hi: i64, read: bool, a: &str) -> String {
+    /// One arm per length, over every start: `src` the first vertex, `vid`
+    /// the last, `ids` the edge ids in order, `es` (when `read`) the edges
+    /// as AGE builds them. The zero-length arm ranges over the vertices.
+    fn unrolled(&self, step: &Step, lo: i64, hi: i64, read: bool, a: &str) -> Result<String, D> {
         let mut arms = Vec::new();
         for k in lo..=hi {
             let xs: Vec<String> = (1..=k).map(|i| format!("{a}_{k}_{i}")).collect();
             let mut conds = Vec::new();
-            let mut at = start.to_string();
+            let (src, mut at) = match xs.first() {
+                Some(x) => (step.src(x), step.next(x)),
+                None => {
+                    let v = format!("{a}_0");
+                    (format!("{v}.id"), format!("{v}.id"))
+                }
+            };
             for (i, x) in xs.iter().enumerate() {
-                conds.push(format!("{}{}", step.from_cond(x, &at), step.filter(x)));
+                if i == 0 {
+                    conds.extend(step.orientation(x));
+                } else {
+                    conds.push(step.from_cond(x, &at));
+                }
+                conds.extend(step.filter_cond(x));
                 for y in &xs[..i] {
                     conds.push(format!("{x}.id <> {y}.id"));
                 }
@@ -151,6 +193,7 @@ impl Compiler<'_> {
             }
             let ids: Vec<String> = xs.iter().map(|x| format!("{x}.id")).collect();
             let mut cols = vec![
+                format!("{src} AS src"),
                 format!("{at} AS vid"),
                 format!("ARRAY[{}]::ag_catalog.graphid[] AS ids", ids.join(", ")),
             ];
@@ -161,18 +204,18 @@ impl Compiler<'_> {
                     es.join(", ")
                 ));
             }
-            let mut arm = format!("SELECT {}", cols.join(", "));
-            if !xs.is_empty() {
-                let items: Vec<String> = xs.iter().map(|x| step.item(x)).collect();
-                arm.push_str(&format!(
-                    " FROM {} WHERE {}",
-                    items.join(", "),
-                    conds.join(" AND ")
-                ));
+            let items: Vec<String> = if xs.is_empty() {
+                vec![format!("{} AS {a}_0", self.table(None, LabelKind::Vertex)?)]
+            } else {
+                xs.iter().map(|x| step.item(x)).collect()
+            };
+            let mut arm = format!("SELECT {} FROM {}", cols.join(", "), items.join(", "));
+            if !conds.is_empty() {
+                arm.push_str(&format!(" WHERE {}", conds.join(" AND ")));
             }
             arms.push(arm);
         }
-        arms.join(" UNION ALL ")
+        Ok(arms.join(" UNION ALL "))
     }
 
     /// A walk of any bounded length, one step per iteration.
