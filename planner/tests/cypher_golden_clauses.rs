@@ -87,7 +87,7 @@ fn golden_named_paths() {
 /// exists
 const EXISTS: &[(&str, &str)] = &[(
     "MATCH (a:Person) WHERE exists((a)-[:KNOWS]->(:Person)) AND exists(a.name) RETURN a.name",
-    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (EXISTS (SELECT 1 FROM \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id) AND ag_catalog.age_exists(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)))",
+    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (EXISTS (SELECT 1 FROM \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id OFFSET 0) AND ag_catalog.age_exists(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)))",
 )];
 
 #[test]

@@ -14,7 +14,7 @@
 //! OPTIONAL MATCH is a left-joined lateral subquery, UNWIND a lateral
 //! `age_unnest`, UNION a SQL UNION of the parts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::DeclineReason as D;
 use super::ast::*;
@@ -74,6 +74,7 @@ pub fn compile_cypher(
             n_other: 0,
             refs: &refs,
             params_used: false,
+            filtered: HashSet::new(),
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -122,6 +123,8 @@ pub(super) struct Compiler<'a> {
     refs: &'a HashMap<String, usize>,
     /// Whether the SQL reads the parameter argument.
     params_used: bool,
+    /// Variables the WHERE of the MATCH being compiled names.
+    filtered: HashSet<String>,
 }
 
 impl Compiler<'_> {

@@ -1,13 +1,16 @@
-//! Variable-length relationships (`-[:R*1..3]->`): every walk from the
-//! left node along distinct edges whose length is within the bounds is one
-//! row, as AGE's `age_vle` finds them: a self-loop is one step in any
-//! direction, an undirected step follows an edge either way, and the right
-//! node is the walk's last vertex. A short walk (up to [`MAX_UNROLLED`]
-//! steps) is a UNION ALL with one arm per length, each a chain of joins
-//! over the edge table joined to both end nodes: PostgreSQL plans it like a
-//! fixed-length pattern, from whichever end is more selective. A longer
-//! walk is a recursive CTE in a lateral subquery that starts from the left
-//! node.
+//! Variable-length relationships (`-[:R*1..3]->`): every walk along
+//! distinct edges whose length is within the bounds is one row, as AGE's
+//! `age_vle` finds them: a self-loop is one step in any direction, an
+//! undirected step follows an edge either way, and the nodes at both ends
+//! are the walk's first and last vertices.
+//!
+//! Where the walk starts is chosen from the pattern ([`Walk`]): from an end
+//! whose rows are few (an inline property map, a WHERE that names it, a
+//! binding from an earlier clause), as a lateral subquery run per row of
+//! that end; with no such end, over the whole edge table at once, which
+//! PostgreSQL joins with hashes. A short walk (up to [`MAX_UNROLLED`]
+//! steps) is a UNION ALL of one join chain per length; a longer one, a
+//! recursive CTE from its start.
 
 use super::super::DeclineReason as D;
 use super::super::ast::*;
@@ -24,6 +27,17 @@ pub const MAX_VLE_HOPS: i64 = 10;
 /// Longest walk written out as joins: its last arm joins this many edge
 /// tables, and the distinct-edge conditions grow with its square.
 pub const MAX_UNROLLED: i64 = 4;
+
+/// Where a walk starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Walk {
+    /// From the left node, per row of it.
+    FromLeft,
+    /// From the right node, per row of it, against the arrow.
+    FromRight,
+    /// From every edge at once, joined to both ends afterwards.
+    Everywhere,
+}
 
 /// One step of a walk: the edge table (or both orientations of it) and,
 /// for alias `x`, the condition that the step leaves from `from` and the
@@ -101,13 +115,15 @@ impl Step {
 }
 
 impl Compiler<'_> {
-    /// Binds a variable-length relationship from `left` (bound, with an
-    /// id) to `right`; returns the SQL array of the walk's edge ids.
+    /// Binds a variable-length relationship between `left` and `right`
+    /// (both bound; the end it starts from has an id); returns the SQL
+    /// array of the walk's edge ids.
     pub(super) fn var_length_rel(
         &mut self,
         r: &RelPattern,
         left: &str,
         right: &str,
+        walk: Walk,
     ) -> Result<String, D> {
         let Some((lo, hi)) = r.var_length else {
             return Err(D::VariableLength);
@@ -125,7 +141,15 @@ impl Compiler<'_> {
         {
             return Err(D::VariableReuse);
         }
-        let start = match self.scope.get(left) {
+        let walk = match walk {
+            Walk::Everywhere if hi > MAX_UNROLLED => Walk::FromLeft,
+            w => w,
+        };
+        let (from, to) = match walk {
+            Walk::FromRight => (right, left),
+            _ => (left, right),
+        };
+        let start = match self.scope.get(from) {
             Some(Binding::Node(e)) => e.id.clone().ok_or(D::VariableLength)?,
             _ => return Err(D::VariableLength),
         };
@@ -133,30 +157,40 @@ impl Compiler<'_> {
             Some(m) => Some(self.walk_constraint(m)?),
             None => None,
         };
+        let dir = match (walk, r.dir) {
+            (Walk::FromRight, Direction::Right) => Direction::Left,
+            (Walk::FromRight, Direction::Left) => Direction::Right,
+            (_, d) => d,
+        };
         let step = Step {
             table: self.table(r.types.first().map(String::as_str), LabelKind::Edge)?,
-            dir: r.dir,
+            dir,
             filter,
         };
-        // The relationship's value, when read: its edges in walk order.
+        // The relationship's value, when read: its edges in path order.
         let read = r
             .var
             .as_ref()
             .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 0);
+        let reversed = walk == Walk::FromRight;
         let a = self.fresh("_v");
-        if hi <= MAX_UNROLLED {
-            let walk = self.unrolled(&step, lo, hi, read, &a)?;
-            self.stage
-                .items
-                .push(Item::Table(format!("({walk}) AS {a}")));
-            self.stage.conds.push(format!("{a}.src = {start}"));
-        } else {
-            let walk = self.recursive(&step, &start, lo, hi, read);
-            self.stage
-                .items
-                .push(Item::Lateral(format!("({walk}) AS {a}")));
-        }
-        self.bind_endpoint(right, format!("{a}.vid"));
+        let item = match walk {
+            Walk::Everywhere => {
+                self.stage.conds.push(format!("{a}.src = {start}"));
+                let arms = self.unrolled(&step, None, lo, hi, read, &a, false)?;
+                Item::Table(format!("({arms}) AS {a}"))
+            }
+            _ if hi <= MAX_UNROLLED => {
+                let arms = self.unrolled(&step, Some(&start), lo, hi, read, &a, reversed)?;
+                Item::Lateral(format!("({arms}) AS {a}"))
+            }
+            _ => {
+                let cte = self.recursive(&step, &start, lo, hi, read, reversed);
+                Item::Lateral(format!("({cte}) AS {a}"))
+            }
+        };
+        self.stage.items.push(item);
+        self.bind_endpoint(to, format!("{a}.vid"));
         if let (Some(v), true) = (&r.var, read) {
             let list = format!("({a}.es)::agtype");
             self.bind(v, Binding::Value(Sql::ag(list)));
@@ -164,23 +198,36 @@ impl Compiler<'_> {
         Ok(format!("{a}.ids"))
     }
 
-    /// One arm per length, over every start: `src` the first vertex, `vid`
-    /// the last, `ids` the edge ids in order, `es` (when `read`) the edges
-    /// as AGE builds them. The zero-length arm ranges over the vertices.
-    fn unrolled(&self, step: &Step, lo: i64, hi: i64, read: bool, a: &str) -> Result<String, D> {
+    /// One arm per length: `vid` the last vertex, `ids` the edge ids,
+    /// `es` (when `read`) the edges as AGE builds them, in path order
+    /// (`reversed`: the walk runs against it). From `start` (a lateral
+    /// reference), or from anywhere (`None`), adding `src`, the first
+    /// vertex; then the zero-length arm ranges over the vertices.
+    #[allow(clippy::too_many_arguments)]
+    fn unrolled(
+        &self,
+        step: &Step,
+        start: Option<&str>,
+        lo: i64,
+        hi: i64,
+        read: bool,
+        a: &str,
+        reversed: bool,
+    ) -> Result<String, D> {
         let mut arms = Vec::new();
         for k in lo..=hi {
             let xs: Vec<String> = (1..=k).map(|i| format!("{a}_{k}_{i}")).collect();
             let mut conds = Vec::new();
-            let (src, mut at) = match xs.first() {
-                Some(x) => (step.src(x), step.next(x)),
-                None => {
-                    let v = format!("{a}_0");
-                    (format!("{v}.id"), format!("{v}.id"))
+            let (src, mut at) = match (start, xs.first()) {
+                (Some(s), _) => (None, s.to_string()),
+                (None, Some(x)) => (Some(step.src(x)), step.src(x)),
+                (None, None) => {
+                    let v = format!("{a}_0.id");
+                    (Some(v.clone()), v)
                 }
             };
             for (i, x) in xs.iter().enumerate() {
-                if i == 0 {
+                if i == 0 && start.is_none() {
                     conds.extend(step.orientation(x));
                 } else {
                     conds.push(step.from_cond(x, &at));
@@ -192,24 +239,31 @@ impl Compiler<'_> {
                 at = step.next(x);
             }
             let ids: Vec<String> = xs.iter().map(|x| format!("{x}.id")).collect();
-            let mut cols = vec![
-                format!("{src} AS src"),
-                format!("{at} AS vid"),
-                format!("ARRAY[{}]::ag_catalog.graphid[] AS ids", ids.join(", ")),
-            ];
+            let mut cols: Vec<String> = src.into_iter().map(|s| format!("{s} AS src")).collect();
+            cols.push(format!("{at} AS vid"));
+            cols.push(format!(
+                "ARRAY[{}]::ag_catalog.graphid[] AS ids",
+                ids.join(", ")
+            ));
             if read {
-                let es: Vec<String> = xs.iter().map(|x| self.built_edge(x)).collect();
+                let mut es: Vec<String> = xs.iter().map(|x| self.built_edge(x)).collect();
+                if reversed {
+                    es.reverse();
+                }
                 cols.push(format!(
                     "ARRAY[{}]::ag_catalog.agtype[] AS es",
                     es.join(", ")
                 ));
             }
-            let items: Vec<String> = if xs.is_empty() {
-                vec![format!("{} AS {a}_0", self.table(None, LabelKind::Vertex)?)]
-            } else {
-                xs.iter().map(|x| step.item(x)).collect()
+            let items: Vec<String> = match (start, xs.is_empty()) {
+                (Some(_), true) => Vec::new(),
+                (None, true) => vec![format!("{} AS {a}_0", self.table(None, LabelKind::Vertex)?)],
+                _ => xs.iter().map(|x| step.item(x)).collect(),
             };
-            let mut arm = format!("SELECT {} FROM {}", cols.join(", "), items.join(", "));
+            let mut arm = format!("SELECT {}", cols.join(", "));
+            if !items.is_empty() {
+                arm.push_str(&format!(" FROM {}", items.join(", ")));
+            }
             if !conds.is_empty() {
                 arm.push_str(&format!(" WHERE {}", conds.join(" AND ")));
             }
@@ -218,16 +272,29 @@ impl Compiler<'_> {
         Ok(arms.join(" UNION ALL "))
     }
 
-    /// A walk of any bounded length, one step per iteration.
-    fn recursive(&self, step: &Step, start: &str, lo: i64, hi: i64, read: bool) -> String {
-        let (es0, es1, es) = if read {
-            (
+    /// A walk of any bounded length from `start`, one step per iteration.
+    fn recursive(
+        &self,
+        step: &Step,
+        start: &str,
+        lo: i64,
+        hi: i64,
+        read: bool,
+        reversed: bool,
+    ) -> String {
+        let edge = self.built_edge("e");
+        let (es0, es1, es) = match (read, reversed) {
+            (false, _) => ("", String::new(), ""),
+            (true, false) => (
                 ", ARRAY[]::ag_catalog.agtype[] AS es",
-                format!(", _r.es || {}", self.built_edge("e")),
+                format!(", _r.es || {edge}"),
                 ", es",
-            )
-        } else {
-            ("", String::new(), "")
+            ),
+            (true, true) => (
+                ", ARRAY[]::ag_catalog.agtype[] AS es",
+                format!(", {edge} || _r.es"),
+                ", es",
+            ),
         };
         format!(
             "WITH RECURSIVE _r AS (SELECT {start} AS vid, ARRAY[]::ag_catalog.graphid[] AS ids{es0} \
