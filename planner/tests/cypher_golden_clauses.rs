@@ -31,8 +31,8 @@ fn golden_with() {
 /// UNWIND
 const UNWIND: &[(&str, &str)] = &[
     (
-        "UNWIND [1, null] AS x RETURN x",
-        "SELECT _u1.v AS c1 FROM ag_catalog.age_unnest(ag_catalog.agtype_build_list('1'::agtype, NULL::agtype)) AS _u1(v)",
+        "MATCH (n:Person) UNWIND [1, null] AS x RETURN x",
+        "SELECT _u1.v AS c1 FROM \"g\".\"Person\" AS _n0, LATERAL ag_catalog.age_unnest(ag_catalog.agtype_build_list('1'::agtype, NULL::agtype)) AS _u1(v)",
     ),
     (
         "MATCH (a:Person) UNWIND a.tags AS t RETURN t, count(*)",
@@ -64,8 +64,8 @@ fn golden_optional_match() {
 
 /// UNION
 const UNION: &[(&str, &str)] = &[(
-    "RETURN 1 UNION RETURN 2 UNION ALL RETURN 3",
-    "(SELECT '1'::agtype AS c1) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1)",
+    "MATCH (n:Person) RETURN 1 UNION RETURN 2 UNION ALL MATCH (c:City) RETURN 3",
+    "(SELECT '1'::agtype AS c1 FROM \"g\".\"Person\" AS _n0) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1 FROM \"g\".\"City\" AS _n0)",
 )];
 
 #[test]
@@ -154,8 +154,10 @@ fn golden_parameters() {
 fn golden_unused_parameter_argument() {
     let g = catalog().graph("g").expect("graph");
     assert_eq!(
-        compile_cypher("RETURN 1", &g, false, Some("$1"), 1).as_deref(),
-        Ok("WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1")
+        compile_cypher("MATCH (n:City) RETURN 1", &g, false, Some("$1"), 1).as_deref(),
+        Ok(
+            "WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1 FROM \"g\".\"City\" AS _n0"
+        )
     );
 }
 

@@ -58,6 +58,14 @@ pub fn compile_cypher(
             _ => {}
         }
     }
+    if !st
+        .parts
+        .iter()
+        .flat_map(|p| &p.clauses)
+        .any(|c| matches!(c, Clause::Match(_)))
+    {
+        return Err(D::NoGraphRead);
+    }
     let refs = count_refs(&st);
     let mut sql = String::new();
     let mut params_used = false;

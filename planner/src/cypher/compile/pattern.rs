@@ -200,7 +200,8 @@ impl Compiler<'_> {
             let right = self.node(node, labels, path_read)?;
             let label = rel.types.first().cloned();
             if rel.var_length.is_some() {
-                let right_id = matches!(self.scope.get(&right), Some(Binding::Node(e)) if e.id.is_some());
+                let right_id =
+                    matches!(self.scope.get(&right), Some(Binding::Node(e)) if e.id.is_some());
                 let walk = if few[..=i].iter().any(|f| *f) {
                     Walk::FromLeft
                 } else if few[i + 1] && right_id {
