@@ -87,8 +87,8 @@ const GOLDEN: &[(&str, &str)] = &[
         "SELECT ag_catalog.age_type(ag_catalog._agtype_build_edge(_e0.id, _e0.start_id, _e0.end_id, ag_catalog._label_name('42'::oid, _e0.id), _e0.properties)) AS c1, ag_catalog.graphid_to_agtype(_e0.id) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id",
     ),
     (
-        "RETURN [1, 'two', null], {a: 1, b: null}, true, 1.5",
-        "SELECT ag_catalog.agtype_build_list('1'::agtype, '\"two\"'::agtype, NULL::agtype) AS c1, ag_catalog.agtype_build_map_nonull('a'::text, '1'::agtype, 'b'::text, NULL::agtype) AS c2, 'true'::agtype AS c3, '1.5'::agtype AS c4",
+        "MATCH (n:Person) RETURN [1, 'two', null], {a: 1, b: null}, true, 1.5",
+        "SELECT ag_catalog.agtype_build_list('1'::agtype, '\"two\"'::agtype, NULL::agtype) AS c1, ag_catalog.agtype_build_map_nonull('a'::text, '1'::agtype, 'b'::text, NULL::agtype) AS c2, 'true'::agtype AS c3, '1.5'::agtype AS c4 FROM \"g\".\"Person\" AS _n0",
     ),
     (
         "MATCH (n:Person {address: {city: 'X'}}) RETURN n.age = 1",
@@ -123,8 +123,8 @@ const GOLDEN: &[(&str, &str)] = &[
         "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"_ag_label_vertex\" AS _n0, \"g\".\"Person\" AS _n1",
     ),
     (
-        "RETURN 010, 0x10, 010.5",
-        "SELECT '8'::agtype AS c1, '16'::agtype AS c2, '10.5'::agtype AS c3",
+        "MATCH (n:Person) RETURN 010, 0x10, 010.5",
+        "SELECT '8'::agtype AS c1, '16'::agtype AS c2, '10.5'::agtype AS c3 FROM \"g\".\"Person\" AS _n0",
     ),
 ];
 
@@ -193,7 +193,9 @@ const DECLINED: &[(&str, &str)] = &[
         "variable_reuse",
     ),
     ("MATCH (a:Person)-[a:KNOWS]->(b) RETURN b", "variable_reuse"),
-    ("MATCH (a:Person) RETURN *", "return_star"),
+    ("MATCH (a:Person) RETURN *, a.name", "return_star"),
+    ("RETURN 1 + 1", "no_graph_read"),
+    ("UNWIND [1] AS x RETURN x", "no_graph_read"),
     (
         "MATCH (a:Person) RETURN a.name AS n ORDER BY n",
         "order_by_alias",
@@ -232,7 +234,10 @@ const DECLINED: &[(&str, &str)] = &[
         "MATCH p = (a:Person)-[:KNOWS]->(p) RETURN 1",
         "variable_reuse",
     ),
-    ("UNWIND [1] AS x UNWIND [2] AS x RETURN x", "variable_reuse"),
+    (
+        "MATCH (a:Person) UNWIND [1] AS x UNWIND [2] AS x RETURN x",
+        "variable_reuse",
+    ),
     (
         "MATCH (a:Person) RETURN a.x, count(*) + a.y",
         "aggregate_shape",

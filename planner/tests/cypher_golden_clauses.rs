@@ -31,8 +31,8 @@ fn golden_with() {
 /// UNWIND
 const UNWIND: &[(&str, &str)] = &[
     (
-        "UNWIND [1, null] AS x RETURN x",
-        "SELECT _u1.v AS c1 FROM ag_catalog.age_unnest(ag_catalog.agtype_build_list('1'::agtype, NULL::agtype)) AS _u1(v)",
+        "MATCH (n:Person) UNWIND [1, null] AS x RETURN x",
+        "SELECT _u1.v AS c1 FROM \"g\".\"Person\" AS _n0, LATERAL ag_catalog.age_unnest(ag_catalog.agtype_build_list('1'::agtype, NULL::agtype)) AS _u1(v)",
     ),
     (
         "MATCH (a:Person) UNWIND a.tags AS t RETURN t, count(*)",
@@ -64,8 +64,8 @@ fn golden_optional_match() {
 
 /// UNION
 const UNION: &[(&str, &str)] = &[(
-    "RETURN 1 UNION RETURN 2 UNION ALL RETURN 3",
-    "(SELECT '1'::agtype AS c1) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1)",
+    "MATCH (n:Person) RETURN 1 UNION RETURN 2 UNION ALL MATCH (c:City) RETURN 3",
+    "(SELECT '1'::agtype AS c1 FROM \"g\".\"Person\" AS _n0) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1 FROM \"g\".\"City\" AS _n0)",
 )];
 
 #[test]
@@ -87,7 +87,7 @@ fn golden_named_paths() {
 /// exists
 const EXISTS: &[(&str, &str)] = &[(
     "MATCH (a:Person) WHERE exists((a)-[:KNOWS]->(:Person)) AND exists(a.name) RETURN a.name",
-    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (EXISTS (SELECT 1 FROM \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id) AND ag_catalog.age_exists(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)))",
+    "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (EXISTS (SELECT 1 FROM \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id OFFSET 0) AND ag_catalog.age_exists(NULLIF(_n0.properties -> 'name'::text, 'null'::agtype)))",
 )];
 
 #[test]
@@ -154,8 +154,10 @@ fn golden_parameters() {
 fn golden_unused_parameter_argument() {
     let g = catalog().graph("g").expect("graph");
     assert_eq!(
-        compile_cypher("RETURN 1", &g, false, Some("$1"), 1).as_deref(),
-        Ok("WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1")
+        compile_cypher("MATCH (n:City) RETURN 1", &g, false, Some("$1"), 1).as_deref(),
+        Ok(
+            "WITH _params AS (SELECT ($1)::agtype) SELECT '1'::agtype AS c1 FROM \"g\".\"City\" AS _n0"
+        )
     );
 }
 
@@ -163,15 +165,49 @@ fn golden_unused_parameter_argument() {
 const VARIABLE_LENGTH: &[(&str, &str)] = &[
     (
         "MATCH (a:Person)-[r:KNOWS*1..2]->(b:Person) RETURN r, b.name",
-        "SELECT (ARRAY(SELECT ag_catalog._agtype_build_edge(x.id, x.start_id, x.end_id, ag_catalog._label_name('42'::oid, x.id), x.properties) FROM unnest(_v1.ids) WITH ORDINALITY AS u(id, n) JOIN \"g\".\"KNOWS\" AS x ON x.id = u.id ORDER BY u.n))::agtype AS c1, NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, LATERAL (WITH RECURSIVE _r(vid, ids) AS (SELECT _n0.id, ARRAY[]::ag_catalog.graphid[] UNION ALL SELECT e.end_id, _r.ids || e.id FROM _r, \"g\".\"KNOWS\" AS e WHERE e.start_id = _r.vid AND cardinality(_r.ids) < 2 AND e.id <> ALL(_r.ids)) SELECT vid, ids FROM _r WHERE cardinality(ids) >= 1) AS _v1 WHERE _v1.vid = _n1.id",
+        "SELECT (_v1.es)::agtype AS c1, NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, (SELECT _v1_1_1.start_id AS src, _v1_1_1.end_id AS vid, ARRAY[_v1_1_1.id]::ag_catalog.graphid[] AS ids, ARRAY[ag_catalog._agtype_build_edge(_v1_1_1.id, _v1_1_1.start_id, _v1_1_1.end_id, ag_catalog._label_name('42'::oid, _v1_1_1.id), _v1_1_1.properties)]::ag_catalog.agtype[] AS es FROM \"g\".\"KNOWS\" AS _v1_1_1 UNION ALL SELECT _v1_2_1.start_id AS src, _v1_2_2.end_id AS vid, ARRAY[_v1_2_1.id, _v1_2_2.id]::ag_catalog.graphid[] AS ids, ARRAY[ag_catalog._agtype_build_edge(_v1_2_1.id, _v1_2_1.start_id, _v1_2_1.end_id, ag_catalog._label_name('42'::oid, _v1_2_1.id), _v1_2_1.properties), ag_catalog._agtype_build_edge(_v1_2_2.id, _v1_2_2.start_id, _v1_2_2.end_id, ag_catalog._label_name('42'::oid, _v1_2_2.id), _v1_2_2.properties)]::ag_catalog.agtype[] AS es FROM \"g\".\"KNOWS\" AS _v1_2_1, \"g\".\"KNOWS\" AS _v1_2_2 WHERE _v1_2_2.start_id = _v1_2_1.end_id AND _v1_2_2.id <> _v1_2_1.id) AS _v1 WHERE _v1.src = _n0.id AND _v1.vid = _n1.id",
     ),
     (
         "MATCH (a:Person)-[:KNOWS]-(x)-[*0..2 {w: 1}]-(b) RETURN b.name",
-        "SELECT NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _r FROM \"g\".\"KNOWS\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"KNOWS\") AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, LATERAL (WITH RECURSIVE _r(vid, ids) AS (SELECT _e0._o, ARRAY[]::ag_catalog.graphid[] UNION ALL SELECT e._o, _r.ids || e.id FROM _r, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _rev FROM \"g\".\"_ag_label_edge\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"_ag_label_edge\") AS e WHERE e._s = _r.vid AND NOT (e._rev AND e.start_id = e.end_id) AND cardinality(_r.ids) < 2 AND e.id <> ALL(_r.ids) AND e.properties @> ag_catalog.agtype_build_map_nonull('w'::text, '1'::agtype)) SELECT vid, ids FROM _r WHERE cardinality(ids) >= 0) AS _v2 WHERE NOT (_e0._r AND _e0.start_id = _e0.end_id) AND _e0._s = _n0.id AND _v2.vid = _n2.id AND _e0.id <> ALL(_v2.ids)",
+        "SELECT NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _r FROM \"g\".\"KNOWS\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"KNOWS\") AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, (SELECT _v2_0.id AS src, _v2_0.id AS vid, ARRAY[]::ag_catalog.graphid[] AS ids FROM \"g\".\"_ag_label_vertex\" AS _v2_0 UNION ALL SELECT _v2_1_1._s AS src, _v2_1_1._o AS vid, ARRAY[_v2_1_1.id]::ag_catalog.graphid[] AS ids FROM (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _rev FROM \"g\".\"_ag_label_edge\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"_ag_label_edge\") AS _v2_1_1 WHERE NOT (_v2_1_1._rev AND _v2_1_1.start_id = _v2_1_1.end_id) AND _v2_1_1.properties @> ag_catalog.agtype_build_map_nonull('w'::text, '1'::agtype) UNION ALL SELECT _v2_2_1._s AS src, _v2_2_2._o AS vid, ARRAY[_v2_2_1.id, _v2_2_2.id]::ag_catalog.graphid[] AS ids FROM (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _rev FROM \"g\".\"_ag_label_edge\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"_ag_label_edge\") AS _v2_2_1, (SELECT id, start_id, end_id, properties, start_id AS _s, end_id AS _o, false AS _rev FROM \"g\".\"_ag_label_edge\" UNION ALL SELECT id, start_id, end_id, properties, end_id, start_id, true FROM \"g\".\"_ag_label_edge\") AS _v2_2_2 WHERE NOT (_v2_2_1._rev AND _v2_2_1.start_id = _v2_2_1.end_id) AND _v2_2_1.properties @> ag_catalog.agtype_build_map_nonull('w'::text, '1'::agtype) AND _v2_2_2._s = _v2_2_1._o AND NOT (_v2_2_2._rev AND _v2_2_2.start_id = _v2_2_2.end_id) AND _v2_2_2.properties @> ag_catalog.agtype_build_map_nonull('w'::text, '1'::agtype) AND _v2_2_2.id <> _v2_2_1.id) AS _v2 WHERE NOT (_e0._r AND _e0.start_id = _e0.end_id) AND _e0._s = _n0.id AND _v2.src = _e0._o AND _v2.vid = _n2.id AND _e0.id <> ALL(_v2.ids)",
+    ),
+    (
+        "MATCH (a:Person)<-[r:KNOWS*5]-(b) RETURN r",
+        "SELECT (_v1.es)::agtype AS c1 FROM \"g\".\"Person\" AS _n0, LATERAL (WITH RECURSIVE _r AS (SELECT _n0.id AS vid, ARRAY[]::ag_catalog.graphid[] AS ids, ARRAY[]::ag_catalog.agtype[] AS es UNION ALL SELECT e.start_id, _r.ids || e.id, _r.es || ag_catalog._agtype_build_edge(e.id, e.start_id, e.end_id, ag_catalog._label_name('42'::oid, e.id), e.properties) FROM _r, \"g\".\"KNOWS\" AS e WHERE e.end_id = _r.vid AND cardinality(_r.ids) < 5 AND e.id <> ALL(_r.ids)) SELECT vid, ids, es FROM _r WHERE cardinality(ids) >= 5) AS _v1",
     ),
 ];
 
 #[test]
 fn golden_variable_length() {
     check_golden(VARIABLE_LENGTH);
+}
+
+/// Map projections
+const PROJECTIONS: &[(&str, &str)] = &[(
+    "MATCH (a:Person)-[r:KNOWS]->(b) RETURN a{.name, .*}, r{.since, x: 1}",
+    "SELECT (_n0.properties + ag_catalog.agtype_build_map_nonull('name'::text, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"name\"'::agtype]))) AS c1, ag_catalog.agtype_build_map_nonull('since'::text, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_e0.properties, '\"since\"'::agtype]), 'x'::text, '1'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id",
+)];
+
+#[test]
+fn golden_projections() {
+    check_golden(PROJECTIONS);
+}
+
+/// `RETURN *`: every variable, in the order they were bound.
+#[test]
+fn golden_return_star() {
+    let g = catalog().graph("g").expect("graph");
+    assert_eq!(
+        compile_cypher(
+            "MATCH (a:Person)-[r:KNOWS]->(b) WITH a, 1 AS one RETURN *",
+            &g,
+            false,
+            None,
+            2
+        )
+        .as_deref(),
+        Ok(
+            "SELECT ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties) AS c1, '1'::agtype AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id"
+        )
+    );
 }

@@ -1,11 +1,15 @@
 //! Apache AGE's own regression suite (pg_regress over `regress/` of
 //! `ONETRIP_AGE_SRC`, the tests of its Makefile's REGRESS list) run twice,
 //! at the same time on two private servers: directly, and through onetrip
-//! with rewriting on. The direct run must pass AGE's expected output; the
-//! run through onetrip must then print what the direct run printed, with
-//! the rows of a query that has no ORDER BY compared as a multiset (SQL
-//! leaves their order open) and EXPLAIN output left out (it shows the
-//! compiled plan by design).
+//! with rewriting on. The run through onetrip must print what the direct
+//! run printed, with the rows of a query that has no ORDER BY compared as a
+//! multiset (SQL leaves their order open), EXPLAIN output left out (it
+//! shows the compiled plan by design) and so is whether an error came from
+//! a parallel worker (a plan choice). In such an unordered query that calls
+//! `collect()`, the order of list elements is left open too: it is the
+//! order of the rows collected, which no ORDER BY fixed (these tables are
+//! counted apart). The direct run must agree with AGE's expected output by
+//! the same rules.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -157,29 +161,52 @@ async fn age_regress_through_onetrip() {
         job(&direct, direct.port()),
         job(&proxied, proxy.local_addr().port())
     );
-    let ((direct_dir, direct_ok, direct_log), (proxy_dir, _, _)) =
+    let ((direct_dir, _, direct_log), (proxy_dir, _, _)) =
         (a.expect("direct run"), b.expect("proxied run"));
-    if !direct_ok {
-        let diffs = std::fs::read_to_string(direct_dir.path().join("out/regression.diffs"))
-            .unwrap_or_default();
-        let head: String = diffs.lines().take(200).collect::<Vec<_>>().join("\n");
-        panic!("AGE's suite fails without onetrip:\n{direct_log}\n{head}");
-    }
 
+    // The direct run is the reference; it must itself agree with AGE's
+    // expected output (or one of its alternatives, `<test>_1.out`) by the
+    // same rules, or the environment is not what AGE's suite assumes.
     let mut differing = Vec::new();
+    let mut direct_off = Vec::new();
+    let mut collect_order = 0;
     for t in &tests {
         let read = |dir: &Path| {
-            std::fs::read_to_string(dir.join("out/results").join(format!("{t}.out")))
-                .unwrap_or_else(|e| panic!("no output of test {t}: {e}"))
+            std::fs::read_to_string(dir.join(format!("{t}.out")))
+                .unwrap_or_else(|e| panic!("no output of test {t} in {}: {e}", dir.display()))
         };
-        if let Err(why) = regress_output::compare(&read(direct_dir.path()), &read(proxy_dir.path()))
-        {
-            differing.push(format!("{t}: {why}"));
+        let got = read(&direct_dir.path().join("out/results"));
+        let expected_dir = src.join("regress/expected");
+        let expected = std::iter::once(format!("{t}.out"))
+            .chain((1..10).map(|k| format!("{t}_{k}.out")))
+            .filter_map(|f| std::fs::read_to_string(expected_dir.join(f)).ok());
+        let mut why = None;
+        for e in expected {
+            match regress_output::compare(&e, &got) {
+                Ok(_) => {
+                    why = None;
+                    break;
+                }
+                Err(w) => why = why.or(Some(w)),
+            }
+        }
+        if let Some(w) = why {
+            direct_off.push(format!("{t}: {w}"));
+        }
+        match regress_output::compare(&got, &read(&proxy_dir.path().join("out/results"))) {
+            Ok(n) => collect_order += n,
+            Err(why) => differing.push(format!("{t}: {why}")),
         }
     }
+    assert!(
+        direct_off.is_empty(),
+        "AGE's suite differs from its expected output without onetrip:\n{}\n{direct_log}",
+        direct_off.join("\n")
+    );
     let n = tests.len();
     onetrip_tests::age::report(&format!(
-        "AGE regress through onetrip: {} of {n} tests identical to direct ({} statements compiled)",
+        "AGE regress through onetrip: {} of {n} tests identical to direct ({} statements \
+         compiled; {collect_order} results equal up to the order of collect() lists)",
         n - differing.len(),
         proxy.stats().total().rewritten_queries
     ));
@@ -203,6 +230,8 @@ mod regress_output {
             rows: Vec<String>,
             footer: &'a str,
             ordered: bool,
+            /// An unordered query that calls `collect()`.
+            collects: bool,
         },
     }
 
@@ -242,7 +271,11 @@ mod regress_output {
             .then(|| (i + 2..lines.len()).find(|&k| is_footer(lines[k])))
             .flatten();
             let Some(end) = table_end else {
-                out.push(Item::Line(lines[i]));
+                // Whether an error came from a parallel worker depends on
+                // the plan the server chose, not on what the client sent.
+                if lines[i] != "CONTEXT:  parallel worker" {
+                    out.push(Item::Line(lines[i]));
+                }
                 since_table.push_str(lines[i]);
                 since_table.push('\n');
                 i += 1;
@@ -266,6 +299,7 @@ mod regress_output {
                 rows,
                 footer: lines[end],
                 ordered: has_order_by(&since_table),
+                collects: since_table.to_ascii_lowercase().contains("collect("),
             });
             since_table.clear();
             i = end + 1;
@@ -273,9 +307,12 @@ mod regress_output {
         out
     }
 
-    /// `Ok` when `got` prints what `want` does; else the first difference.
-    pub fn compare(want: &str, got: &str) -> Result<(), String> {
+    /// `Ok` with the number of tables equal only up to the order of list
+    /// elements when `got` prints what `want` does; else the first
+    /// difference.
+    pub fn compare(want: &str, got: &str) -> Result<usize, String> {
         let (a, b) = (items(want), items(got));
+        let mut collect_order = 0;
         for (k, (x, y)) in a.iter().zip(&b).enumerate() {
             if x == y {
                 continue;
@@ -288,6 +325,7 @@ mod regress_output {
                         footer: f1,
                         rule: u1,
                         ordered: false,
+                        collects,
                     },
                     Item::Table {
                         header: h2,
@@ -297,10 +335,22 @@ mod regress_output {
                         ..
                     },
                 ) if h1 == h2 && f1 == f2 && u1 == u2 => {
-                    let (mut r1, mut r2) = (r1.clone(), r2.clone());
-                    r1.sort();
-                    r2.sort();
-                    r1 == r2
+                    let multiset = |rows: &[String], canon: bool| {
+                        let mut v: Vec<String> = rows
+                            .iter()
+                            .map(|r| if canon { sort_lists(r) } else { r.clone() })
+                            .collect();
+                        v.sort();
+                        v
+                    };
+                    if multiset(r1, false) == multiset(r2, false) {
+                        true
+                    } else if *collects && multiset(r1, true) == multiset(r2, true) {
+                        collect_order += 1;
+                        true
+                    } else {
+                        false
+                    }
                 }
                 (Item::Table { header: h1, .. }, Item::Table { header: h2, .. }) => {
                     h1.trim() == "QUERY PLAN" && h2.trim() == "QUERY PLAN"
@@ -328,20 +378,113 @@ mod regress_output {
                 b.len()
             ));
         }
-        Ok(())
+        Ok(collect_order)
+    }
+
+    /// `text` with the elements of every `[...]` list (outside strings)
+    /// sorted, innermost first.
+    fn sort_lists(text: &str) -> String {
+        let chars: Vec<char> = text.chars().collect();
+        let mut pos = 0;
+        let mut out = String::new();
+        while pos < chars.len() {
+            out.push_str(&value(&chars, &mut pos));
+        }
+        out
+    }
+
+    /// Copies one character, string or bracketed value from `pos`,
+    /// sorting list elements on the way.
+    fn value(chars: &[char], pos: &mut usize) -> String {
+        let c = chars[*pos];
+        *pos += 1;
+        match c {
+            '"' => {
+                let mut s = String::from('"');
+                while *pos < chars.len() {
+                    let d = chars[*pos];
+                    *pos += 1;
+                    s.push(d);
+                    if d == '\\' && *pos < chars.len() {
+                        s.push(chars[*pos]);
+                        *pos += 1;
+                    } else if d == '"' {
+                        break;
+                    }
+                }
+                s
+            }
+            '[' | '{' => {
+                let close = if c == '[' { ']' } else { '}' };
+                let mut parts = vec![String::new()];
+                while *pos < chars.len() && chars[*pos] != close {
+                    if chars[*pos] == ',' {
+                        *pos += 1;
+                        parts.push(String::new());
+                        continue;
+                    }
+                    let v = value(chars, pos);
+                    parts.last_mut().expect("one part").push_str(&v);
+                }
+                *pos += 1;
+                let mut parts: Vec<String> = parts.iter().map(|p| p.trim().to_string()).collect();
+                if c == '[' {
+                    parts.sort();
+                }
+                format!("{c}{}{close}", parts.join(", "))
+            }
+            c => c.to_string(),
+        }
     }
 
     #[test]
     fn unordered_rows_compare_as_multisets() {
         let a = "SELECT 1;\n a \n---\n 1\n 2\n(2 rows)\n\n";
         let b = "SELECT 1;\n a \n---\n 2\n 1\n(2 rows)\n\n";
-        assert_eq!(compare(a, b), Ok(()));
+        assert_eq!(compare(a, b), Ok(0));
         let a = "SELECT 1 ORDER BY a;\n a \n---\n 1\n 2\n(2 rows)\n\n";
         let b = "SELECT 1 ORDER BY a;\n a \n---\n 2\n 1\n(2 rows)\n\n";
         assert!(compare(a, b).is_err());
         let c = "SELECT 1;\n a \n---\n 1\n 1\n(2 rows)\n\n";
         assert!(compare("SELECT 1;\n a \n---\n 1\n 2\n(2 rows)\n\n", c).is_err());
         assert!(compare("ERROR:  x\n", "ERROR:  y\n").is_err());
+    }
+
+    #[test]
+    fn collected_lists_compare_as_multisets_in_unordered_queries() {
+        let q = |ret: &str, rows: &str| format!("{ret};\n a \n---\n {rows}\n(1 row)\n");
+        let (x, y) = (r#"[{"k": [1, 2]}, "a"]"#, r#"["a", {"k": [2, 1]}]"#);
+        assert_eq!(
+            compare(&q("RETURN collect(x)", x), &q("RETURN collect(x)", y)),
+            Ok(1)
+        );
+        assert!(
+            compare(
+                &q("RETURN collect(x) ORDER BY x", x),
+                &q("RETURN collect(x) ORDER BY x", y)
+            )
+            .is_err()
+        );
+        assert!(compare(&q("RETURN reverse(x)", x), &q("RETURN reverse(x)", y)).is_err());
+        assert!(
+            compare(
+                &q("RETURN collect(x)", x),
+                &q("RETURN collect(x)", r#"["a", {"k": [2, 3]}]"#)
+            )
+            .is_err()
+        );
+        assert_eq!(
+            sort_lists(r#" ["b, c", "a"] | {"z": ["]", "["]}"#),
+            r#" ["a", "b, c"] | {"z": ["[", "]"]}"#
+        );
+    }
+
+    #[test]
+    fn parallel_worker_context_is_not_compared() {
+        let a = "SELECT 1/0;\nERROR:  division by zero\nCONTEXT:  parallel worker\nSELECT 2;\n";
+        let b = "SELECT 1/0;\nERROR:  division by zero\nSELECT 2;\n";
+        assert_eq!(compare(a, b), Ok(0));
+        assert!(compare(a, "SELECT 1/0;\nSELECT 2;\n").is_err());
     }
 
     #[test]
@@ -364,6 +507,6 @@ mod regress_output {
     fn explain_output_is_not_compared() {
         let a = "EXPLAIN SELECT 1;\n QUERY PLAN \n------------\n Scan a\n(1 row)\n\n--\n";
         let b = "EXPLAIN SELECT 1;\n   QUERY PLAN   \n----------------\n Scan b\n Filter\n(2 rows)\n\n--\n";
-        assert_eq!(compare(a, b), Ok(()));
+        assert_eq!(compare(a, b), Ok(0));
     }
 }

@@ -185,6 +185,19 @@ pub enum Expr {
     PatternPredicate(Box<PatternPart>),
     /// `EXISTS(n.prop)`
     Exists(Box<Expr>),
+    /// `n{.key, key: expr, .*}`; the base is a variable.
+    MapProjection(Box<Expr>, Vec<MapProjectionItem>),
+}
+
+/// One element of a map projection; `{v}` reads as `v: v`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MapProjectionItem {
+    /// `.key`
+    Property(String),
+    /// `key: expr`
+    Entry(String, Expr),
+    /// `.*`
+    AllProperties,
 }
 
 impl Expr {
@@ -235,6 +248,14 @@ impl Expr {
             Expr::Map(kv) => {
                 for (_, v) in kv {
                     walk(v);
+                }
+            }
+            Expr::MapProjection(base, items) => {
+                walk(base);
+                for it in items {
+                    if let MapProjectionItem::Entry(_, v) = it {
+                        walk(v);
+                    }
                 }
             }
             Expr::Case {

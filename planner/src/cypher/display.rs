@@ -178,6 +178,20 @@ impl Display for Expr {
             Expr::ExistsPattern(p) => write!(f, "EXISTS({p})"),
             Expr::PatternPredicate(p) => write!(f, "({p})"),
             Expr::Exists(e) => write!(f, "EXISTS({e})"),
+            Expr::MapProjection(base, items) => {
+                write!(f, "{base}{{")?;
+                for (i, it) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    match it {
+                        MapProjectionItem::Property(k) => write!(f, ".{}", Name(k))?,
+                        MapProjectionItem::Entry(k, v) => write!(f, "{}: {v}", Name(k))?,
+                        MapProjectionItem::AllProperties => f.write_str(".*")?,
+                    }
+                }
+                f.write_str("}")
+            }
         }
     }
 }

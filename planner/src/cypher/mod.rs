@@ -101,6 +101,9 @@ pub enum DeclineReason {
     SqlShape,
     /// More relationships in one pattern than [`compile::MAX_HOPS`].
     TooLarge,
+    /// No MATCH: the statement only computes expressions, which AGE does
+    /// with the same functions, so compiling it saves nothing.
+    NoGraphRead,
     /// `plan_cypher` only: the statement has no `cypher()` call in FROM.
     NoCypherCall,
 }
@@ -140,6 +143,7 @@ impl DeclineReason {
             UnsupportedExpr => "unsupported_expression",
             SqlShape => "sql_shape",
             TooLarge => "too_large",
+            NoGraphRead => "no_graph_read",
             NoCypherCall => "no_cypher_call",
         }
     }

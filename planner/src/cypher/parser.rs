@@ -597,6 +597,11 @@ impl Parser {
         let mut levels = 0usize;
         let mut e = self.atom()?;
         loop {
+            if *self.peek() == Tok::LBrace && matches!(e, Expr::Var(_)) {
+                self.chain_step(&mut levels)?;
+                e = self.map_projection(e)?;
+                continue;
+            }
             if !matches!(self.peek(), Tok::Dot | Tok::LBracket | Tok::Colon) {
                 break;
             }
@@ -805,6 +810,34 @@ impl Parser {
             whens,
             else_,
         })
+    }
+
+    /// `base{.key, key: expr, v, .*}` (AGE requires at least one element).
+    fn map_projection(&mut self, base: Expr) -> Result<Expr, ParseError> {
+        self.expect(&Tok::LBrace, "{")?;
+        let mut items = Vec::new();
+        loop {
+            if self.eat(&Tok::Dot) {
+                if self.eat(&Tok::Star) {
+                    items.push(MapProjectionItem::AllProperties);
+                } else {
+                    items.push(MapProjectionItem::Property(self.ident()?));
+                }
+            } else {
+                let key = self.ident()?;
+                let value = if self.eat(&Tok::Colon) {
+                    self.expr()?
+                } else {
+                    Expr::Var(key.clone())
+                };
+                items.push(MapProjectionItem::Entry(key, value));
+            }
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RBrace, "}")?;
+        Ok(Expr::MapProjection(Box::new(base), items))
     }
 
     fn map_literal(&mut self) -> Result<Expr, ParseError> {

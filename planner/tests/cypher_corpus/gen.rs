@@ -142,14 +142,19 @@ pub struct Graph {
     pub edges: Vec<(&'static str, usize, usize, String)>,
 }
 
-pub fn generate(seed: u64) -> Graph {
+/// The graph, with `scale` times as many vertices of each label and edges
+/// (1 for the differential test, more for the benchmark's instance).
+pub fn generate_scaled(seed: u64, scale: u64) -> Graph {
+    let scale = scale.max(1);
+    let (n_person, n_city, n_tag) = (N_PERSON * scale, N_CITY * scale, N_TAG * scale);
+    let (n_forum, n_post, n_comment) = (N_FORUM * scale, N_POST * scale, N_COMMENT * scale);
     let mut r = Rng::new(seed);
     let mut v: Vec<(&'static str, String)> = Vec::new();
     let mut e: Vec<(&'static str, usize, usize, String)> = Vec::new();
     let base = |v: &Vec<(&'static str, String)>| v.len();
 
     let city0 = base(&v);
-    for c in 0..N_CITY {
+    for c in 0..n_city {
         let aliases = if r.pct(30) {
             list(&[agtype_string(&format!("C{c}")), agtype_string("Town_X")])
         } else {
@@ -169,7 +174,7 @@ pub fn generate(seed: u64) -> Graph {
         ));
     }
     let tag0 = base(&v);
-    for t in 0..N_TAG {
+    for t in 0..n_tag {
         let name = format!(
             "{}_{t}",
             r.pick(&["Music", "Art", "Go_lang", "Rust%", "Chess"])
@@ -184,7 +189,7 @@ pub fn generate(seed: u64) -> Graph {
         ));
     }
     let person0 = base(&v);
-    for p in 0..N_PERSON {
+    for p in 0..n_person {
         let tags = match r.below(6) {
             0 => None,
             1 => null(),
@@ -210,7 +215,7 @@ pub fn generate(seed: u64) -> Graph {
             };
             Some(Json::obj(&[
                 ("street", s(&format!("{} Street", r.below(300)))),
-                ("city", s(&format!("City_{}", r.below(N_CITY)))),
+                ("city", s(&format!("City_{}", r.below(n_city)))),
                 ("zip", s(&format!("{:05}", r.below(99999)))),
                 ("geo", geo),
             ]))
@@ -271,7 +276,7 @@ pub fn generate(seed: u64) -> Graph {
         ));
     }
     let forum0 = base(&v);
-    for fi in 0..N_FORUM {
+    for fi in 0..n_forum {
         v.push((
             "Forum",
             Json::obj(&[
@@ -291,7 +296,7 @@ pub fn generate(seed: u64) -> Graph {
         ));
     }
     let post0 = base(&v);
-    for pi in 0..N_POST {
+    for pi in 0..n_post {
         let image = r.pct(20);
         let content = if r.pct(3) {
             r.pick(SPECIAL).to_string()
@@ -332,7 +337,7 @@ pub fn generate(seed: u64) -> Graph {
         ));
     }
     let comment0 = base(&v);
-    for ci in 0..N_COMMENT {
+    for ci in 0..n_comment {
         let content = if r.pct(4) {
             r.pick(SPECIAL).to_string()
         } else {
@@ -364,15 +369,15 @@ pub fn generate(seed: u64) -> Graph {
     }
 
     let person = |k: u64| person0 + k as usize;
-    for p in 0..N_PERSON {
+    for p in 0..n_person {
         e.push((
             "IS_LOCATED_IN",
             person(p),
-            city0 + r.below(N_CITY) as usize,
+            city0 + r.below(n_city) as usize,
             "{}".into(),
         ));
         for _ in 0..r.below(8) {
-            let q = r.below(N_PERSON);
+            let q = r.below(n_person);
             let weight = match r.below(5) {
                 0 => None,
                 1 => null(),
@@ -398,12 +403,12 @@ pub fn generate(seed: u64) -> Graph {
             Json::obj(&[("weight", f(1.0)), ("selfLoop", Some("true".into()))]),
         ));
     }
-    for fi in 0..N_FORUM {
+    for fi in 0..n_forum {
         for _ in 0..1 + r.below(10) {
             e.push((
                 "HAS_MEMBER",
                 forum0 + fi as usize,
-                person(r.below(N_PERSON)),
+                person(r.below(n_person)),
                 Json::obj(&[("joinDate", i(r.below(5000) as i64))]),
             ));
         }
@@ -411,37 +416,37 @@ pub fn generate(seed: u64) -> Graph {
             e.push((
                 "HAS_TAG",
                 forum0 + fi as usize,
-                tag0 + r.below(N_TAG) as usize,
+                tag0 + r.below(n_tag) as usize,
                 "{}".into(),
             ));
         }
     }
-    for pi in 0..N_POST {
+    for pi in 0..n_post {
         let post = post0 + pi as usize;
-        e.push(("HAS_CREATOR", post, person(r.below(N_PERSON)), "{}".into()));
+        e.push(("HAS_CREATOR", post, person(r.below(n_person)), "{}".into()));
         for _ in 0..r.below(3) {
-            e.push(("HAS_TAG", post, tag0 + r.below(N_TAG) as usize, "{}".into()));
+            e.push(("HAS_TAG", post, tag0 + r.below(n_tag) as usize, "{}".into()));
         }
     }
-    for ci in 0..N_COMMENT {
+    for ci in 0..n_comment {
         let c = comment0 + ci as usize;
-        e.push(("HAS_CREATOR", c, person(r.below(N_PERSON)), "{}".into()));
+        e.push(("HAS_CREATOR", c, person(r.below(n_person)), "{}".into()));
         let target = if ci > 0 && r.pct(40) {
             comment0 + r.below(ci) as usize
         } else {
-            post0 + r.below(N_POST) as usize
+            post0 + r.below(n_post) as usize
         };
         e.push(("REPLY_OF", c, target, "{}".into()));
     }
     for _ in 0..3000 {
         let target = if r.pct(50) {
-            post0 + r.below(N_POST) as usize
+            post0 + r.below(n_post) as usize
         } else {
-            comment0 + r.below(N_COMMENT) as usize
+            comment0 + r.below(n_comment) as usize
         };
         e.push((
             "LIKES",
-            person(r.below(N_PERSON)),
+            person(r.below(n_person)),
             target,
             Json::obj(&[("creationDate", i(r.below(100000) as i64))]),
         ));

@@ -112,6 +112,9 @@ impl Sql {
     }
 }
 
+/// Keys of one map built by one call (two arguments each).
+const MAX_MAP_KEYS: usize = 50;
+
 pub(super) fn contains_aggregate(e: &Expr) -> bool {
     let mut found = false;
     e.walk(&mut |x| {
@@ -297,9 +300,60 @@ impl Compiler<'_> {
                 )))
             }
             Expr::Map(_) => Ok(Sql::ag(self.map(e, false)?)),
+            Expr::MapProjection(base, items) => self.map_projection(base, items),
             Expr::Function { .. } if is_aggregate(e) => self.aggregate(e),
             Expr::Function { .. } => self.function(e),
         }
+    }
+
+    /// `n{.a, b: x, .*}` as AGE builds it: the base's properties
+    /// (`age_properties`, or the properties column of a vertex or edge),
+    /// each `.key` read from them, the entries in a map without nulls, and
+    /// with `.*` the properties joined with that map by agtype `+`.
+    fn map_projection(&mut self, base: &Expr, items: &[MapProjectionItem]) -> Result<Sql, D> {
+        let props = match base {
+            Expr::Var(v) => match self.scope.get(v) {
+                Some(Binding::Node(_) | Binding::Edge(_)) => self.entity_props(v)?,
+                Some(_) => {
+                    let b = self.expr(base)?.agtype_only()?;
+                    format!("ag_catalog.age_properties({b})")
+                }
+                None => return Err(D::UnboundVariable),
+            },
+            _ => return Err(D::UnsupportedExpr),
+        };
+        let mut all = false;
+        let mut seen = HashSet::new();
+        let mut args = Vec::new();
+        for it in items {
+            let (key, val) = match it {
+                MapProjectionItem::AllProperties => {
+                    all = true;
+                    continue;
+                }
+                MapProjectionItem::Property(k) => (
+                    k,
+                    format!(
+                        "ag_catalog.agtype_access_operator(VARIADIC ARRAY[{props}, {}])",
+                        agtype_const(&Literal::String(k.clone()))
+                    ),
+                ),
+                MapProjectionItem::Entry(k, v) => (k, self.expr(v)?.agtype_only()?),
+            };
+            if is_keyword(key) || !seen.insert(key.as_str()) {
+                return Err(D::KeywordKey);
+            }
+            args.push(format!("{}::text, {val}", sql_string(key)));
+        }
+        if args.len() > MAX_MAP_KEYS {
+            return Err(D::UnsupportedExpr);
+        }
+        let map = format!("ag_catalog.agtype_build_map_nonull({})", args.join(", "));
+        Ok(Sql::ag(match (all, args.is_empty()) {
+            (true, true) => props,
+            (true, false) => format!("({props} + {map})"),
+            (false, _) => map,
+        }))
     }
 
     /// `[x IN list WHERE p | m]`: AGE's ARRAY subquery over `age_unnest`,
@@ -389,6 +443,10 @@ impl Compiler<'_> {
         };
         if kv.is_empty() {
             return Ok("ag_catalog.agtype_build_map()".to_string());
+        }
+        // Past 100 arguments AGE chains calls; PostgreSQL allows no more.
+        if kv.len() > MAX_MAP_KEYS {
+            return Err(D::UnsupportedExpr);
         }
         let mut seen = HashSet::new();
         let mut args = Vec::new();

@@ -14,7 +14,7 @@
 //! OPTIONAL MATCH is a left-joined lateral subquery, UNWIND a lateral
 //! `age_unnest`, UNION a SQL UNION of the parts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::DeclineReason as D;
 use super::ast::*;
@@ -58,6 +58,14 @@ pub fn compile_cypher(
             _ => {}
         }
     }
+    if !st
+        .parts
+        .iter()
+        .flat_map(|p| &p.clauses)
+        .any(|c| matches!(c, Clause::Match(_)))
+    {
+        return Err(D::NoGraphRead);
+    }
     let refs = count_refs(&st);
     let mut sql = String::new();
     let mut params_used = false;
@@ -67,12 +75,14 @@ pub fn compile_cypher(
             assume: assume_labels,
             params,
             scope: HashMap::new(),
+            order: Vec::new(),
             stage: Stage::default(),
             n_node: 0,
             n_edge: 0,
             n_other: 0,
             refs: &refs,
             params_used: false,
+            filtered: HashSet::new(),
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -107,6 +117,9 @@ pub(super) struct Compiler<'a> {
     params: Option<&'a str>,
     /// The variables visible to the next clause.
     scope: HashMap<String, Binding>,
+    /// Their names (private ones left out) in the order they were bound,
+    /// which is the order of `RETURN *`.
+    order: Vec<String>,
     /// The SELECT being built.
     stage: Stage,
     n_node: usize,
@@ -118,6 +131,8 @@ pub(super) struct Compiler<'a> {
     refs: &'a HashMap<String, usize>,
     /// Whether the SQL reads the parameter argument.
     params_used: bool,
+    /// Variables the WHERE of the MATCH being compiled names.
+    filtered: HashSet<String>,
 }
 
 impl Compiler<'_> {
@@ -159,9 +174,15 @@ impl Compiler<'_> {
         self.stage.items.push(Item::Lateral(format!(
             "ag_catalog.age_unnest({list}) AS {a}(v)"
         )));
-        self.scope
-            .insert(alias.to_string(), Binding::Value(Sql::ag(format!("{a}.v"))));
+        self.bind(alias, Binding::Value(Sql::ag(format!("{a}.v"))));
         Ok(())
+    }
+
+    /// Binds (or rebinds) a name in scope.
+    fn bind(&mut self, name: &str, b: Binding) {
+        if self.scope.insert(name.to_string(), b).is_none() && !scope::is_private(name) {
+            self.order.push(name.to_string());
+        }
     }
 
     /// A new alias with `prefix`.
@@ -211,6 +232,8 @@ fn count_refs(st: &Statement) -> HashMap<String, usize> {
     let mut refs = HashMap::new();
     let mut exprs: Vec<&Expr> = Vec::new();
     let mut patterns: Vec<&PatternPart> = Vec::new();
+    // `WITH *` and `RETURN *` read every variable bound before them.
+    let mut star = false;
     for c in st.parts.iter().flat_map(|p| &p.clauses) {
         match c {
             Clause::Match(m) => {
@@ -219,6 +242,7 @@ fn count_refs(st: &Statement) -> HashMap<String, usize> {
             }
             Clause::Unwind { expr, .. } => exprs.push(expr),
             Clause::With(p) | Clause::Return(p) => {
+                star |= p.star;
                 exprs.extend(p.items.iter().map(|i| &i.expr));
                 exprs.extend(p.order_by.iter().map(|s| &s.expr));
                 exprs.extend(&p.where_);
@@ -235,12 +259,18 @@ fn count_refs(st: &Statement) -> HashMap<String, usize> {
             let nodes = std::iter::once(&p.start).chain(p.chain.iter().map(|(_, n)| n));
             for n in nodes {
                 if let Some(v) = &n.var {
-                    *refs.entry(v.clone()).or_default() += 1;
+                    *refs.entry(v.clone()).or_default() += 1 + star as usize;
                 }
                 exprs.extend(&n.props);
             }
             for (r, _) in &p.chain {
+                if let (Some(v), true) = (&r.var, star) {
+                    *refs.entry(v.clone()).or_default() += 1;
+                }
                 exprs.extend(&r.props);
+            }
+            if let (Some(v), true) = (&p.path_var, star) {
+                *refs.entry(v.clone()).or_default() += 1;
             }
             continue;
         }

@@ -10,6 +10,7 @@ use super::super::catalog::LabelKind;
 use super::expr::{Sql, contains_aggregate};
 use super::scope::{Binding, Ent, is_private};
 use super::stage::Item;
+use super::vle::Walk;
 use super::{Compiler, MAX_HOPS};
 
 /// Labels per node variable for one clause, from the occurrence that binds
@@ -20,9 +21,19 @@ impl Compiler<'_> {
     /// MATCH: the patterns join the current stage, WHERE filters it.
     pub(super) fn match_clause(&mut self, m: &Match) -> Result<(), D> {
         let labels = self.clause_labels(&m.patterns)?;
+        // The variables its WHERE names: likely filtered to fewer rows.
+        self.filtered.clear();
+        if let Some(w) = &m.where_ {
+            w.walk(&mut |x| {
+                if let Expr::Var(v) = x {
+                    self.filtered.insert(v.clone());
+                }
+            });
+        }
         for p in &m.patterns {
             self.pattern_part(p, &labels)?;
         }
+        self.filtered.clear();
         if let Some(w) = &m.where_ {
             if contains_aggregate(w) {
                 return Err(D::AggregateShape);
@@ -54,7 +65,7 @@ impl Compiler<'_> {
         for v in &new {
             let b = self.scope[v].clone();
             let rebound = project_binding(&b, &alias, &mut cols, true)?;
-            self.scope.insert(v.clone(), rebound);
+            self.bind(v, rebound);
         }
         if cols.is_empty() {
             cols.push("1".to_string());
@@ -91,15 +102,20 @@ impl Compiler<'_> {
         }
         let outer_stage = std::mem::take(&mut self.stage);
         let outer_scope = self.scope.clone();
+        let outer_order = self.order.clone();
         let patterns = std::slice::from_ref(p);
         let r = self
             .clause_labels(patterns)
             .and_then(|labels| self.pattern_part(p, &labels));
         let inner = std::mem::replace(&mut self.stage, outer_stage);
         self.scope = outer_scope;
+        self.order = outer_order;
         r?;
+        // OFFSET 0 keeps it a subplan run per row, as AGE's is: turned into
+        // a semi-join it is planned on PostgreSQL's guess of how many rows
+        // reach it, which for property filters is blind.
         Ok(Sql::bool(format!(
-            "EXISTS (SELECT 1{}{})",
+            "EXISTS (SELECT 1{}{} OFFSET 0)",
             inner.from_sql(),
             inner.where_sql()
         )))
@@ -160,17 +176,40 @@ impl Compiler<'_> {
         if var_length && path_read {
             return Err(D::VariableLength);
         }
-        // A variable-length walk starts from its left node's id.
+        // Nodes whose rows are likely few: where a walk should start.
+        let nodes: Vec<&NodePattern> = std::iter::once(&p.start)
+            .chain(p.chain.iter().map(|(_, n)| n))
+            .collect();
+        let few: Vec<bool> = nodes
+            .iter()
+            .map(|n| {
+                n.props.is_some()
+                    || n.var
+                        .as_ref()
+                        .is_some_and(|v| self.scope.contains_key(v) || self.filtered.contains(v))
+            })
+            .collect();
+        // A variable-length walk may start from its left node's id.
         let starts_walk = p.chain.first().is_some_and(|(r, _)| r.var_length.is_some());
         let mut elems = Vec::new();
         let mut left = self.node(&p.start, labels, lone || path_read || starts_walk)?;
         elems.push(left.clone());
         let mut edges: Vec<(EdgeIds, Option<String>)> = Vec::new();
-        for (rel, node) in &p.chain {
+        for (i, (rel, node)) in p.chain.iter().enumerate() {
+            let before = self.order.len();
             let right = self.node(node, labels, path_read)?;
             let label = rel.types.first().cloned();
             if rel.var_length.is_some() {
-                let ids = self.var_length_rel(rel, &left, &right)?;
+                let right_id =
+                    matches!(self.scope.get(&right), Some(Binding::Node(e)) if e.id.is_some());
+                let walk = if few[..=i].iter().any(|f| *f) {
+                    Walk::FromLeft
+                } else if few[i + 1] && right_id {
+                    Walk::FromRight
+                } else {
+                    Walk::Everywhere
+                };
+                let ids = self.var_length_rel(rel, &left, &right, walk)?;
                 edges.push((EdgeIds::Many(ids), label));
             } else {
                 let (name, label) = self.rel(rel, &left, &right)?;
@@ -179,6 +218,11 @@ impl Compiler<'_> {
                 elems.push(name);
             }
             elems.push(right.clone());
+            // The relationship is bound before its right node (for
+            // `RETURN *`), though the node had to exist first.
+            if self.order.len() == before + 2 {
+                self.order.swap(before, before + 1);
+            }
             left = right;
         }
         // AGE never binds one edge twice within one path (comma-separated
@@ -198,7 +242,7 @@ impl Compiler<'_> {
             for e in &elems {
                 parts.push(self.scope[e].clone());
             }
-            self.scope.insert(v.clone(), Binding::Path(parts));
+            self.bind(v, Binding::Path(parts));
         }
         Ok(())
     }
@@ -263,7 +307,7 @@ impl Compiler<'_> {
             ent.props = Some(props);
         }
         self.n_node += 1;
-        self.scope.insert(name.clone(), Binding::Node(ent));
+        self.bind(&name, Binding::Node(ent));
         Ok(name)
     }
 
@@ -353,7 +397,7 @@ impl Compiler<'_> {
             label: label.clone(),
             nullable: false,
         };
-        self.scope.insert(name.clone(), Binding::Edge(ent));
+        self.bind(&name, Binding::Edge(ent));
         Ok((name, label))
     }
 }

@@ -37,6 +37,7 @@ impl Compiler<'_> {
                     scope.insert(name.clone(), b);
                 }
                 self.scope = scope;
+                self.order = names;
             }
             return self.with_where(p);
         }
@@ -81,6 +82,7 @@ impl Compiler<'_> {
             conds: Vec::new(),
         };
         self.scope = scope;
+        self.order = names;
         self.with_where(p)
     }
 
@@ -99,7 +101,24 @@ impl Compiler<'_> {
     /// RETURN: the final SELECT, columns `c1..cN`.
     pub(super) fn ret(&mut self, p: &Projection, ncols: usize) -> Result<String, D> {
         if p.star {
-            return Err(D::ReturnStar);
+            // Every variable, in the order they were bound.
+            if !p.items.is_empty() || self.order.is_empty() {
+                return Err(D::ReturnStar);
+            }
+            let items = self
+                .order
+                .iter()
+                .map(|v| ProjectionItem {
+                    expr: Expr::Var(v.clone()),
+                    alias: None,
+                })
+                .collect();
+            let all = Projection {
+                star: false,
+                items,
+                ..p.clone()
+            };
+            return self.ret(&all, ncols);
         }
         if p.items.len() != ncols {
             return Err(D::ColumnMismatch);
