@@ -207,6 +207,16 @@ pub fn render(stats: &Stats, kept: usize) -> String {
             let _ = writeln!(out, "{metric}{{{labels}}} {}", s.fields()[i].1);
         }
     }
+    let m = "onetrip_round_trips_saved_by_kind_total";
+    let _ = writeln!(
+        out,
+        "# HELP {m} Round trips saved: coalesced batches, BEGINs that rode along, transaction ends answered by the proxy.\n# TYPE {m} counter"
+    );
+    for (labels, s) in &groups {
+        for (kind, n) in s.saved_by_kind() {
+            let _ = writeln!(out, "{m}{{{labels},kind=\"{kind}\"}} {n}");
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP onetrip_sessions_active Client sessions open now.\n# TYPE onetrip_sessions_active gauge\nonetrip_sessions_active {}",

@@ -128,6 +128,20 @@ impl Snapshot {
         self.client_round_trips as i64 - self.upstream_round_trips as i64
     }
 
+    /// Round trips saved, by what saved them: each coalesced batch, each
+    /// BEGIN that rode along with the next statement, each COMMIT or
+    /// ROLLBACK answered here. A lazy read saves nothing by itself: it lets
+    /// its transaction's end be answered here, and is counted there. The
+    /// sum can differ from [`Self::round_trips_saved`] by the proxy's own
+    /// queries (settings, catalog) and failed write probes.
+    pub fn saved_by_kind(&self) -> [(&'static str, u64); 3] {
+        [
+            ("coalesced", self.coalesced_batches),
+            ("deferred_begin", self.deferred_begins),
+            ("local_end", self.local_ends),
+        ]
+    }
+
     /// Upstream round trips with a latency sample.
     pub fn latency_count(&self) -> u64 {
         self.latency_buckets.iter().sum()

@@ -315,3 +315,27 @@ async fn config_file_and_embedded_default() {
         "{j}"
     );
 }
+
+/// `saved_by_kind` says what saved each round trip: psql's BEGIN, read,
+/// COMMIT, ten times, with the defaults and with lazy reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savings_are_reported_by_kind() {
+    let pg = start_pg(Default::default()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("txns.sql");
+    std::fs::write(&script, "begin;\nselect 1;\ncommit;\n".repeat(10)).unwrap();
+    let psql = ["psql", "-X", "-q", "-f", script.to_str().unwrap()];
+    let (_, j) = measure(&pg, &[], &psql);
+    assert_eq!(j["saved_by_kind"]["deferred_begin"], 10, "{j}");
+    assert_eq!(j["saved_by_kind"]["local_end"], 0, "{j}");
+    assert_eq!(j["saved_by_kind"]["coalesced"], 0, "{j}");
+    assert_eq!(n(&j, "client_round_trips"), 30, "{j}");
+    assert_eq!(n(&j, "upstream_round_trips"), 20, "{j}");
+
+    let config = tmp.path().join("lazy.toml");
+    std::fs::write(&config, "[transactions]\nlazy_reads = true\n").unwrap();
+    let (_, j) = measure(&pg, &["-c", config.to_str().unwrap()], &psql);
+    assert_eq!(j["saved_by_kind"]["local_end"], 10, "{j}");
+    assert_eq!(n(&j, "lazy_reads"), 10, "{j}");
+    assert_eq!(n(&j, "upstream_round_trips"), 10, "{j}");
+}

@@ -160,6 +160,9 @@ async fn counters_and_histogram_are_exposed() {
         c.simple_query("select 1").await.unwrap();
     }
     let _ = c.simple_query("select nope").await.unwrap_err();
+    // A BEGIN that rides along with the next statement: one saved.
+    c.batch_execute("begin").await.unwrap();
+    c.batch_execute("commit").await.unwrap();
 
     let (status, ctype, body) = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(status, 200);
@@ -171,13 +174,24 @@ async fn counters_and_histogram_are_exposed() {
     let pg = [("database", "postgres"), ("user", "postgres")];
     assert_eq!(
         value(&samples, "onetrip_client_round_trips_total", &pg),
-        4.0
+        6.0
     );
+    // The BEGIN went with nothing: its COMMIT, never sent either, was
+    // answered here too.
     assert_eq!(
         value(&samples, "onetrip_upstream_round_trips_total", &pg),
         4.0
     );
-    assert_eq!(value(&samples, "onetrip_statements_total", &pg), 4.0);
+    let saved = "onetrip_round_trips_saved_by_kind_total";
+    for (kind, n) in [
+        ("coalesced", 0.0),
+        ("deferred_begin", 1.0),
+        ("local_end", 1.0),
+    ] {
+        let labels = [pg[0], pg[1], ("kind", kind)];
+        assert_eq!(value(&samples, saved, &labels), n, "{kind}");
+    }
+    assert_eq!(value(&samples, "onetrip_statements_total", &pg), 6.0);
     assert_eq!(value(&samples, "onetrip_errors_total", &pg), 1.0);
     assert_eq!(value(&samples, "onetrip_sessions_active", &[]), 1.0);
     // Every upstream round trip lands in the histogram; buckets cumulative.

@@ -278,3 +278,56 @@ async fn a_client_that_leaves_a_held_transaction_commits_nothing() {
         .unwrap();
     assert_eq!(simple_rows(&rows), [[Some("0".to_owned())]]);
 }
+
+/// One column of the admin console's `command`, for rows of `database`.
+async fn admin_column(port: u16, command: &str, database: &str, column: &str) -> Vec<String> {
+    let admin = connect(&format!(
+        "host=127.0.0.1 port={port} user=postgres dbname=onetrip"
+    ))
+    .await;
+    let mut out = Vec::new();
+    for m in admin.simple_query(command).await.unwrap() {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m
+            && r.get("database") == Some(database)
+        {
+            out.push(r.get(column).unwrap_or("NULL").to_owned());
+        }
+    }
+    out
+}
+
+/// Operators see a transaction that has not reached the server, and the
+/// round trips saved counted by what saved them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_transactions_and_savings_are_shown() {
+    let s = Sides::start().await;
+    let port = s.env.proxy_port();
+    let c = connect(&s.env.proxy_dsn()).await;
+    c.batch_execute("begin").await.unwrap();
+    let state = admin_column(port, "SHOW CLIENTS", "postgres", "state").await;
+    assert_eq!(state, ["idle in transaction (not sent)"]);
+    c.batch_execute("select 1").await.unwrap();
+    let state = admin_column(port, "SHOW CLIENTS", "postgres", "state").await;
+    assert_eq!(state, ["idle in transaction"]);
+    c.batch_execute("commit").await.unwrap();
+    let stat = |col| admin_column(port, "SHOW STATS", "postgres", col);
+    assert_eq!(stat("deferred_begins").await, ["1"]);
+    assert_eq!(stat("local_ends").await, ["0"]);
+
+    // With lazy reads, the read runs alone and the COMMIT is answered here.
+    let lazy_port = s.lazy.local_addr().port();
+    let c = connect(&format!(
+        "host=127.0.0.1 port={lazy_port} user=postgres dbname=postgres"
+    ))
+    .await;
+    c.batch_execute("begin").await.unwrap();
+    c.batch_execute("select 1").await.unwrap();
+    c.batch_execute("commit").await.unwrap();
+    let t = s.lazy.stats().total();
+    assert_eq!(
+        t.saved_by_kind(),
+        [("coalesced", 0), ("deferred_begin", 1), ("local_end", 1)]
+    );
+    assert_eq!(t.lazy_reads, 1);
+    assert_eq!(t.client_round_trips - t.upstream_round_trips, 2);
+}

@@ -5,6 +5,7 @@
 //! `--json` asks for one JSON object on stdout.
 
 use std::{
+    collections::BTreeMap,
     ffi::OsString,
     fmt::Write as _,
     process::ExitCode,
@@ -62,6 +63,9 @@ pub struct Report {
     pub transactions: u64,
     pub sessions: u64,
     pub coalesced_batches: u64,
+    /// Round trips saved by what saved them (see `Snapshot::saved_by_kind`).
+    pub saved_by_kind: BTreeMap<&'static str, u64>,
+    pub lazy_reads: u64,
     pub probes_passed: u64,
     pub probes_failed: u64,
     pub bytes_from_client: u64,
@@ -90,6 +94,8 @@ impl Report {
             transactions: t.transactions,
             sessions: t.sessions,
             coalesced_batches: t.coalesced_batches,
+            saved_by_kind: t.saved_by_kind().into_iter().collect(),
+            lazy_reads: t.lazy_reads,
             probes_passed: t.probes_passed,
             probes_failed: t.probes_failed,
             bytes_from_client: t.bytes_from_client,
@@ -111,7 +117,8 @@ impl Report {
             "onetrip measure: {command} (exit code {}, {:.3} s)",
             self.exit_code, self.wall_seconds
         );
-        let rows: [(&str, String); 12] = [
+        let saved = |k: &str| self.saved_by_kind.get(k).copied().unwrap_or(0);
+        let rows: [(&str, String); 14] = [
             ("client round trips", self.client_round_trips.to_string()),
             (
                 "upstream round trips",
@@ -128,6 +135,11 @@ impl Report {
                 format!("{:.2}", self.round_trips_per_statement),
             ),
             ("coalesced batches", self.coalesced_batches.to_string()),
+            ("BEGINs ridden along", saved("deferred_begin").to_string()),
+            (
+                "ends answered by onetrip",
+                format!("{} ({} lazy reads)", saved("local_end"), self.lazy_reads),
+            ),
             (
                 "write probes passed/failed",
                 format!("{}/{}", self.probes_passed, self.probes_failed),
