@@ -48,12 +48,12 @@ impl Words {
     }
 }
 
-/// The words that start at `from` or later, a byte at a time.
+/// The words whose anchor starts at `from` or later, a byte at a time.
 fn scan_from(h: &[u8], from: usize) -> Words {
     let mut found = Words::default();
-    // A word may start only where a letter that starts one is followed
-    // by a letter that comes second in one: a table lookup per byte
-    // finds those few places, and they are checked exactly.
+    // An anchor may start only where a letter that starts one is followed
+    // by a letter that comes second in one: a table lookup per byte finds
+    // those few places, and they are checked exactly.
     let mut prev = 0u8;
     for (i, &b) in h.iter().enumerate().skip(from) {
         let class = CLASS[usize::from(b)];
@@ -65,8 +65,7 @@ fn scan_from(h: &[u8], from: usize) -> Words {
     found
 }
 
-/// Sixteen places at a time with SSE2 (every x86-64 CPU has it): about a
-/// fifth of the instructions of the byte loop on a typical statement.
+/// Sixteen places at a time with SSE2 (every x86-64 CPU has it).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod wide {
     use std::arch::x86_64::{
@@ -74,18 +73,17 @@ mod wide {
         _mm_set1_epi8, _mm_setzero_si128,
     };
 
-    use super::{WORDS, Words, word_at};
+    use super::{ANCHORS, WORDS, Words, word_at};
 
-    /// The words that start in the blocks of sixteen places scanned, and
-    /// where the byte loop must go on from.
+    /// The words whose anchor starts in the blocks of sixteen places
+    /// scanned, and where the byte loop must go on from.
     #[target_feature(enable = "sse2")]
     pub(super) fn scan(h: &[u8]) -> (Words, usize) {
         let mut found = Words::default();
         let mut i = 0;
         // A block's last place pairs with the byte after the block.
         while let (Some(a), Some(b)) = (block(h, i), block(h, i + 1)) {
-            let m = _mm_and_si128(any_of(a, 0), any_of(b, 1));
-            let mut bits = _mm_movemask_epi8(m) as u32;
+            let mut bits = _mm_movemask_epi8(anchors(a, b)) as u32;
             while bits != 0 {
                 found = found | word_at(h, i + bits.trailing_zeros() as usize);
                 bits &= bits - 1;
@@ -105,77 +103,103 @@ mod wide {
         Some(_mm_or_si128(v, _mm_set1_epi8(0x20)))
     }
 
-    /// Which bytes equal the `k`th letter of some word.
+    /// The places where some word's anchor starts: its first letter in `a`
+    /// and its second at the same place in `b` (the bytes one further).
+    /// Pairs, not letters: a place with the first letter of one anchor and
+    /// the second of another is no candidate.
     #[target_feature(enable = "sse2")]
-    fn any_of(v: __m128i, k: usize) -> __m128i {
+    fn anchors(a: __m128i, b: __m128i) -> __m128i {
         let mut m = _mm_setzero_si128();
-        for (_, w) in WORDS {
-            m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8(w[k] as i8)));
+        // Constant letters, so the loop unrolls into compares with
+        // constant vectors.
+        for k in 0..WORDS.len() {
+            let first = _mm_cmpeq_epi8(a, _mm_set1_epi8(ANCHORS[k][0] as i8));
+            let second = _mm_cmpeq_epi8(b, _mm_set1_epi8(ANCHORS[k][1] as i8));
+            m = _mm_or_si128(m, _mm_and_si128(first, second));
         }
         m
     }
 }
 
-const WORDS: [(Words, &[u8]); 15] = [
-    (Words::AGE, b"age"),
-    (Words::CYPHER, b"cypher"),
-    (Words::CONFIG, b"config"),
-    (Words::DISCARD, b"discard"),
-    (Words::DEALLOCATE, b"deallocate"),
-    (Words::EXTENSION, b"extension"),
-    (Words::EXECUTE, b"xecute"),
-    (Words::GRAPH, b"graph"),
-    (Words::ISOLATION, b"isolation"),
-    (Words::LABEL, b"label"),
-    (Words::LOAD, b"load"),
-    (Words::PREPARE, b"prepare"),
-    (Words::RESET, b"reset"),
-    (Words::SCHEMA, b"schema"),
-    (Words::SEARCH_PATH, b"search_path"),
+const WORDS: [(Words, &[u8], usize); 15] = [
+    (Words::AGE, b"age", 0),
+    (Words::CYPHER, b"cypher", 1),
+    (Words::CONFIG, b"config", 2),
+    (Words::DISCARD, b"discard", 2),
+    (Words::DEALLOCATE, b"deallocate", 5),
+    (Words::EXTENSION, b"extension", 5),
+    (Words::EXECUTE, b"xecute", 0),
+    (Words::GRAPH, b"graph", 3),
+    (Words::ISOLATION, b"isolation", 3),
+    (Words::LABEL, b"label", 2),
+    (Words::LOAD, b"load", 1),
+    (Words::PREPARE, b"prepare", 2),
+    (Words::RESET, b"reset", 3),
+    (Words::SCHEMA, b"schema", 3),
+    (Words::SEARCH_PATH, b"search_path", 3),
 ];
+
+/// A word's anchor: the two letters at its offset.
+const fn anchor(word: &(Words, &[u8], usize)) -> [u8; 2] {
+    [word.1[word.2], word.1[word.2 + 1]]
+}
+
+/// Each word's anchor, in the order of WORDS.
+const ANCHORS: [[u8; 2]; WORDS.len()] = {
+    let mut t = [[0u8; 2]; WORDS.len()];
+    let mut i = 0;
+    while i < WORDS.len() {
+        t[i] = anchor(&WORDS[i]);
+        i += 1;
+    }
+    t
+};
 
 const FIRST: u8 = 1;
 const SECOND: u8 = 2;
 
-/// For each byte: FIRST if it is the first letter of a word (either case),
-/// SECOND if it is the second letter of one.
+/// For each byte: FIRST if it is the first letter of an anchor (either
+/// case), SECOND if it is the second letter of one.
 const CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut i = 0;
     while i < WORDS.len() {
-        let w = WORDS[i].1;
-        t[w[0] as usize] |= FIRST;
-        t[w[0].to_ascii_uppercase() as usize] |= FIRST;
-        t[w[1] as usize] |= SECOND;
-        t[w[1].to_ascii_uppercase() as usize] |= SECOND;
+        let [x, y] = anchor(&WORDS[i]);
+        t[x as usize] |= FIRST;
+        t[x.to_ascii_uppercase() as usize] |= FIRST;
+        t[y as usize] |= SECOND;
+        t[y.to_ascii_uppercase() as usize] |= SECOND;
         i += 1;
     }
     t
 };
 
 /// For two letters (their low five bits, the same in either case): one
-/// more than the index in WORDS of the word they start, or 0.
+/// more than the index in WORDS of the word they anchor, or 0.
 const PAIRS: [[u8; 32]; 32] = {
     let mut t = [[0u8; 32]; 32];
     let mut i = 0;
     while i < WORDS.len() {
-        let w = WORDS[i].1;
-        t[(w[0] & 0x1f) as usize][(w[1] & 0x1f) as usize] = i as u8 + 1;
+        let [x, y] = anchor(&WORDS[i]);
+        t[(x & 0x1f) as usize][(y & 0x1f) as usize] = i as u8 + 1;
         i += 1;
     }
     t
 };
 
-/// The word that starts at `h[at]`, if one does; `h[at]` and `h[at + 1]`
-/// are letters. Every word has three letters or more and no two share
-/// their first two, so those two pick the one word that may start there.
+/// The word whose anchor starts at `h[at]`, if it is there; `h[at]` and
+/// `h[at + 1]` are letters. No two words share an anchor, so those two
+/// pick the one word to check.
 fn word_at(h: &[u8], at: usize) -> Words {
     let pick = PAIRS[usize::from(h[at] & 0x1f)][usize::from(h[at + 1] & 0x1f)];
-    let Some((w, word)) = WORDS.get(usize::from(pick).wrapping_sub(1)) else {
+    let Some((w, word, offset)) = WORDS.get(usize::from(pick).wrapping_sub(1)) else {
         return Words::default();
     };
-    match h.get(at + 2..at + word.len()) {
-        Some(rest) if rest.eq_ignore_ascii_case(&word[2..]) => *w,
+    let Some(start) = at.checked_sub(*offset) else {
+        return Words::default();
+    };
+    match h.get(start..start + word.len()) {
+        Some(text) if text.eq_ignore_ascii_case(word) => *w,
         _ => Words::default(),
     }
 }
@@ -217,8 +241,8 @@ mod tests {
         let lower = text.to_ascii_lowercase();
         super::WORDS
             .iter()
-            .filter(|(_, word)| lower.as_bytes().windows(word.len()).any(|w| w == *word))
-            .fold(Words::default(), |found, (w, _)| found | *w)
+            .filter(|(_, word, _)| lower.as_bytes().windows(word.len()).any(|w| w == *word))
+            .fold(Words::default(), |found, (w, _, _)| found | *w)
     }
 
     fn piece() -> impl proptest::strategy::Strategy<Value = String> {
@@ -257,7 +281,7 @@ mod tests {
     /// the bytes left after the last block.
     #[test]
     fn finds_each_word_wherever_a_block_splits_it() {
-        for (w, word) in super::WORDS {
+        for (w, word, _) in super::WORDS {
             let word = std::str::from_utf8(word).unwrap().to_ascii_uppercase();
             for at in 0..48 {
                 for tail in [0, 1, 15, 16, 17] {
@@ -270,11 +294,12 @@ mod tests {
     }
 
     #[test]
-    fn no_two_words_share_their_first_two_letters() {
-        for (i, (_, a)) in super::WORDS.iter().enumerate() {
-            assert!(a.len() >= 3);
-            for (_, b) in &super::WORDS[i + 1..] {
-                assert_ne!(a[..2], b[..2]);
+    fn anchors_are_letters_inside_their_word_and_never_shared() {
+        for (i, a) in super::WORDS.iter().enumerate() {
+            assert!(a.2 + 2 <= a.1.len());
+            assert!(super::anchor(a).iter().all(u8::is_ascii_lowercase));
+            for b in &super::WORDS[i + 1..] {
+                assert_ne!(super::anchor(a), super::anchor(b));
             }
         }
     }
