@@ -124,6 +124,13 @@ impl Shared {
     /// A Shared for unit tests of session logic: no listener, no upstream.
     #[cfg(test)]
     pub(crate) fn for_tests(config: Config) -> Arc<Self> {
+        Self::detached(config)
+    }
+
+    /// A Shared with no listener and no upstream, for driving the protocol
+    /// state without sockets (tests, fuzzing).
+    #[doc(hidden)]
+    pub fn detached(config: Config) -> Arc<Self> {
         let (_, force_close) = watch::channel(false);
         let addr = "127.0.0.1:1".into();
         Arc::new(Self::new(config, addr, None, None, force_close, Vec::new()))

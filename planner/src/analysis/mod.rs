@@ -90,6 +90,25 @@ impl Analyzer {
     }
 }
 
+/// Entry points for fuzzers; not part of the stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Analyses arbitrary text as a statement, with and without a catalog
+    /// (every label assumed), finds its words and fingerprint; must never
+    /// panic, and the class must not depend on the catalog.
+    pub fn fuzz_analyze(data: &[u8]) {
+        let text = String::from_utf8_lossy(data);
+        let analyzer = Analyzer::new(["lower", "my_fn"]);
+        let plain = analyzer.analyze(&text, None);
+        let compiled = analyzer.analyze(&text, Some(&Catalog::assume_all()));
+        assert_eq!(plain.class, compiled.class, "{text:?}");
+        let _ = crate::words::Words::scan(&text);
+        let _ = crate::fingerprint::fingerprint(&text);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,8 @@ mod client_txn;
 mod coalesce;
 mod cypher;
 pub mod flight;
+#[doc(hidden)]
+pub mod fuzzing;
 mod own;
 pub mod settings;
 mod statements;

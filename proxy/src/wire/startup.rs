@@ -74,7 +74,10 @@ pub fn packet_len(buf: &[u8]) -> Result<Option<usize>, StartupError> {
 
 /// Decodes a complete startup packet (length prefix included).
 pub fn decode(raw: Bytes) -> Result<StartupMessage, StartupError> {
-    let code = u32::from_be_bytes([raw[4], raw[5], raw[6], raw[7]]);
+    let Some(&[a, b, c, d]) = raw.get(4..8) else {
+        return Err(StartupError::BadLength);
+    };
+    let code = u32::from_be_bytes([a, b, c, d]);
     match code {
         SSL_REQUEST if raw.len() == 8 => Ok(StartupMessage::SslRequest),
         GSSENC_REQUEST if raw.len() == 8 => Ok(StartupMessage::GssEncRequest),
