@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Load, bounded: BENCH_CLIENTS (1000) clients through onetrip, each running
+# checked reads and read-write transactions on a row of its own for
+# BENCH_SECONDS (120), with 20 clients reading a 16 MB result slowly and 50
+# starting one and hanging up; halfway, the upstream server restarts once
+# (pg_ctl restart -m fast). Then the same through PgBouncer (session mode).
+# Printed per target (tests/src/bin/bench-load.rs): transactions, errors
+# by SQLSTATE, wrong answers (every client checks what it reads; there must
+# be none), the proxy's peak RSS and its RSS per idle session.
+#
+#   bash bench/load.sh        # BENCH_CLIENTS=1000 BENCH_SECONDS=120 BENCH_TARGETS="onetrip pgbouncer"
+#
+# Not a test: it takes minutes and the machine. Needs PostgreSQL's server
+# binaries and PgBouncer (installed when missing and running as root).
+# Everything runs on loopback ports in a temporary directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CLIENTS=${BENCH_CLIENTS:-1000}
+SECS=${BENCH_SECONDS:-120}
+SLOW=${BENCH_SLOW:-20}
+DROPS=${BENCH_DROPOUTS:-50}
+read -r -a targets <<<"${BENCH_TARGETS:-onetrip pgbouncer}"
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+
+. bench/common.sh
+need pgbouncer
+PIN=()
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+say "cargo build --release"
+cargo build --release -p onetrip --bin onetrip >&2
+cargo build --release -p onetrip-tests --bin bench-load >&2
+
+PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port)
+make_work load
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    stop_pg
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+total=$(( CLIENTS + SLOW + DROPS + 50 ))
+start_pg "$PG_PORT" "max_connections = $total" "shared_buffers = 128MB" "synchronous_commit = off"
+
+ONETRIP_LOG_LEVEL=warn "$TARGET_DIR/release/onetrip" --listen "127.0.0.1:$OT_PORT" \
+    --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
+pids+=($!)
+OT_PID=$!
+pgbouncer_ini "$PG_PORT" "$PB_PORT" "default_pool_size = $total" "max_client_conn = $(( total * 2 ))" \
+    "pidfile = $WORK/pgbouncer.pid"
+"${AS[@]}" pgbouncer -q "$WORK/pgbouncer.ini" 2>/dev/null &
+pids+=($!)
+for p in $OT_PORT $PB_PORT; do
+    for _ in $(seq 100); do "$BIN/pg_isready" -q -h 127.0.0.1 -p "$p" -d postgres -U postgres && break; sleep 0.1; done
+done
+PB_PID=$(cat "$WORK/pgbouncer.pid" 2>/dev/null || echo 0)
+declare -A PORT=([onetrip]=$OT_PORT [pgbouncer]=$PB_PORT)
+declare -A PID=([onetrip]=$OT_PID [pgbouncer]=$PB_PID)
+
+for t in "${targets[@]}"; do
+    say "$t: $CLIENTS clients, $SECS s, upstream restarted at $(( SECS / 2 )) s"
+    ( sleep $(( SECS / 2 + 5 )); say "restarting PostgreSQL";
+      "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast -w restart -l "$WORK/pg.log" >/dev/null ) &
+    restarter=$!
+    "$TARGET_DIR/release/bench-load" "${PORT[$t]}" "$PG_PORT" "${PID[$t]}" \
+        "$CLIENTS" "$SECS" "$SLOW" "$DROPS" | sed "s/^/$t: /"
+    wait "$restarter" || true
+done
