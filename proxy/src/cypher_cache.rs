@@ -15,8 +15,11 @@ use dashmap::DashMap;
 use onetrip_planner::{analysis::Analysis, cypher::Catalog};
 use tokio::sync::watch;
 
-/// Most compiled plans kept; the cache starts over when full.
+/// Most compiled plans kept, and most bytes of their texts (statement and
+/// compiled SQL); the cache starts over when either is reached. A text
+/// longer than a session cache keeps is not shared either.
 const MAX_PLANS: usize = 10_000;
+const MAX_PLAN_BYTES: usize = 32 << 20;
 
 /// The first wait after a catalog fetch failed; each failure in a row
 /// doubles it, up to `MAX_RETRY`.
@@ -60,6 +63,9 @@ pub struct CypherCache {
     slots: DashMap<String, Arc<Slot>>,
     /// Analyses of statements with `cypher()` calls, by catalog version.
     analyses: DashMap<(u64, Box<str>), Arc<Analysis>>,
+    /// Bytes of text in `analyses` (approximate under races: a bound, not
+    /// an account).
+    analysis_bytes: std::sync::atomic::AtomicUsize,
     versions: AtomicU64,
 }
 
@@ -165,9 +171,50 @@ impl CypherCache {
 
     /// Keeps an analysis for the other sessions.
     pub fn share_analysis(&self, version: u64, sql: &str, analysis: Arc<Analysis>) {
-        if self.analyses.len() >= MAX_PLANS {
-            self.analyses.clear();
+        use std::sync::atomic::Ordering::Relaxed;
+        if sql.len() > onetrip_planner::analysis::MAX_CACHED_LEN {
+            return;
         }
-        self.analyses.insert((version, Box::from(sql)), analysis);
+        let bytes = sql.len()
+            + match &analysis.rewrite {
+                onetrip_planner::cypher::Rewrite::Rewritten(s) => s.len(),
+                _ => 0,
+            };
+        if self.analyses.len() >= MAX_PLANS
+            || self.analysis_bytes.load(Relaxed) + bytes > MAX_PLAN_BYTES
+        {
+            self.analyses.clear();
+            self.analysis_bytes.store(0, Relaxed);
+        }
+        if self
+            .analyses
+            .insert((version, Box::from(sql)), analysis)
+            .is_none()
+        {
+            self.analysis_bytes.fetch_add(bytes, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shared plans stay within their bytes however long the texts.
+    #[test]
+    fn shared_plans_are_bounded_in_bytes() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cache = CypherCache::default();
+        let analyzer = onetrip_planner::analysis::Analyzer::new(Vec::<String>::new());
+        for i in 0..2000 {
+            let sql = format!("select '{}', {i}", "x".repeat(60_000));
+            let a = Arc::new(analyzer.analyze(&sql, None));
+            cache.share_analysis(1, &sql, a);
+            assert!(cache.analysis_bytes.load(Relaxed) <= MAX_PLAN_BYTES);
+        }
+        assert!(cache.analyses.len() < 600, "{}", cache.analyses.len());
+        let long = "x".repeat(onetrip_planner::analysis::MAX_CACHED_LEN + 1);
+        cache.share_analysis(1, &long, Arc::new(analyzer.analyze(&long, None)));
+        assert!(cache.shared_analysis(1, &long).is_none());
     }
 }

@@ -12,9 +12,23 @@ use std::sync::{
 use super::{Analysis, Analyzer};
 use crate::cypher::Catalog;
 
-/// Texts longer than this are analysed but not cached, so the cache's
-/// memory stays bounded by `capacity * MAX_CACHED_LEN`.
+/// Texts longer than this are analysed but not cached.
 pub const MAX_CACHED_LEN: usize = 64 * 1024;
+
+/// Bytes of text (the statement's and its rewrite's) a cache keeps at
+/// most, whatever its entry count: a client sending long distinct texts
+/// makes its cache evict sooner, not grow.
+pub const MAX_CACHE_BYTES: usize = 1 << 20;
+
+/// What an entry costs against [`MAX_CACHE_BYTES`]: its texts, and a
+/// little for the entry itself.
+fn weight(sql: &str, value: &Analysis) -> usize {
+    let rewrite = match &value.rewrite {
+        crate::cypher::Rewrite::Rewritten(s) => s.len(),
+        _ => 0,
+    };
+    sql.len() + rewrite + 64
+}
 
 /// Lookups in any cache of this process: each is one call into the planner.
 static LOOKUPS: AtomicU64 = AtomicU64::new(0);
@@ -29,6 +43,8 @@ struct Slot {
     /// The catalog version it was analysed with (`None`: without one).
     version: Option<u64>,
     referenced: bool,
+    /// Its [`weight`].
+    bytes: usize,
 }
 
 /// Per-session analysis cache (`&mut self`, not shared between threads).
@@ -38,6 +54,8 @@ pub struct AnalysisCache {
     index: HashMap<Arc<str>, usize>,
     slots: Vec<Slot>,
     hand: usize,
+    /// The slots' weights, summed.
+    bytes: usize,
 }
 
 impl AnalysisCache {
@@ -50,6 +68,7 @@ impl AnalysisCache {
             index: HashMap::new(),
             slots: Vec::new(),
             hand: 0,
+            bytes: 0,
         }
     }
 
@@ -87,38 +106,62 @@ impl AnalysisCache {
     /// Keeps `value` as the analysis of `sql` for `version` (one another
     /// cache made, say).
     pub fn put(&mut self, sql: &str, value: Arc<Analysis>, version: Option<u64>) {
-        if self.capacity == 0 || sql.len() > MAX_CACHED_LEN {
+        let bytes = weight(sql, &value);
+        if self.capacity == 0 || sql.len() > MAX_CACHED_LEN || bytes > MAX_CACHE_BYTES {
             return;
         }
         if let Some(&i) = self.index.get(sql) {
             let slot = &mut self.slots[i];
+            self.bytes = self.bytes - slot.bytes + bytes;
             slot.value = value;
             slot.version = version;
             slot.referenced = true;
+            slot.bytes = bytes;
+            while self.bytes > MAX_CACHE_BYTES {
+                self.evict_one();
+            }
             return;
         }
+        while !self.slots.is_empty()
+            && (self.slots.len() >= self.capacity || self.bytes + bytes > MAX_CACHE_BYTES)
+        {
+            self.evict_one();
+        }
         let key: Arc<str> = Arc::from(sql);
-        let slot = Slot {
-            key: key.clone(),
+        self.index.insert(key.clone(), self.slots.len());
+        self.slots.push(Slot {
+            key,
             value,
             version,
             referenced: false,
-        };
-        if self.slots.len() < self.capacity {
-            self.index.insert(key, self.slots.len());
-            self.slots.push(slot);
-        } else {
-            // Second chance: skip (and clear) recently used slots; ends
-            // within one sweep.
-            while self.slots[self.hand].referenced {
-                self.slots[self.hand].referenced = false;
-                self.hand = (self.hand + 1) % self.slots.len();
-            }
-            let old = std::mem::replace(&mut self.slots[self.hand], slot);
-            self.index.remove(&old.key);
-            self.index.insert(key, self.hand);
-            self.hand = (self.hand + 1) % self.slots.len();
+            bytes,
+        });
+        self.bytes += bytes;
+    }
+
+    /// Drops one entry: the first the hand finds not used since it last
+    /// passed (second chance), within one sweep.
+    fn evict_one(&mut self) {
+        let n = self.slots.len();
+        if n == 0 {
+            return;
         }
+        self.hand %= n;
+        while self.slots[self.hand].referenced {
+            self.slots[self.hand].referenced = false;
+            self.hand = (self.hand + 1) % n;
+        }
+        let old = self.slots.swap_remove(self.hand);
+        self.bytes -= old.bytes;
+        self.index.remove(&old.key);
+        if let Some(moved) = self.slots.get(self.hand) {
+            self.index.insert(moved.key.clone(), self.hand);
+        }
+    }
+
+    /// Bytes of text kept (see [`MAX_CACHE_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The analyzer this cache uses.
@@ -142,6 +185,7 @@ impl AnalysisCache {
         self.index.clear();
         self.slots.clear();
         self.hand = 0;
+        self.bytes = 0;
     }
 }
 
@@ -151,5 +195,35 @@ impl std::fmt::Debug for AnalysisCache {
             .field("capacity", &self.capacity)
             .field("len", &self.slots.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Long distinct texts: the cache stays within its bytes, keeps the
+    /// text used again, and each lookup still answers.
+    #[test]
+    fn bounded_by_bytes_as_well_as_entries() {
+        let mut c = AnalysisCache::new(1024, Arc::new(Analyzer::new(Vec::<String>::new())));
+        let hot = "select 1";
+        for i in 0..200 {
+            let long = format!("select '{}', {i}", "x".repeat(60_000));
+            assert_eq!(c.get(&long, None).class.statement_count, 1);
+            c.get(hot, None);
+            assert!(c.bytes() <= MAX_CACHE_BYTES, "{} bytes", c.bytes());
+            assert_eq!(c.bytes(), c.slots.iter().map(|s| s.bytes).sum::<usize>());
+            assert_eq!(c.index.len(), c.slots.len());
+            for (i, s) in c.slots.iter().enumerate() {
+                assert_eq!(c.index.get(&s.key), Some(&i));
+            }
+        }
+        assert!(c.len() < 20, "{} entries", c.len());
+        assert!(c.peek(hot, None).is_some(), "the hot text is kept");
+        for i in 0..2000 {
+            c.get(&format!("select {i}"), None);
+        }
+        assert_eq!(c.len(), 1024);
     }
 }

@@ -132,9 +132,9 @@ pub struct Coalescer {
     session_isolation: Option<IsolationLevel>,
     txn_isolation: Option<IsolationLevel>,
     /// Statements whose probe failed once: not probed again.
-    no_probe: FxHashSet<Sql>,
+    no_probe: Remembered,
     /// Statements whose held answers outgrew the bound: not coalesced again.
-    no_coalesce: FxHashSet<Sql>,
+    no_coalesce: Remembered,
     /// Close + Parse of the probe, sent until the server has it prepared.
     probe_prepare: Bytes,
     /// Bind + Execute of the probe.
@@ -158,8 +158,8 @@ impl Coalescer {
             isolation_touched: false,
             session_isolation: None,
             txn_isolation: None,
-            no_probe: FxHashSet::default(),
-            no_coalesce: FxHashSet::default(),
+            no_probe: Remembered::default(),
+            no_coalesce: Remembered::default(),
             probe_prepare: probe_prepare(true),
             probe_run: probe_run(),
             probe_prepared: false,
@@ -508,7 +508,7 @@ impl Coalescer {
             && let Some(sql) = &self.batch.statement
         {
             // Stay exact (keep holding), but don't coalesce this one again.
-            self.no_coalesce.insert(sql.detached());
+            self.no_coalesce.insert(sql);
         }
     }
 
@@ -534,7 +534,7 @@ impl Coalescer {
         // again as the client sent it.
         Counters::add(&ctx.info.counters.probes_failed, 1);
         if let Some(sql) = &batch.statement {
-            self.no_probe.insert(sql.detached());
+            self.no_probe.insert(sql);
         }
         // Not to be coalesced again: its Execute is flushed.
         let mut rerun = Batch {
@@ -561,5 +561,54 @@ impl Coalescer {
         out.to_upstream.push((flush_frame(), None));
         self.batch = rerun;
         self.state = State::Normal;
+    }
+}
+
+/// Statement texts remembered for the session, bounded: past `MAX` texts
+/// or `MAX_BYTES` of them, everything is forgotten and remembering starts
+/// over. Forgetting costs a retry (a probe that fails again, a large
+/// answer held again), never an answer.
+#[derive(Default)]
+struct Remembered {
+    set: FxHashSet<Sql>,
+    bytes: usize,
+}
+
+impl Remembered {
+    const MAX: usize = 256;
+    const MAX_BYTES: usize = 256 * 1024;
+
+    fn contains(&self, sql: &Sql) -> bool {
+        self.set.contains(sql)
+    }
+
+    fn insert(&mut self, sql: &Sql) {
+        let len = sql.as_str().len();
+        if self.set.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
+            self.set.clear();
+            self.bytes = 0;
+        }
+        if len <= Self::MAX_BYTES && self.set.insert(sql.detached()) {
+            self.bytes += len;
+        }
+    }
+}
+
+#[cfg(test)]
+mod remembered_tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn remembered_texts_stay_bounded() {
+        let mut r = Remembered::default();
+        for i in 0..1000 {
+            let msg = Bytes::from(format!("select '{}', {i}", "x".repeat(i % 3 * 50_000)));
+            let sql = Sql::within(&msg, std::str::from_utf8(&msg).unwrap(), None);
+            r.insert(&sql);
+            assert!(r.contains(&sql) || sql.as_str().len() > Remembered::MAX_BYTES);
+            assert!(r.set.len() <= Remembered::MAX && r.bytes <= Remembered::MAX_BYTES);
+        }
     }
 }

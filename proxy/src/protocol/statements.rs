@@ -8,8 +8,11 @@ use rustc_hash::FxHashMap;
 use super::text::Sql;
 use crate::stats::StatementCounts;
 
-/// Most distinct statement texts counted per session.
+/// Most distinct statement texts counted per session, and most bytes of
+/// them: past either, new texts go uncounted (the session's totals still
+/// count them).
 const MAX_TEXTS: usize = 1000;
+const MAX_TEXT_BYTES: usize = 1 << 20;
 
 /// Past this many texts, merging them runs on the blocking pool.
 const MERGE_INLINE: usize = 32;
@@ -23,6 +26,8 @@ pub struct Statements {
     /// slow its own session, and at most `MAX_TEXTS` entries.
     index: FxHashMap<Sql, usize>,
     counts: Vec<(Sql, StatementCounts)>,
+    /// The texts' bytes, summed.
+    bytes: usize,
 }
 
 impl Statements {
@@ -52,9 +57,10 @@ impl Statements {
         if let Some(&i) = self.index.get(&sql) {
             return Some(i);
         }
-        if self.counts.len() >= MAX_TEXTS {
+        if self.counts.len() >= MAX_TEXTS || self.bytes + sql.as_str().len() > MAX_TEXT_BYTES {
             return None;
         }
+        self.bytes += sql.as_str().len();
         let i = self.counts.len();
         let sql = sql.detached();
         self.index.insert(sql.clone(), i);
@@ -88,4 +94,34 @@ fn by_fingerprint(texts: Vec<(Sql, StatementCounts)>) -> HashMap<String, Stateme
         e.upstream_round_trips += c.upstream_round_trips;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn sql(text: String) -> Option<Sql> {
+        let msg = Bytes::from(text);
+        let text = std::str::from_utf8(&msg).unwrap();
+        Some(Sql::within(&msg, text, None))
+    }
+
+    /// Long distinct texts stop being counted one by one once the session
+    /// holds a megabyte of them; short ones still are, up to the count.
+    #[test]
+    fn texts_kept_are_bounded_in_bytes_and_count() {
+        let mut s = Statements::default();
+        for i in 0..100 {
+            s.start(sql(format!("select '{}', {i}", "x".repeat(100_000))));
+        }
+        assert!(s.bytes <= MAX_TEXT_BYTES);
+        assert!(s.counts.len() < 11, "{}", s.counts.len());
+        let mut s = Statements::default();
+        for i in 0..2000 {
+            s.start(sql(format!("select {i}")));
+        }
+        assert_eq!(s.counts.len(), MAX_TEXTS);
+    }
 }
