@@ -357,3 +357,49 @@ async fn settings_are_reported_where_the_server_reports_them() {
     )
     .await;
 }
+
+/// Answers held behind a write probe past `max_held_bytes` are let go and
+/// the batch runs again as the client sent it, whatever the probe found:
+/// memory stays bounded, and the client sees one run's answers, as direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_past_the_held_bound_are_run_again_not_held() {
+    let s = Sides::start().await;
+    let small = s
+        .env
+        .start_proxy(|c| c.coalesce.max_held_bytes = 4096)
+        .await;
+    let mut targets = s.targets();
+    targets.push(Target::new(
+        "onetrip holding 4 KB",
+        small.local_addr().port(),
+    ));
+    let setup = Setup {
+        params: Vec::new(),
+        reset: RESET.into(),
+        check: CHECK.into(),
+    };
+    let big = "with d as (delete from t where false) \
+               select g, repeat('x', 100) from generate_series(1, 500) g";
+    let writes = "with u as (update t set v = v + 1 where id = 2 returning id) \
+                  select g, repeat('y', 100) from generate_series(1, 500) g";
+    // With a data-modifying CTE, PostgreSQL runs the statement to its end
+    // before sending a row: this one sends only its error, held within
+    // the bound.
+    let fails = "with d as (delete from t where false) \
+                 select g, repeat('z', 100), 1 / (400 - g) from generate_series(1, 500) g";
+    for sql in [big, writes, fails] {
+        // Twice: the second time, the statement is no longer coalesced.
+        let script = Script::new().pbe(sql).flush().wait().sync().wait();
+        let script = script.pbe(sql).flush().wait().sync().wait();
+        if let Err(m) = compare(&targets, &setup, &script).await {
+            panic!("{m}");
+        }
+    }
+    let reasons = small.stats().fallback_reasons();
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, n)| r.contains("max_held_bytes") && *n == 2),
+        "{reasons:?}"
+    );
+}

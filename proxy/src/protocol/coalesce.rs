@@ -107,6 +107,8 @@ struct Held {
     /// The client's answers (the probe's are not held).
     messages: Vec<Bytes>,
     bytes: usize,
+    /// They outgrew `max_held_bytes` and were let go: the batch runs again.
+    dropped: bool,
     statement_failed: bool,
     probe_failed: bool,
 }
@@ -499,16 +501,21 @@ impl Coalescer {
             tag::ERROR_RESPONSE => h.statement_failed = true,
             _ => {}
         }
-        if probe {
+        if probe || h.dropped {
             return;
         }
         h.bytes += msg.len();
         h.messages.push(msg);
-        if h.bytes > self.max_held
-            && let Some(sql) = &self.batch.statement
-        {
-            // Stay exact (keep holding), but don't coalesce this one again.
-            self.no_coalesce.insert(sql);
+        if h.bytes > self.max_held {
+            // Memory stays bounded and the answer exact: the held answers
+            // are let go and, whatever the probe finds, the batch runs
+            // again as the client sent it (its first run wrote nothing, or
+            // was rolled back, or failed and ended). Not coalesced again.
+            h.dropped = true;
+            h.messages = Vec::new();
+            if let Some(sql) = &self.batch.statement {
+                self.no_coalesce.insert(sql);
+            }
         }
     }
 
@@ -517,6 +524,13 @@ impl Coalescer {
         let batch = std::mem::take(&mut self.batch);
         // Only a probe that ran and passed is known to be prepared.
         self.probe_prepared = !held.statement_failed && !held.probe_failed;
+        if held.dropped {
+            ctx.services
+                .stats
+                .note_fallback("coalesce: held answers past max_held_bytes, run again");
+            self.rerun(batch, out);
+            return;
+        }
         if held.statement_failed || !held.probe_failed {
             // The statement failed on its own (the server skipped the probe),
             // or wrote nothing: the client gets exactly its own answers.
@@ -536,7 +550,12 @@ impl Coalescer {
         if let Some(sql) = &batch.statement {
             self.no_probe.insert(sql);
         }
-        // Not to be coalesced again: its Execute is flushed.
+        self.rerun(batch, out);
+    }
+
+    /// The batch goes upstream again as the client sent it, its answers
+    /// relayed; not to be coalesced again: its Execute is flushed.
+    fn rerun(&mut self, batch: Batch, out: &mut Out) {
         let mut rerun = Batch {
             statement: batch.statement.clone(),
             binds: 1,
