@@ -74,3 +74,76 @@ async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     eprintln!("proxy peak VmRSS while streaming: {max_rss} kB");
     assert!(max_rss < RSS_LIMIT_KB, "proxy VmRSS reached {max_rss} kB");
 }
+
+fn hwm_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A 64 MB result of a statement coalesced behind a write probe (a
+/// data-modifying CTE, as LangGraph's TTL-refreshing reads have): the proxy
+/// holds at most `max_held_bytes` of it, then runs the batch again, and
+/// the client gets every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_probed_result_is_not_held_whole() {
+    let pg = start_pg(Default::default()).await;
+    let proxy = ProxyProcess::start(env!("CARGO_BIN_EXE_onetrip-cli"), pg.addr(), &[]);
+    let (port, pid) = (proxy.port(), proxy.pid());
+    let mut s = raw::connect_ready(port).await;
+    s.write_all(&raw::query("create table probed(id int)"))
+        .await
+        .unwrap();
+    while let Some((t, _)) = raw::read_message(&mut s, Duration::from_secs(10)).await {
+        if t == b'Z' {
+            break;
+        }
+    }
+    const BIG_ROWS: u64 = 64_000;
+    let sql = format!(
+        "with d as (delete from probed where false) \
+         select repeat('x', 1000) from generate_series(1, {BIG_ROWS})"
+    );
+    let mut batch = raw::message(b'P', format!("\0{sql}\0\0\0").as_bytes());
+    batch.extend(raw::message(b'B', b"\0\0\0\0\0\0\0\0"));
+    batch.extend(raw::message(b'D', b"P\0"));
+    batch.extend(raw::message(b'E', b"\0\0\0\0\0"));
+    batch.extend(raw::message(b'H', b""));
+    s.write_all(&batch).await.unwrap();
+    let (mut buf, mut rows) = (BytesMut::with_capacity(1 << 20), 0u64);
+    let mut chunk = vec![0u8; 128 * 1024];
+    let mut done = false;
+    let mut synced = false;
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "proxy closed after {rows} rows");
+        buf.extend_from_slice(&chunk[..n]);
+        while buf.len() >= 5 {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() < len + 1 {
+                break;
+            }
+            let msg = buf.split_to(len + 1);
+            match msg[0] {
+                b'D' => rows += 1,
+                b'C' => done = true,
+                b'E' => panic!("error: {:?}", raw::fields(&msg[5..])),
+                _ => {}
+            }
+        }
+        if done && !synced {
+            s.write_all(&raw::message(b'S', b"")).await.unwrap();
+            synced = true;
+        }
+        if synced && buf.is_empty() && n > 0 && chunk[..n].ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
+            break;
+        }
+    }
+    assert_eq!(rows, BIG_ROWS, "every row once");
+    let peak = hwm_kb(pid);
+    eprintln!("proxy peak VmHWM: {peak} kB");
+    assert!(peak < RSS_LIMIT_KB, "proxy VmHWM reached {peak} kB");
+}
