@@ -435,3 +435,25 @@ async fn kept_connections_are_shown_to_operators() {
         .unwrap();
     assert!(body.contains("\nonetrip_upstreams_kept 1\n"), "{body}");
 }
+
+/// A client that leaves with its BEGIN held here leaves the server
+/// connection as it found it: idle, kept, and the next client on it is in
+/// no transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_a_held_begin_leaves_a_clean_connection() {
+    let env = Env::start_with(PgOptions::default(), reuse_on).await;
+    let (mut a, _) = greet(env.proxy_port()).await;
+    let pid = query(&mut a, "select pg_backend_pid()").await.0[0][0].clone();
+    query(&mut a, "begin").await;
+    terminate(a).await;
+    wait_kept(&env, 1).await;
+    let (mut b, _) = greet(env.proxy_port()).await;
+    assert_eq!(query(&mut b, "select pg_backend_pid()").await.0[0][0], pid);
+    // Outside a transaction block, a SAVEPOINT is refused.
+    b.write_all(&raw::query("savepoint x")).await.unwrap();
+    let (t, body) = raw::read_message(&mut b, WAIT).await.unwrap();
+    assert_eq!(
+        (t, raw::field(&body, b'C').as_deref()),
+        (b'E', Some("25P01"))
+    );
+}

@@ -331,3 +331,33 @@ async fn held_transactions_and_savings_are_shown() {
     assert_eq!(t.lazy_reads, 1);
     assert_eq!(t.client_round_trips - t.upstream_round_trips, 2);
 }
+
+/// A cancel while the proxy holds a BEGIN reaches a server with nothing to
+/// cancel and does no harm; COPY after a deferred BEGIN runs in the
+/// transaction, as direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_copy_with_a_held_begin() {
+    let s = Sides::start().await;
+    for dsn in [s.env.direct_dsn(), s.env.proxy_dsn()] {
+        s.env.psql_ok(false, &["-c", RESET]);
+        let c = connect(&dsn).await;
+        c.batch_execute("begin").await.unwrap();
+        c.cancel_token()
+            .cancel_query(tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let rows = c.simple_query("select count(*) from t").await.unwrap();
+        assert_eq!(simple_rows(&rows), [[Some("5".to_owned())]], "{dsn}");
+        let sink = c.copy_in("copy t from stdin").await.unwrap();
+        futures_util::pin_mut!(sink);
+        use futures_util::SinkExt;
+        sink.send(bytes::Bytes::from_static(b"6\t60\n7\t70\n"))
+            .await
+            .unwrap();
+        assert_eq!(sink.finish().await.unwrap(), 2);
+        c.batch_execute("rollback").await.unwrap();
+        let rows = c.simple_query("select count(*) from t").await.unwrap();
+        assert_eq!(simple_rows(&rows), [[Some("5".to_owned())]], "{dsn}");
+    }
+}
