@@ -11,7 +11,9 @@
 //! wrong. SLOW clients read a 16 MB result a few KB at a time; DROPOUTS
 //! clients start one and hang up in the middle, over and over. Printed:
 //! transactions, errors by SQLSTATE, wrong answers, the proxy's peak RSS
-//! and its RSS per idle session (PROXY_PID 0: not measured).
+//! and its RSS per idle session (PROXY_PID 0: not measured). With
+//! LOAD_RESTART set, that shell command runs halfway through the run (to
+//! restart the upstream).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -192,17 +194,29 @@ async fn dropout(port: u16, until: Instant, t: Arc<Tally>) {
 /// Startup and trust authentication up to the first ReadyForQuery.
 async fn ready(s: &mut TcpStream) -> bool {
     use tokio::io::AsyncWriteExt;
-    if s.write_all(&raw::startup("postgres", "postgres"))
-        .await
-        .is_err()
-    {
+    if s.write_all(&raw::startup("postgres", "postgres")).await.is_err() {
         return false;
     }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
     loop {
-        match raw::read_message(s, Duration::from_secs(10)).await {
-            Some((b'Z', _)) => return true,
-            Some((b'E', _)) | None => return false,
-            Some(_) => {}
+        // Whole messages in `buf`: look for ReadyForQuery or an error.
+        while buf.len() >= 5 {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() < len + 1 {
+                break;
+            }
+            match buf[0] {
+                b'Z' => return true,
+                b'E' => return false,
+                _ => {
+                    buf.drain(..len + 1);
+                }
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return false,
         }
     }
 }
@@ -245,8 +259,11 @@ async fn main() {
     let before = rss(pid).0;
     let mut idle = Vec::new();
     for _ in 0..clients {
+        // Idle after a query: holding a server connection through either
+        // proxy (PgBouncer's session mode takes one at the first query).
         match connect(port).await {
-            Ok(c) => idle.push(c),
+            Ok(c) if c.simple_query("select 1").await.is_ok() => idle.push(c),
+            Ok(_) => eprintln!("idle connection: select 1 failed"),
             Err(e) => {
                 eprintln!("idle connection failed: {e}");
                 break;
@@ -275,6 +292,19 @@ async fn main() {
     let workers: Vec<_> = (1..=clients as i32)
         .map(|id| tokio::spawn(worker(port, id, until, t.clone())))
         .collect();
+    // The upstream restarts halfway through the run, when asked to.
+    let restart = std::env::var("LOAD_RESTART").ok().map(|cmd| {
+        let at = until - Duration::from_secs(seconds / 2);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            eprintln!("restarting the upstream: {cmd}");
+            let status = tokio::process::Command::new("sh")
+                .args(["-c", &cmd])
+                .status()
+                .await;
+            eprintln!("restarted: {status:?}");
+        })
+    });
     let mut tasks = Vec::new();
     for _ in 0..slow {
         tasks.push(tokio::spawn(slow_reader(port, until, t.clone())));
@@ -291,6 +321,9 @@ async fn main() {
     for task in tasks {
         let _ = task.await;
     }
+    if let Some(r) = restart {
+        let _ = r.await;
+    }
     done.store(true, Relaxed);
     let peak = watch.await.unwrap_or(0);
 
@@ -306,7 +339,8 @@ async fn main() {
         .filter(|(id, v)| now.get(id) != Some(v))
         .count();
     println!("clients {clients}, {seconds} s, {slow} slow readers, {drops} dropping out");
-    println!("transactions {}", t.transactions.load(Relaxed));
+    let txns = t.transactions.load(Relaxed);
+    println!("transactions {txns} ({:.0} per second)", txns as f64 / seconds as f64);
     println!("wrong answers {}", t.wrong.load(Relaxed));
     println!("reconnects after errors {}", t.reconnects.load(Relaxed));
     println!(
