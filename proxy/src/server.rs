@@ -174,6 +174,11 @@ impl Proxy {
         self.shared.reuse.len()
     }
 
+    /// Cancel keys held by clients now.
+    pub fn cancel_keys(&self) -> usize {
+        self.shared.cancel.len()
+    }
+
     pub fn stats(&self) -> Arc<Stats> {
         self.shared.stats.clone()
     }

@@ -11,7 +11,12 @@ use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::{
-    config::Config, cypher_cache::CypherCache, pool::Pool, stats::Stats, wire::startup,
+    cancel::{CancelKeys, Key},
+    config::Config,
+    cypher_cache::CypherCache,
+    pool::Pool,
+    stats::Stats,
+    wire::startup,
     worker::seats::Seats,
 };
 
@@ -22,9 +27,9 @@ pub struct Shared {
     pub stats: Arc<Stats>,
     pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     pub upstream_tls: Option<tokio_rustls::TlsConnector>,
-    /// Backend keys handed to our clients, so a cancel is only forwarded for
-    /// a session of ours.
-    cancel_keys: DashMap<(i32, Bytes), ()>,
+    /// The cancel keys handed to clients, each with its backend's key: a
+    /// cancel is forwarded only for a client of ours that is still here.
+    pub cancel: CancelKeys,
     /// Becomes true when the shutdown grace period is over.
     force_close: watch::Receiver<bool>,
     /// One closer per relaying session, fired when the grace period is
@@ -57,20 +62,6 @@ impl Shared {
 
     pub fn upstream_addr(&self) -> String {
         self.upstream_addr.clone()
-    }
-
-    pub fn register_cancel_key(&self, pid: i32, secret: Bytes) {
-        self.cancel_keys.insert((pid, secret), ());
-    }
-
-    pub fn forget_cancel_key(&self, pid: i32, secret: &Bytes) {
-        self.cancel_keys.remove(&(pid, secret.clone()));
-    }
-
-    #[cfg(test)]
-    pub(crate) fn knows_cancel_key(&self, pid: i32, secret: &[u8]) -> bool {
-        self.cancel_keys
-            .contains_key(&(pid, Bytes::copy_from_slice(secret)))
     }
 
     pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
@@ -111,7 +102,7 @@ impl Shared {
             stats: Arc::new(Stats::new()),
             tls_acceptor,
             upstream_tls,
-            cancel_keys: DashMap::new(),
+            cancel: CancelKeys::default(),
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),
@@ -145,13 +136,14 @@ impl Shared {
         }
     }
 
-    /// Forwards a client's CancelRequest to the upstream backend it names.
+    /// Forwards a client's CancelRequest to the backend its key points at
+    /// now, with that backend's own key.
     pub async fn forward_cancel(&self, pid: i32, secret: Bytes) {
-        if !self.cancel_keys.contains_key(&(pid, secret.clone())) {
-            warn!(pid, "cancel request for an unknown backend key ignored");
+        let Some(backend) = self.cancel.backend(&Key { pid, secret }) else {
+            warn!(pid, "cancel request with an unknown key ignored");
             return;
-        }
-        let packet = startup::encode_cancel(pid, &secret);
+        };
+        let packet = startup::encode_cancel(backend.pid, &backend.secret);
         let addr = self.upstream_addr();
         let result = async {
             let mut s = crate::timers::timeout(

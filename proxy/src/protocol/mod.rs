@@ -139,6 +139,9 @@ pub struct Protocol {
     pub server_params: Vec<(String, String)>,
     /// The upstream backend's BackendKeyData message.
     pub upstream_key: Option<Bytes>,
+    /// The client's own cancel key (`crate::cancel`), forgotten when the
+    /// session ends.
+    pub client_key: Option<crate::cancel::Key>,
     /// When the upstream connection was opened (`upstream.reuse_lifetime`).
     pub upstream_opened: Instant,
 }
@@ -192,6 +195,7 @@ impl Protocol {
             unsynced: false,
             server_params: Vec::new(),
             upstream_key: None,
+            client_key: None,
             upstream_opened: Instant::now(),
         }
     }
