@@ -26,6 +26,8 @@ pub enum StartError {
     Tls(#[from] net::TlsConfigError),
     #[error("metrics endpoint: {0}")]
     Metrics(std::io::Error),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A running proxy. Dropping it without `shutdown` stops accepting and
@@ -57,6 +59,8 @@ impl Proxy {
         config: Config,
         workers: Vec<tokio::runtime::Handle>,
     ) -> Result<Self, StartError> {
+        // A library caller builds its configuration without `load`.
+        config.check_admin_exposure()?;
         let embedded = match &config.upstream.address {
             UpstreamAddress::Embedded => {
                 let opts = PgOptions {
