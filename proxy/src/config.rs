@@ -147,6 +147,8 @@ impl Default for Upstream {
 pub struct Tls {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// Refuse clients that don't negotiate TLS (PostgreSQL's `hostssl`).
+    pub require: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -431,6 +433,12 @@ impl Config {
                 "tls.cert_file and tls.key_file must be set together",
             ));
         }
+        if self.tls.require && self.tls.cert_file.is_none() {
+            return Err(key(
+                "tls.require",
+                "needs tls.cert_file and tls.key_file: clients can't use TLS without them",
+            ));
+        }
         if self.listen.threads > 256 {
             return Err(key(
                 "listen.threads",
@@ -643,6 +651,8 @@ mod tests {
                 .to_string()
                 .contains("tls.cert_file")
         );
+        let err = load_str("[tls]\nrequire = true\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("tls.require"), "{err}");
     }
 
     #[test]

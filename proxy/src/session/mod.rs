@@ -33,7 +33,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
     let limit = shared.config.limits.startup_timeout;
     let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
     let negotiated = deadline
-        .bound(Box::pin(negotiate(tcp, &shared)))
+        .bound(Box::pin(negotiate(tcp, &shared, peer)))
         .instrument(span.clone())
         .await
         .unwrap_or(Err(StartupFailure::Timeout(limit)));
@@ -74,6 +74,8 @@ pub enum StartupFailure {
     Tls(std::io::Error),
     #[error("I/O error during startup: {0}")]
     Io(#[from] std::io::Error),
+    #[error("client refused: it did not negotiate TLS, and [tls] require = true")]
+    NoTls,
 }
 
 /// Startup packet exchange: answers SSL/GSS requests, forwards cancels, and
@@ -83,6 +85,7 @@ pub enum StartupFailure {
 async fn negotiate(
     tcp: TcpStream,
     shared: &Shared,
+    peer: SocketAddr,
 ) -> Result<Option<(Stream, Bytes, Vec<(String, String)>, u64)>, StartupFailure> {
     let mut stream = Stream::Plain(tcp);
     let mut round_trips = 0u64;
@@ -115,6 +118,21 @@ async fn negotiate(
             Ok(StartupMessage::Cancel { pid, secret }) => {
                 shared.forward_cancel(pid, secret).await;
                 return Ok(None);
+            }
+            Ok(StartupMessage::Startup { params, .. })
+                if shared.config.tls.require && !stream.is_tls() =>
+            {
+                // PostgreSQL's own words for a client that only `hostssl`
+                // lines would admit; the detail says who refused it.
+                let (user, database) = StartupMessage::user_and_database(&params);
+                let text = format!(
+                    "no pg_hba.conf entry for host \"{}\", user \"{user}\", database \"{database}\", no encryption",
+                    peer.ip()
+                );
+                let detail = "onetrip accepts only TLS connections ([tls] require = true)";
+                let msg = write::error_detail(Severity::Fatal, "28000", &text, detail);
+                let _ = stream.write_all(&msg).await;
+                return Err(StartupFailure::NoTls);
             }
             Ok(StartupMessage::Startup { raw, params }) => {
                 return Ok(Some((stream, raw, params, round_trips)));
