@@ -42,6 +42,7 @@ impl AuthError {
         match self {
             AuthError::UnknownUser(_) => "28000",
             AuthError::BadPassword(_) => "28P01",
+            AuthError::Message(ReadError::Frame(e)) => e.sqlstate(),
             _ => "08P01",
         }
     }

@@ -60,6 +60,7 @@ pub async fn serve(
             return;
         }
     };
+    client.authenticated();
     info!(%peer, user = %user, "admin console session started");
     let mut out = BytesMut::new();
     auth::ok(&mut out);

@@ -70,8 +70,8 @@ pub enum ProtocolError {
 impl ProtocolError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            ProtocolError::Frontend(FrameError::TooLarge { .. }) => "54000",
-            _ => "08P01",
+            ProtocolError::Frontend(e) => e.sqlstate(),
+            ProtocolError::Backend(_) => "08P01",
         }
     }
 }

@@ -17,7 +17,9 @@ use crate::{
     stats::{Counters, SessionInfo},
     wire::{
         backend::{self, auth},
+        frame::MAX_AUTH_MESSAGE,
         startup, tag,
+        write::{self, Severity},
     },
     wire::{
         queue::WriteQueue,
@@ -259,9 +261,21 @@ pub async fn relay_auth(
         }
         if needs_answer {
             out.write_all(&mut io.client).await?;
-            let answer = read_message(&mut io.client, &mut cin, max)
-                .await
-                .map_err(HandshakeEnd::Client)?;
+            // PostgreSQL's own limit before authentication: a client not
+            // yet known makes the proxy hold at most 64 KiB, whatever the
+            // length it declares (checked before any of it is read).
+            let answer = match read_message(&mut io.client, &mut cin, MAX_AUTH_MESSAGE).await {
+                Ok(a) => a,
+                Err(ReadError::Frame(e)) => {
+                    let text = format!("invalid authentication message: {e}");
+                    let _ = io
+                        .client
+                        .write_all(&write::error(Severity::Fatal, e.sqlstate(), &text))
+                        .await;
+                    return Err(HandshakeEnd::Client(ReadError::Frame(e)));
+                }
+                Err(e) => return Err(HandshakeEnd::Client(e)),
+            };
             if answer[0] != tag::PASSWORD {
                 return Err(HandshakeEnd::Unexpected(answer[0]));
             }
