@@ -292,6 +292,12 @@ impl Admin {
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     pub max_message_bytes: usize,
+    /// Client connections open at once (admin console included); past it
+    /// a client gets PostgreSQL's 53300.
+    pub max_client_connections: usize,
+    /// Most (database, user) rows in the statistics; authenticated
+    /// sessions past them count in one "(other)" row.
+    pub max_stats_rows: usize,
     #[serde(with = "duration")]
     pub startup_timeout: Duration,
     pub buffer_bytes: usize,
@@ -304,6 +310,8 @@ impl Default for Limits {
         Self {
             // PostgreSQL's own ceiling for a message (MaxAllocSize - 1).
             max_message_bytes: 0x3fff_ffff,
+            max_client_connections: 5000,
+            max_stats_rows: 1000,
             startup_timeout: Duration::from_secs(60),
             buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_secs(30),
@@ -447,6 +455,9 @@ impl Config {
         }
         if self.limits.max_message_bytes < 1024 {
             return Err(key("limits.max_message_bytes", "must be at least 1024"));
+        }
+        if self.limits.max_client_connections == 0 {
+            return Err(key("limits.max_client_connections", "must be at least 1"));
         }
         if self.limits.buffer_bytes < 8192 {
             return Err(key("limits.buffer_bytes", "must be at least 8192"));

@@ -3,7 +3,10 @@
 //! cache, the kept upstream connections and the worker seats. Below the
 //! server and the sessions; read-mostly, no lock on the forwarding path.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -47,6 +50,24 @@ pub struct Shared {
     pub spinning: std::sync::atomic::AtomicUsize,
     /// The worker runtimes sessions run on (none: the caller's runtime).
     pub workers: Arc<Seats>,
+    /// Client connections open now, and those being refused
+    /// (`limits.max_client_connections`).
+    clients: AtomicUsize,
+    refusing: AtomicUsize,
+}
+
+/// A client connection's place under `limits.max_client_connections`,
+/// given back when dropped.
+pub struct ClientSlot<'a> {
+    count: &'a AtomicUsize,
+    /// Past the limit: the client gets 53300 once it has said who it is.
+    pub refused: bool,
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -58,6 +79,25 @@ impl Shared {
             cypher: self.cypher.clone(),
             analyzer: self.analyzer.clone(),
         }
+    }
+
+    /// A place for a new client connection: within the limit, or among
+    /// those being refused. `None` when as many are being refused as the
+    /// limit allows in all: such a connection is closed at once.
+    pub fn client_slot(&self) -> Option<ClientSlot<'_>> {
+        let max = self.config.limits.max_client_connections;
+        for (count, refused) in [(&self.clients, false), (&self.refusing, true)] {
+            if count.fetch_add(1, Ordering::Relaxed) < max {
+                return Some(ClientSlot { count, refused });
+            }
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Client connections open now (refused ones aside).
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
     }
 
     pub fn upstream_addr(&self) -> String {
@@ -95,11 +135,12 @@ impl Shared {
     ) -> Self {
         let analyzer =
             onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
+        let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
         Self {
             analyzer: Arc::new(analyzer),
             config: Arc::new(config),
             upstream_addr,
-            stats: Arc::new(Stats::new()),
+            stats,
             tls_acceptor,
             upstream_tls,
             cancel: CancelKeys::default(),
@@ -109,6 +150,8 @@ impl Shared {
             reuse: Default::default(),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
+            clients: AtomicUsize::new(0),
+            refusing: AtomicUsize::new(0),
         }
     }
 

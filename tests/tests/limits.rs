@@ -1,13 +1,15 @@
 //! Limits a client can't push the proxy past: message sizes before
-//! authentication.
+//! authentication, the number of client connections, the rows of the
+//! statistics.
 
 use std::time::Duration;
 
-use onetrip_tests::{Env, PgOptions, assert_serving, raw};
+use onetrip_tests::{Env, PgOptions, assert_serving, connect, raw};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
+use tokio_postgres::error::SqlState;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -101,4 +103,131 @@ async fn a_huge_password_message_is_refused_before_it_is_read() {
     let mut one = [0u8; 1];
     // The refused connections are closed, not left hanging.
     assert_eq!(s.read(&mut one).await.unwrap_or(0), 0);
+}
+
+/// Past `[limits] max_client_connections`, a client gets PostgreSQL's
+/// 53300; the clients within it go on, and a place that frees up is taken
+/// by the next client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_client_connections_a_client_gets_53300() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.limits.max_client_connections = 3;
+    })
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(connect(&env.proxy_dsn()).await);
+    }
+    for _ in 0..5 {
+        let e = tokio_postgres::connect(&env.proxy_dsn(), tokio_postgres::NoTls)
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(e.code(), Some(&SqlState::TOO_MANY_CONNECTIONS), "{e}");
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.message(), "sorry, too many clients already");
+    }
+    // psql, which asks for TLS first, gets the same error.
+    let out = env.psql(true, &["-c", "select 1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sorry, too many clients already"), "{err}");
+    // The admin console counts too.
+    let admin = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let e = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(e.code(), Some(&SqlState::TOO_MANY_CONNECTIONS), "{e}");
+    for c in &clients {
+        c.simple_query("select 1").await.unwrap();
+    }
+    drop(clients.pop());
+    env.settle(2).await;
+    let mut again = None;
+    for _ in 0..100 {
+        match tokio_postgres::connect(&env.proxy_dsn(), tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                again = Some(c);
+                break;
+            }
+            // The closed client's place is given back as its task ends.
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let again = again.expect("a freed place is taken");
+    again.simple_query("select 1").await.unwrap();
+}
+
+/// Names sent by clients that never get in make no statistics rows; the
+/// rows of authenticated ones stop at `[limits] max_stats_rows`, the rest
+/// counting in "(other)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_rows_are_for_authenticated_sessions_and_capped() {
+    let hba = "local all all trust\n\
+               host all postgres 127.0.0.1/32 trust\n\
+               host all u1,u2,u3,u4,u5 127.0.0.1/32 trust\n\
+               host all all 127.0.0.1/32 password\n";
+    let env = Env::start_with(
+        PgOptions {
+            hba: Some(hba.into()),
+            ..Default::default()
+        },
+        |c| c.limits.max_stats_rows = 3,
+    )
+    .await;
+    let direct = connect(&env.direct_dsn()).await;
+    for u in 1..=5 {
+        direct
+            .batch_execute(&format!("create user u{u}"))
+            .await
+            .unwrap();
+    }
+    let rows = || -> Vec<String> {
+        let all = env.proxy().stats().by_database_user().into_iter();
+        all.map(|((d, u), s)| format!("{d}/{u}:{}", s.sessions))
+            .collect()
+    };
+    // 300 strangers with names of their own, all refused by the server.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..300 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let dsn = format!(
+            "host=127.0.0.1 port={} user=x{seed:x} dbname=db{seed:x} password=nope",
+            env.proxy_port()
+        );
+        let e = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .err()
+            .expect("refused by the server");
+        assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e}");
+    }
+    env.settle(0).await;
+    assert_eq!(rows(), ["(unauthenticated)/(unauthenticated):300"]);
+    // Five users: three rows of their own, then "(other)".
+    for u in 1..=5 {
+        let dsn = format!(
+            "host=127.0.0.1 port={} user=u{u} dbname=postgres",
+            env.proxy_port()
+        );
+        connect(&dsn).await.simple_query("select 1").await.unwrap();
+    }
+    env.settle(0).await;
+    assert_eq!(
+        rows(),
+        [
+            "(other)/(other):2",
+            "(unauthenticated)/(unauthenticated):300",
+            "postgres/u1:1",
+            "postgres/u2:1",
+            "postgres/u3:1",
+        ]
+    );
+    assert_serving(&env.proxy_dsn()).await;
 }

@@ -484,6 +484,9 @@ async fn connect_and_authenticate(
             if proto.keep_upstream {
                 proto.server_params = a.params;
             }
+            // Counted under its (database, user) only now: names sent by
+            // clients that never got in make no rows.
+            shared.stats.admit(&info);
             info.set_state(SessionState::Idle);
             debug!(database = %database, user = %user, "session ready");
             Some((proto, Some((io, a.cin, a.uin))))

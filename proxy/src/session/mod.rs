@@ -27,6 +27,12 @@ use crate::{
 pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
     let _ = tcp.set_nodelay(true);
     let span = info_span!("session", id = conn_id, peer = %peer);
+    let Some(slot) = shared.client_slot() else {
+        // Twice the limit at once: not even the startup packet is read.
+        span.in_scope(|| warn!("connection closed at once: {TOO_MANY}"));
+        let _ = tcp.try_write(&write::error(Severity::Fatal, "53300", TOO_MANY));
+        return;
+    };
     // Startup and authentication share one deadline. When it passes during
     // startup the connection just closes, as PostgreSQL's does: there is no
     // protocol state in which an error message would be understood.
@@ -38,6 +44,17 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
         .await
         .unwrap_or(Err(StartupFailure::Timeout(limit)));
     match negotiated {
+        Ok(Some((mut stream, ..))) if slot.refused => {
+            // As PostgreSQL: refused once the client has said who it is,
+            // so it gets the error in the protocol it speaks.
+            span.in_scope(|| {
+                let max = shared.config.limits.max_client_connections;
+                warn!("client refused: {TOO_MANY} (limits.max_client_connections = {max})")
+            });
+            let _ = stream
+                .write_all(&write::error(Severity::Fatal, "53300", TOO_MANY))
+                .await;
+        }
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
                 .or(StartupMessage::param(&params, "user"))
@@ -63,6 +80,9 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
         Err(e) => span.in_scope(|| warn!("startup failed: {e}")),
     }
 }
+
+/// PostgreSQL's words for a connection past its max_connections.
+const TOO_MANY: &str = "sorry, too many clients already";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupFailure {
