@@ -65,11 +65,20 @@ pub(super) async fn authenticate<'a>(
         (Some(u), _) => u.password.clone(),
         (None, _) => B64.encode(random::<24>()?),
     };
-    match admin.auth {
-        AdminAuth::Md5 => md5(client, user, &password).await?,
-        _ => scram(client, user, &password).await?,
+    let exchanged = match admin.auth {
+        AdminAuth::Md5 => md5(client, user, &password).await,
+        _ => scram(client, user, &password).await,
+    };
+    match entry {
+        Some(u) => exchanged.map(|()| u),
+        None => {
+            // The operator's log tells what the client isn't told.
+            tracing::info!(user, "admin console: no admin user of that name");
+            Err(exchanged
+                .err()
+                .unwrap_or_else(|| AuthError::BadPassword(user.into())))
+        }
     }
-    entry.ok_or_else(|| AuthError::BadPassword(user.into()))
 }
 
 /// AuthenticationOk.
