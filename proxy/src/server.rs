@@ -178,6 +178,12 @@ impl Proxy {
         self.shared.reuse.len()
     }
 
+    /// Client connections open now, within `limits.max_client_connections`
+    /// (those being refused aside).
+    pub fn client_connections(&self) -> usize {
+        self.shared.clients()
+    }
+
     /// Cancel keys held by clients now.
     pub fn cancel_keys(&self) -> usize {
         self.shared.cancel.len()

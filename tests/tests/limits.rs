@@ -145,22 +145,62 @@ async fn past_max_client_connections_a_client_gets_53300() {
     for c in &clients {
         c.simple_query("select 1").await.unwrap();
     }
+    assert_eq!(
+        env.proxy().client_connections(),
+        3,
+        "refused ones hold none"
+    );
     drop(clients.pop());
-    env.settle(2).await;
-    let mut again = None;
-    for _ in 0..100 {
-        match tokio_postgres::connect(&env.proxy_dsn(), tokio_postgres::NoTls).await {
-            Ok((c, conn)) => {
-                tokio::spawn(conn);
-                again = Some(c);
-                break;
-            }
-            // The closed client's place is given back as its task ends.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+    // The closed client's place is given back as its session ends.
+    for _ in 0..250 {
+        if env.proxy().client_connections() == 2 {
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let again = tokio_postgres::connect(&env.proxy_dsn(), tokio_postgres::NoTls)
+        .await
+        .map(|(c, conn)| {
+            tokio::spawn(conn);
+            c
+        });
     let again = again.expect("a freed place is taken");
     again.simple_query("select 1").await.unwrap();
+
+    // Connections that say nothing, past the limit, wait to be refused;
+    // past as many again, one is refused at once, unread.
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(
+            TcpStream::connect(("127.0.0.1", env.proxy_port()))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut s = TcpStream::connect(("127.0.0.1", env.proxy_port()))
+        .await
+        .unwrap();
+    let got = raw::read_to_end(&mut s, WAIT).await;
+    let errors = raw::errors(&got);
+    assert_eq!(errors.len(), 1, "{got:?}");
+    assert_eq!(errors[0].1, "53300");
+    drop((silent, again, clients));
+    assert_serving_when_free(&env).await;
+}
+
+/// Once places are given back, a client gets in again.
+async fn assert_serving_when_free(env: &Env) {
+    for _ in 0..250 {
+        if let Ok((c, conn)) =
+            tokio_postgres::connect(&env.proxy_dsn(), tokio_postgres::NoTls).await
+        {
+            tokio::spawn(conn);
+            c.simple_query("select 1").await.unwrap();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no place freed");
 }
 
 /// Names sent by clients that never get in make no statistics rows; the
