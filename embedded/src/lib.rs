@@ -34,7 +34,8 @@ pub enum EmbeddedError {
 /// Options for a private server.
 #[derive(Debug, Clone, Default)]
 pub struct PgOptions {
-    /// Data directory; a fresh temporary one when `None`.
+    /// Data directory; a fresh temporary one when `None`. Only a temporary
+    /// one runs without fsync and full-page writes.
     pub data_dir: Option<PathBuf>,
     /// Extra `postgresql.conf` lines.
     pub conf: Vec<String>,
@@ -73,19 +74,15 @@ impl PgServer {
         if !data_dir.join("PG_VERSION").exists() {
             std::fs::create_dir_all(&data_dir)?;
             chown(&data_dir, run_as)?;
-            let out = command(&bin_dir, "initdb", run_as)
+            let mut initdb = command(&bin_dir, "initdb", run_as);
+            initdb
                 .args([OsStr::new("-D"), data_dir.as_os_str()])
-                .args([
-                    "-U",
-                    "postgres",
-                    "-A",
-                    "trust",
-                    "-E",
-                    "UTF8",
-                    "--no-sync",
-                    "--locale=C.UTF-8",
-                ])
-                .output()?;
+                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8"])
+                .arg("--locale=C.UTF-8");
+            if temp.is_some() {
+                initdb.arg("--no-sync");
+            }
+            let out = initdb.output()?;
             if !out.status.success() {
                 return Err(EmbeddedError::Command {
                     what: "initdb".into(),
@@ -99,9 +96,16 @@ impl PgServer {
         });
         write_owned(&data_dir.join("pg_hba.conf"), &hba, run_as)?;
         let mut conf = String::from(
-            "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\nfsync = off\n\
-             synchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n",
+            "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\nmax_connections = 200\n",
         );
+        // Speed over durability only where nothing outlives the server: a
+        // crash with fsync or full_page_writes off can corrupt the cluster,
+        // which a data directory kept across runs must survive. A kept
+        // one gets PostgreSQL's durable defaults (this file is rewritten
+        // at every start, so one first run without them is set right).
+        if temp.is_some() {
+            conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+        }
         for line in &opts.conf {
             conf.push_str(line);
             conf.push('\n');

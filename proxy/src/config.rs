@@ -147,6 +147,8 @@ impl Default for Upstream {
 pub struct Tls {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// Refuse clients that don't negotiate TLS (PostgreSQL's `hostssl`).
+    pub require: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -214,17 +216,37 @@ pub struct Metrics {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdminAuth {
+    // kebab-case alone would spell it "scram-sha256".
+    #[serde(rename = "scram-sha-256")]
     ScramSha256,
     Md5,
     Trust,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminUser {
     pub name: String,
     #[serde(skip_serializing)]
     pub password: String,
+    /// May run `RESET STATS` (the only command that changes anything).
+    pub reset_stats: bool,
+}
+
+// By hand: a derived Debug would print the password into logs and panics.
+impl std::fmt::Debug for AdminUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let password = if self.password.is_empty() {
+            "(none)"
+        } else {
+            "(hidden)"
+        };
+        f.debug_struct("AdminUser")
+            .field("name", &self.name)
+            .field("password", &password)
+            .field("reset_stats", &self.reset_stats)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -233,6 +255,9 @@ pub struct Admin {
     pub database: String,
     pub auth: AdminAuth,
     pub users: Vec<AdminUser>,
+    /// Start even though `listen.address` is not loopback and an admin
+    /// user gets in without a password (`auth = "trust"`).
+    pub allow_remote_trust: bool,
 }
 
 impl Default for Admin {
@@ -240,11 +265,26 @@ impl Default for Admin {
         Self {
             database: "onetrip".into(),
             auth: AdminAuth::Trust,
+            // Reachable only from this machine by default (listen.address
+            // is loopback, and a remote listen address refuses a trust
+            // admin), so the built-in user may reset the counters.
             users: vec![AdminUser {
                 name: "postgres".into(),
                 password: String::new(),
+                reset_stats: true,
             }],
+            allow_remote_trust: false,
         }
+    }
+}
+
+impl Admin {
+    /// The first user that gets in without a password: every user under
+    /// `trust`, one with an empty password otherwise.
+    pub fn passwordless_user(&self) -> Option<&AdminUser> {
+        self.users
+            .iter()
+            .find(|u| self.auth == AdminAuth::Trust || u.password.is_empty())
     }
 }
 
@@ -252,6 +292,12 @@ impl Default for Admin {
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     pub max_message_bytes: usize,
+    /// Client connections open at once (admin console included); past it
+    /// a client gets PostgreSQL's 53300.
+    pub max_client_connections: usize,
+    /// Most (database, user) rows in the statistics; authenticated
+    /// sessions past them count in one "(other)" row.
+    pub max_stats_rows: usize,
     #[serde(with = "duration")]
     pub startup_timeout: Duration,
     pub buffer_bytes: usize,
@@ -264,6 +310,8 @@ impl Default for Limits {
         Self {
             // PostgreSQL's own ceiling for a message (MaxAllocSize - 1).
             max_message_bytes: 0x3fff_ffff,
+            max_client_connections: 5000,
+            max_stats_rows: 1000,
             startup_timeout: Duration::from_secs(60),
             buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_secs(30),
@@ -352,7 +400,37 @@ impl Config {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Refuses an admin console that anyone who can reach the listen
+    /// address could use without a password, unless the configuration
+    /// says so (`admin.allow_remote_trust`).
+    pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
+        if self.listen.address.ip().is_loopback() || self.admin.allow_remote_trust {
+            return Ok(());
+        }
+        let Some(u) = self.admin.passwordless_user() else {
+            return Ok(());
+        };
+        Err(ConfigError::Key {
+            key: "admin.users".into(),
+            message: format!(
+                "admin user {:?} gets into the admin console without a password \
+                 (admin.auth = {:?}) while listen.address {} is not loopback; give every \
+                 admin user a password with admin.auth = \"scram-sha-256\", or set \
+                 admin.allow_remote_trust = true",
+                u.name,
+                match self.admin.auth {
+                    AdminAuth::Trust => "trust",
+                    AdminAuth::Md5 => "md5",
+                    AdminAuth::ScramSha256 => "scram-sha-256",
+                },
+                self.listen.address
+            ),
+        })
+    }
+
+    /// Checks what the types alone can't; `load` calls it, and so must
+    /// whoever changes a loaded configuration (command-line flags).
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let key = |key: &str, message: &str| ConfigError::Key {
             key: key.into(),
             message: message.into(),
@@ -363,6 +441,12 @@ impl Config {
                 "tls.cert_file and tls.key_file must be set together",
             ));
         }
+        if self.tls.require && self.tls.cert_file.is_none() {
+            return Err(key(
+                "tls.require",
+                "needs tls.cert_file and tls.key_file: clients can't use TLS without them",
+            ));
+        }
         if self.listen.threads > 256 {
             return Err(key(
                 "listen.threads",
@@ -371,6 +455,9 @@ impl Config {
         }
         if self.limits.max_message_bytes < 1024 {
             return Err(key("limits.max_message_bytes", "must be at least 1024"));
+        }
+        if self.limits.max_client_connections == 0 {
+            return Err(key("limits.max_client_connections", "must be at least 1"));
         }
         if self.limits.buffer_bytes < 8192 {
             return Err(key("limits.buffer_bytes", "must be at least 8192"));
@@ -396,7 +483,7 @@ impl Config {
                 ),
             ));
         }
-        Ok(())
+        self.check_admin_exposure()
     }
 }
 
@@ -575,5 +662,44 @@ mod tests {
                 .to_string()
                 .contains("tls.cert_file")
         );
+        let err = load_str("[tls]\nrequire = true\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("tls.require"), "{err}");
+    }
+
+    #[test]
+    fn a_remote_listen_address_refuses_an_admin_without_a_password() {
+        let remote = [("ONETRIP_LISTEN_ADDRESS", "0.0.0.0:6432")];
+        let err = load_str("", &remote).unwrap_err().to_string();
+        assert!(err.contains("\"postgres\""), "names the user: {err}");
+        assert!(err.contains("admin.allow_remote_trust"), "{err}");
+        let allowed = [
+            ("ONETRIP_LISTEN_ADDRESS", "0.0.0.0:6432"),
+            ("ONETRIP_ADMIN_ALLOW_REMOTE_TRUST", "true"),
+        ];
+        assert!(load_str("", &allowed).is_ok());
+        let with_passwords = "[admin]\nauth = \"scram-sha-256\"\n\
+                              users = [{ name = \"ops\", password = \"pw\" }]\n";
+        let r = load_str(with_passwords, &remote);
+        assert!(r.is_ok(), "{r:?}");
+        assert!(load_str("[listen]\naddress = \"[::1]:6432\"\n", &[]).is_ok());
+    }
+
+    #[test]
+    fn admin_users_reset_stats_only_when_marked() {
+        assert!(
+            Config::default().admin.users[0].reset_stats,
+            "built-in user"
+        );
+        let cfg = load_str("[admin]\nusers = [{ name = \"ops\" }]\n", &[]).unwrap();
+        assert!(!cfg.admin.users[0].reset_stats);
+    }
+
+    #[test]
+    fn debug_hides_admin_passwords() {
+        let mut cfg = Config::default();
+        cfg.admin.users[0].password = "hunter2".into();
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("(hidden)"), "{shown}");
     }
 }

@@ -265,6 +265,7 @@ mod tests {
     fn render_has_labels_and_cumulative_buckets() {
         let stats = Stats::new();
         let s = stats.open_session(None, "d\"b", "u", "");
+        stats.admit(&s);
         crate::stats::Counters::add(&s.counters.client_round_trips, 2);
         s.counters.record_latency(Duration::from_micros(300));
         s.counters.record_latency(Duration::from_secs(20));

@@ -49,14 +49,15 @@ impl Kept {
     }
 
     /// What the upstream said to the first client, as it stands now:
-    /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery.
-    pub fn greeting(&self) -> Bytes {
+    /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery;
+    /// `key` is the new client's own BackendKeyData (never the backend's).
+    pub fn greeting(&self, key: Option<&[u8]>) -> Bytes {
         let mut out = BytesMut::with_capacity(512);
         write::auth_request(&mut out, backend::auth::OK, &[]);
         for (k, v) in &self.params {
             write::parameter_status(&mut out, k, v);
         }
-        if let Some(key) = &self.key {
+        if let Some(key) = key {
             out.extend_from_slice(key);
         }
         write::ready_for_query(&mut out, b'I');

@@ -26,6 +26,8 @@ pub enum StartError {
     Tls(#[from] net::TlsConfigError),
     #[error("metrics endpoint: {0}")]
     Metrics(std::io::Error),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A running proxy. Dropping it without `shutdown` stops accepting and
@@ -57,6 +59,8 @@ impl Proxy {
         config: Config,
         workers: Vec<tokio::runtime::Handle>,
     ) -> Result<Self, StartError> {
+        // A library caller builds its configuration without `load`.
+        config.check_admin_exposure()?;
         let embedded = match &config.upstream.address {
             UpstreamAddress::Embedded => {
                 let opts = PgOptions {
@@ -172,6 +176,17 @@ impl Proxy {
     /// Upstream connections kept waiting for a client (`upstream.reuse`).
     pub fn kept_upstreams(&self) -> usize {
         self.shared.reuse.len()
+    }
+
+    /// Client connections open now, within `limits.max_client_connections`
+    /// (those being refused aside).
+    pub fn client_connections(&self) -> usize {
+        self.shared.clients()
+    }
+
+    /// Cancel keys held by clients now.
+    pub fn cancel_keys(&self) -> usize {
+        self.shared.cancel.len()
     }
 
     pub fn stats(&self) -> Arc<Stats> {

@@ -3,7 +3,10 @@
 //! cache, the kept upstream connections and the worker seats. Below the
 //! server and the sessions; read-mostly, no lock on the forwarding path.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -11,7 +14,12 @@ use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::{
-    config::Config, cypher_cache::CypherCache, pool::Pool, stats::Stats, wire::startup,
+    cancel::{CancelKeys, Key},
+    config::Config,
+    cypher_cache::CypherCache,
+    pool::Pool,
+    stats::Stats,
+    wire::startup,
     worker::seats::Seats,
 };
 
@@ -22,9 +30,9 @@ pub struct Shared {
     pub stats: Arc<Stats>,
     pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     pub upstream_tls: Option<tokio_rustls::TlsConnector>,
-    /// Backend keys handed to our clients, so a cancel is only forwarded for
-    /// a session of ours.
-    cancel_keys: DashMap<(i32, Bytes), ()>,
+    /// The cancel keys handed to clients, each with its backend's key: a
+    /// cancel is forwarded only for a client of ours that is still here.
+    pub cancel: CancelKeys,
     /// Becomes true when the shutdown grace period is over.
     force_close: watch::Receiver<bool>,
     /// One closer per relaying session, fired when the grace period is
@@ -42,6 +50,24 @@ pub struct Shared {
     pub spinning: std::sync::atomic::AtomicUsize,
     /// The worker runtimes sessions run on (none: the caller's runtime).
     pub workers: Arc<Seats>,
+    /// Client connections open now, and those being refused
+    /// (`limits.max_client_connections`).
+    clients: AtomicUsize,
+    refusing: AtomicUsize,
+}
+
+/// A client connection's place under `limits.max_client_connections`,
+/// given back when dropped.
+pub struct ClientSlot<'a> {
+    count: &'a AtomicUsize,
+    /// Past the limit: the client gets 53300 once it has said who it is.
+    pub refused: bool,
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -55,22 +81,27 @@ impl Shared {
         }
     }
 
+    /// A place for a new client connection: within the limit, or among
+    /// those being refused. `None` when as many are being refused as the
+    /// limit allows in all: such a connection is closed at once.
+    pub fn client_slot(&self) -> Option<ClientSlot<'_>> {
+        let max = self.config.limits.max_client_connections;
+        for (count, refused) in [(&self.clients, false), (&self.refusing, true)] {
+            if count.fetch_add(1, Ordering::Relaxed) < max {
+                return Some(ClientSlot { count, refused });
+            }
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Client connections open now (refused ones aside).
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
     pub fn upstream_addr(&self) -> String {
         self.upstream_addr.clone()
-    }
-
-    pub fn register_cancel_key(&self, pid: i32, secret: Bytes) {
-        self.cancel_keys.insert((pid, secret), ());
-    }
-
-    pub fn forget_cancel_key(&self, pid: i32, secret: &Bytes) {
-        self.cancel_keys.remove(&(pid, secret.clone()));
-    }
-
-    #[cfg(test)]
-    pub(crate) fn knows_cancel_key(&self, pid: i32, secret: &[u8]) -> bool {
-        self.cancel_keys
-            .contains_key(&(pid, Bytes::copy_from_slice(secret)))
     }
 
     pub fn shutdown_forced(&self) -> watch::Receiver<bool> {
@@ -104,20 +135,23 @@ impl Shared {
     ) -> Self {
         let analyzer =
             onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
+        let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
         Self {
             analyzer: Arc::new(analyzer),
             config: Arc::new(config),
             upstream_addr,
-            stats: Arc::new(Stats::new()),
+            stats,
             tls_acceptor,
             upstream_tls,
-            cancel_keys: DashMap::new(),
+            cancel: CancelKeys::default(),
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
+            clients: AtomicUsize::new(0),
+            refusing: AtomicUsize::new(0),
         }
     }
 
@@ -145,13 +179,14 @@ impl Shared {
         }
     }
 
-    /// Forwards a client's CancelRequest to the upstream backend it names.
+    /// Forwards a client's CancelRequest to the backend its key points at
+    /// now, with that backend's own key.
     pub async fn forward_cancel(&self, pid: i32, secret: Bytes) {
-        if !self.cancel_keys.contains_key(&(pid, secret.clone())) {
-            warn!(pid, "cancel request for an unknown backend key ignored");
+        let Some(backend) = self.cancel.backend(&Key { pid, secret }) else {
+            warn!(pid, "cancel request with an unknown key ignored");
             return;
-        }
-        let packet = startup::encode_cancel(pid, &secret);
+        };
+        let packet = startup::encode_cancel(backend.pid, &backend.secret);
         let addr = self.upstream_addr();
         let result = async {
             let mut s = crate::timers::timeout(

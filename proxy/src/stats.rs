@@ -224,8 +224,32 @@ pub struct SessionInfo {
     pub upstream_pid: AtomicU64,
     state: AtomicU8,
     relay: AtomicU8,
+    /// Which row of the per-(database, user) totals it counts in (`Row`);
+    /// none until it has authenticated.
+    row: AtomicU8,
     pub counters: Counters,
 }
+
+/// Where a session's counters go in the per-(database, user) totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Row {
+    /// Not authenticated (yet): a closed one counts under
+    /// `UNAUTHENTICATED`; a live one nowhere, so nothing counted moves
+    /// between rows and the metrics' counters only grow.
+    None = 0,
+    /// Its own (database, user) row.
+    Own = 1,
+    /// `OTHER`: its row would have been past `Stats::max_rows`.
+    Other = 2,
+}
+
+/// The row of sessions that closed without authenticating: names a
+/// stranger sends make no rows of their own.
+pub const UNAUTHENTICATED: &str = "(unauthenticated)";
+/// The row of authenticated sessions whose (database, user) came after
+/// the row cap (`[limits] max_stats_rows`) was reached.
+pub const OTHER: &str = "(other)";
 
 /// What relays a session's traffic, as `SHOW CLIENTS` prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,8 +305,10 @@ pub struct StatementCounts {
 }
 
 /// Every session's counters, live and closed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
+    /// Most (database, user) rows of their own (`[limits] max_stats_rows`).
+    max_rows: usize,
     live: DashMap<u64, Arc<SessionInfo>>,
     /// Totals of closed sessions per (database, user).
     closed: DashMap<(String, String), Snapshot>,
@@ -303,11 +329,58 @@ pub struct Stats {
 /// Most statement fingerprints kept; the rest are counted under "(other)".
 const MAX_FINGERPRINTS: usize = 10_000;
 
+impl Default for Stats {
+    fn default() -> Self {
+        Self::with_max_rows(crate::config::Limits::default().max_stats_rows)
+    }
+}
+
 impl Stats {
     pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Statistics with at most `max_rows` (database, user) rows of their
+    /// own; sessions past them count in one `OTHER` row.
+    pub fn with_max_rows(max_rows: usize) -> Self {
         Self {
+            max_rows,
+            live: Default::default(),
+            closed: Default::default(),
+            moving: Default::default(),
+            statements: Default::default(),
+            fallback_reasons: Default::default(),
+            next_id: Default::default(),
             started: Some(Instant::now()),
-            ..Default::default()
+        }
+    }
+
+    /// The session has authenticated: from now on it counts in its own
+    /// (database, user) row, or in `OTHER` when that row would be past
+    /// the cap. Once per session, outside the forwarding path.
+    pub fn admit(&self, info: &SessionInfo) {
+        let key = (info.database.clone(), info.user.clone());
+        let shared_rows = [UNAUTHENTICATED, OTHER]
+            .iter()
+            .filter(|r| self.closed.contains_key(&(r.to_string(), r.to_string())))
+            .count();
+        // Concurrent admissions may pass the cap by a few rows at most.
+        let own = self.closed.contains_key(&key) || self.closed.len() - shared_rows < self.max_rows;
+        if own {
+            self.closed.entry(key).or_default();
+        }
+        let row = if own { Row::Own } else { Row::Other };
+        info.row.store(row as u8, Relaxed);
+    }
+
+    /// The totals row a session counts in, if any yet.
+    fn row_of(&self, info: &SessionInfo, closing: bool) -> Option<(String, String)> {
+        let both = |s: &str| Some((s.to_owned(), s.to_owned()));
+        match info.row.load(Relaxed) {
+            1 => Some((info.database.clone(), info.user.clone())),
+            2 => both(OTHER),
+            _ if closing => both(UNAUTHENTICATED),
+            _ => None,
         }
     }
 
@@ -329,6 +402,7 @@ impl Stats {
             upstream_pid: AtomicU64::new(0),
             state: AtomicU8::new(SessionState::Startup as u8),
             relay: AtomicU8::new(Relay::NotYet as u8),
+            row: AtomicU8::new(Row::None as u8),
             counters: Counters::default(),
         });
         info.counters.sessions.store(1, Relaxed);
@@ -343,10 +417,9 @@ impl Stats {
             let _moving = self.moving.write().unwrap_or_else(|e| e.into_inner());
             self.live.remove(&info.id);
             let snap = info.counters.snapshot();
-            self.closed
-                .entry((info.database.clone(), info.user.clone()))
-                .or_default()
-                .add(&snap);
+            if let Some(row) = self.row_of(info, true) {
+                self.closed.entry(row).or_default().add(&snap);
+            }
         }
         if statements.is_empty() {
             return;
@@ -394,10 +467,9 @@ impl Stats {
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
         for s in self.live.iter() {
-            groups
-                .entry((s.database.clone(), s.user.clone()))
-                .or_default()
-                .add(&s.counters.snapshot());
+            if let Some(row) = self.row_of(&s, false) {
+                groups.entry(row).or_default().add(&s.counters.snapshot());
+            }
         }
         let mut v: Vec<_> = groups.into_iter().collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -450,6 +522,7 @@ mod tests {
         let sessions: Vec<_> = (0..n)
             .map(|_| {
                 let s = stats.open_session(None, "db", "u", "");
+                stats.admit(&s);
                 Counters::add(&s.counters.client_round_trips, 1);
                 s
             })
@@ -474,6 +547,8 @@ mod tests {
         let stats = Stats::new();
         let a = stats.open_session(None, "db", "u", "");
         let b = stats.open_session(None, "db", "u", "");
+        stats.admit(&a);
+        stats.admit(&b);
         Counters::add(&a.counters.client_round_trips, 3);
         Counters::add(&b.counters.client_round_trips, 4);
         a.counters.record_latency(Duration::from_micros(300));
@@ -484,5 +559,39 @@ mod tests {
         assert_eq!(t.latency_buckets[2], 1);
         stats.reset();
         assert_eq!(stats.total().client_round_trips, 0);
+    }
+
+    #[test]
+    fn only_authenticated_sessions_get_rows_and_rows_are_capped() {
+        let stats = Stats::with_max_rows(2);
+        let rows = |stats: &Stats| -> Vec<String> {
+            let rows = stats.by_database_user().into_iter();
+            rows.map(|((d, u), s)| format!("{d}/{u}:{}", s.sessions))
+                .collect()
+        };
+        // Strangers: invisible while they try, one row once they are gone.
+        let strangers: Vec<_> = (0..100)
+            .map(|i| stats.open_session(None, "db", &format!("u{i}"), ""))
+            .collect();
+        assert!(rows(&stats).is_empty());
+        for s in &strangers {
+            stats.close_session(s, HashMap::new());
+        }
+        assert_eq!(rows(&stats), ["(unauthenticated)/(unauthenticated):100"]);
+        // Authenticated: own rows up to the cap, then "(other)".
+        for user in ["a", "b", "c", "d", "a"] {
+            let s = stats.open_session(None, "db", user, "");
+            stats.admit(&s);
+            stats.close_session(&s, HashMap::new());
+        }
+        assert_eq!(
+            rows(&stats),
+            [
+                "(other)/(other):2",
+                "(unauthenticated)/(unauthenticated):100",
+                "db/a:2",
+                "db/b:1",
+            ]
+        );
     }
 }

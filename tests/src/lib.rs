@@ -307,6 +307,21 @@ pub mod raw {
             .expect("no message or EOF in time")
     }
 
+    /// Reads messages up to and with the next ReadyForQuery.
+    pub async fn read_to_z(s: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        loop {
+            let m = read_message(s, Duration::from_secs(30))
+                .await
+                .expect("ReadyForQuery before EOF");
+            let z = m.0 == b'Z';
+            out.push(m);
+            if z {
+                return out;
+            }
+        }
+    }
+
     /// Reads messages until EOF, returning them all.
     pub async fn read_to_end(s: &mut TcpStream, wait: Duration) -> Vec<(u8, Vec<u8>)> {
         let mut out = Vec::new();

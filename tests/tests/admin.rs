@@ -242,6 +242,7 @@ fn with_users(auth: AdminAuth) -> impl FnOnce(&mut onetrip::Config) {
         cfg.admin.users = vec![AdminUser {
             name: "ops".into(),
             password: "s3cret pässword".into(),
+            ..Default::default()
         }];
     }
 }
@@ -252,18 +253,29 @@ async fn check_password_auth(auth: AdminAuth) {
         .await
         .expect("right password");
     assert_eq!(show(&c, "show version").await.len(), 1);
+    // Not marked reset_stats: reads only.
+    let e = c.simple_query("RESET STATS").await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e}");
+    assert_eq!(
+        show(&c, "show version").await.len(),
+        1,
+        "the session goes on"
+    );
     let e = try_admin(&env, "ops", Some("wrong"))
         .await
         .expect_err("wrong password refused");
     assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e}");
-    let e = try_admin(&env, "postgres", Some("'s3cret pässword'"))
-        .await
-        .expect_err("unlisted user refused");
-    assert_eq!(
-        e.code(),
-        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
-        "{e}"
-    );
+    let wrong = e.as_db_error().unwrap().message().replace("ops", "NAME");
+    // A name that is no admin user fails the same way: it doesn't tell
+    // which names are admins.
+    for name in ["postgres", "mallory"] {
+        let e = try_admin(&env, name, Some("'s3cret pässword'"))
+            .await
+            .expect_err("unlisted user refused");
+        assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e}");
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.message().replace(name, "NAME"), wrong);
+    }
     // psql with the password in the environment.
     let out = psql_as_ops(
         &env,
@@ -289,6 +301,54 @@ async fn scram_login_checks_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_login_checks_the_password() {
     check_password_auth(AdminAuth::Md5).await;
+}
+
+/// `RESET STATS` is for users marked for it; the others read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_marked_users_reset_stats() {
+    let env = Env::start_with(PgOptions::default(), |cfg| {
+        let user = |name: &str, reset_stats| AdminUser {
+            name: name.into(),
+            reset_stats,
+            ..Default::default()
+        };
+        cfg.admin.users = vec![user("viewer", false), user("boss", true)];
+    })
+    .await;
+    env.psql_ok(true, &["-c", "select 1"]);
+    env.settle(0).await;
+    let viewer = try_admin(&env, "viewer", None).await.unwrap();
+    let e = viewer.simple_query("RESET STATS").await.unwrap_err();
+    let db = e.as_db_error().expect("an error from the console");
+    assert_eq!(db.code(), &SqlState::INSUFFICIENT_PRIVILEGE);
+    assert!(db.message().contains("reset_stats"), "{}", db.message());
+    let total = |sets: Vec<Rows>| num(sets[0].last().unwrap(), "client_round_trips");
+    assert_eq!(total(show(&viewer, "SHOW STATS").await), 1, "nothing reset");
+    let boss = try_admin(&env, "boss", None).await.unwrap();
+    boss.simple_query("RESET STATS").await.unwrap();
+    assert_eq!(total(show(&viewer, "SHOW STATS").await), 0);
+}
+
+/// A console anyone could reach without a password is refused at start:
+/// exit status 2, the user named, and the key that would allow it.
+#[test]
+fn a_remote_listen_address_with_a_trust_admin_is_refused() {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_onetrip-cli"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("ONETRIP_") {
+            cmd.env_remove(k);
+        }
+    }
+    // Refused before it listens or connects anywhere.
+    let out = cmd
+        .args(["--listen", "0.0.0.0:0", "--upstream", "127.0.0.1:1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("admin user \"postgres\""), "{err}");
+    assert!(err.contains("admin.allow_remote_trust"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

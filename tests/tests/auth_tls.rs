@@ -188,6 +188,70 @@ async fn tls_with_a_self_signed_certificate() {
     assert_eq!(String::from_utf8_lossy(&tls.stdout).trim(), "md5_user|1000");
 }
 
+/// `[tls] require`: a client that doesn't negotiate TLS gets PostgreSQL's
+/// error for a hostssl-only server; one that does gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_tls_refuses_plain_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let env = env_with_users(|cfg| {
+        cfg.tls.cert_file = Some(cert.clone());
+        cfg.tls.key_file = Some(key.clone());
+        cfg.tls.require = true;
+    })
+    .await;
+    // A plain startup packet: PostgreSQL's error, then the connection closes.
+    let mut s = TcpStream::connect(("127.0.0.1", env.proxy_port()))
+        .await
+        .unwrap();
+    s.write_all(&raw::startup("postgres", "postgres"))
+        .await
+        .unwrap();
+    let msgs = raw::read_to_end(&mut s, Duration::from_secs(10)).await;
+    let errors = raw::errors(&msgs);
+    assert_eq!(errors.len(), 1, "{msgs:?}");
+    let (severity, code, message) = &errors[0];
+    assert_eq!((severity.as_str(), code.as_str()), ("FATAL", "28000"));
+    assert_eq!(
+        message,
+        "no pg_hba.conf entry for host \"127.0.0.1\", user \"postgres\", database \"postgres\", no encryption"
+    );
+    let detail = raw::field(&msgs[0].1, b'D').unwrap_or_default();
+    assert!(detail.contains("[tls] require"), "{detail}");
+    // The admin console too.
+    let e = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+            env.proxy_port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+    );
+    // psql: refused in plain text, let in over TLS, with its password.
+    let pw = [("PGPASSWORD", "sCr@m pass"), ("PGSSLMODE", "disable")];
+    let out = psql(&env, true, "scram_user", &pw, "select 1");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no encryption"), "{err}");
+    let pw = [("PGPASSWORD", "sCr@m pass"), ("PGSSLMODE", "require")];
+    let out = psql(&env, true, "scram_user", &pw, "select current_user");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "scram_user");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tls_config_ssl_and_gss_requests_get_n() {
     let env = Env::start().await;

@@ -8,7 +8,7 @@ use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
 
 use super::client::Client;
 use crate::{
-    config::{Admin, AdminAuth},
+    config::{Admin, AdminAuth, AdminUser},
     wire::{
         backend::{self, auth as code},
         read::ReadError,
@@ -42,26 +42,42 @@ impl AuthError {
         match self {
             AuthError::UnknownUser(_) => "28000",
             AuthError::BadPassword(_) => "28P01",
+            AuthError::Message(ReadError::Frame(e)) => e.sqlstate(),
             _ => "08P01",
         }
     }
 }
 
-/// Runs the configured exchange up to (not including) AuthenticationOk.
-pub(super) async fn authenticate(
+/// Runs the configured exchange up to (not including) AuthenticationOk;
+/// returns the user let in. A name that is no admin user goes through the
+/// same exchange, against a random password, and fails as a wrong
+/// password does, so the answer doesn't tell which names are admins.
+/// (Under `trust` it can't be hidden: a listed name just gets in.)
+pub(super) async fn authenticate<'a>(
     client: &mut Client,
-    admin: &Admin,
+    admin: &'a Admin,
     user: &str,
-) -> Result<(), AuthError> {
-    let entry = admin
-        .users
-        .iter()
-        .find(|u| u.name == user)
-        .ok_or_else(|| AuthError::UnknownUser(user.into()))?;
-    match admin.auth {
-        AdminAuth::Trust => Ok(()),
-        AdminAuth::Md5 => md5(client, user, &entry.password).await,
-        AdminAuth::ScramSha256 => scram(client, user, &entry.password).await,
+) -> Result<&'a AdminUser, AuthError> {
+    let entry = admin.users.iter().find(|u| u.name == user);
+    let password = match (entry, admin.auth) {
+        (None, AdminAuth::Trust) => return Err(AuthError::UnknownUser(user.into())),
+        (Some(u), AdminAuth::Trust) => return Ok(u),
+        (Some(u), _) => u.password.clone(),
+        (None, _) => B64.encode(random::<24>()?),
+    };
+    let exchanged = match admin.auth {
+        AdminAuth::Md5 => md5(client, user, &password).await,
+        _ => scram(client, user, &password).await,
+    };
+    match entry {
+        Some(u) => exchanged.map(|()| u),
+        None => {
+            // The operator's log tells what the client isn't told.
+            tracing::info!(user, "admin console: no admin user of that name");
+            Err(exchanged
+                .err()
+                .unwrap_or_else(|| AuthError::BadPassword(user.into())))
+        }
     }
 }
 

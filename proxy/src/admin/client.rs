@@ -6,15 +6,22 @@ use tokio::io::AsyncWriteExt;
 
 use crate::{
     net::Stream,
-    wire::read::{ReadError, read_message},
+    wire::{
+        frame::MAX_AUTH_MESSAGE,
+        read::{ReadError, read_message},
+    },
 };
 
-/// Largest message the console reads; its commands are short.
+/// Largest message the console reads once a user is in; its commands are
+/// short.
 const MAX_MESSAGE: usize = 1 << 20;
 
 pub(super) struct Client {
     stream: Stream,
     unread: BytesMut,
+    /// Largest message read now: PostgreSQL's own limit until the user is
+    /// authenticated, `MAX_MESSAGE` after.
+    limit: usize,
 }
 
 impl Client {
@@ -22,13 +29,19 @@ impl Client {
         Self {
             stream,
             unread: BytesMut::new(),
+            limit: MAX_AUTH_MESSAGE,
         }
+    }
+
+    /// The user is in: commands up to `MAX_MESSAGE` bytes.
+    pub(super) fn authenticated(&mut self) {
+        self.limit = MAX_MESSAGE;
     }
 
     /// The client's next message as (tag, the whole message), or `None`
     /// once it has hung up. Cancel-safe: what arrived stays for the next call.
     pub(super) async fn read(&mut self) -> Result<Option<(u8, Bytes)>, ReadError> {
-        match read_message(&mut self.stream, &mut self.unread, MAX_MESSAGE).await {
+        match read_message(&mut self.stream, &mut self.unread, self.limit).await {
             // A whole message: at least its five header bytes.
             Ok(msg) => Ok(Some((msg[0], msg))),
             Err(ReadError::Closed) => Ok(None),

@@ -46,15 +46,21 @@ pub async fn serve(
         .await
         .unwrap_or(Err(AuthError::Timeout(limit)));
     drop(deadline);
-    if let Err(e) = authenticated {
-        info!(%peer, user = %user, "admin console login refused: {e}");
-        if !matches!(e, AuthError::Io(_)) {
-            let _ = client
-                .write(&write::error(Severity::Fatal, e.sqlstate(), &e.to_string()))
-                .await;
+    let caller = match authenticated {
+        Ok(u) => command::Caller {
+            reset_stats: u.reset_stats,
+        },
+        Err(e) => {
+            info!(%peer, user = %user, "admin console login refused: {e}");
+            if !matches!(e, AuthError::Io(_)) {
+                let _ = client
+                    .write(&write::error(Severity::Fatal, e.sqlstate(), &e.to_string()))
+                    .await;
+            }
+            return;
         }
-        return;
-    }
+    };
+    client.authenticated();
     info!(%peer, user = %user, "admin console session started");
     let mut out = BytesMut::new();
     auth::ok(&mut out);
@@ -84,12 +90,16 @@ pub async fn serve(
     if client.write(&out).await.is_err() {
         return;
     }
-    if let Err(e) = query_loop(&mut client, shared).await {
+    if let Err(e) = query_loop(&mut client, shared, caller).await {
         debug!("admin console session ended: {e}");
     }
 }
 
-async fn query_loop(client: &mut Client, shared: &Arc<Shared>) -> Result<(), ReadError> {
+async fn query_loop(
+    client: &mut Client,
+    shared: &Arc<Shared>,
+    caller: command::Caller,
+) -> Result<(), ReadError> {
     let mut shutdown = shared.shutdown_forced();
     // After an extended-protocol message: skip input until Sync, as a server
     // does after an error.
@@ -117,7 +127,7 @@ async fn query_loop(client: &mut Client, shared: &Arc<Shared>) -> Result<(), Rea
                 let body = backend::body(&msg);
                 let text = body.strip_suffix(&[0]).unwrap_or(body);
                 match std::str::from_utf8(text) {
-                    Ok(sql) => command::run_all(sql, shared, &mut out),
+                    Ok(sql) => command::run_all(sql, shared, caller, &mut out),
                     Err(_) => write::error_into(
                         &mut out,
                         Severity::Error,

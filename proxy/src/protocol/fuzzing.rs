@@ -94,6 +94,7 @@ impl Session {
         config.limits.max_message_bytes = 1 << 16;
         let shared = Shared::detached(config);
         let info = shared.stats.open_session(None, "postgres", "postgres", "");
+        shared.stats.admit(&info);
         let mut p = Protocol::new(shared.services(), info);
         if flags & 64 != 0 {
             p.start(&mut WriteQueue::default());

@@ -70,8 +70,8 @@ pub enum ProtocolError {
 impl ProtocolError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            ProtocolError::Frontend(FrameError::TooLarge { .. }) => "54000",
-            _ => "08P01",
+            ProtocolError::Frontend(e) => e.sqlstate(),
+            ProtocolError::Backend(_) => "08P01",
         }
     }
 }
@@ -139,6 +139,9 @@ pub struct Protocol {
     pub server_params: Vec<(String, String)>,
     /// The upstream backend's BackendKeyData message.
     pub upstream_key: Option<Bytes>,
+    /// The client's own cancel key (`crate::cancel`), forgotten when the
+    /// session ends.
+    pub client_key: Option<crate::cancel::Key>,
     /// When the upstream connection was opened (`upstream.reuse_lifetime`).
     pub upstream_opened: Instant,
 }
@@ -192,6 +195,7 @@ impl Protocol {
             unsynced: false,
             server_params: Vec::new(),
             upstream_key: None,
+            client_key: None,
             upstream_opened: Instant::now(),
         }
     }

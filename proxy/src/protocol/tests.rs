@@ -18,6 +18,7 @@ impl Harness {
     fn new() -> Self {
         let shared = Shared::for_tests(Config::default());
         let info = shared.stats.open_session(None, "postgres", "postgres", "");
+        shared.stats.admit(&info);
         let mut p = Protocol::new(shared.services(), info);
         // The session's settings as if already learned: nothing to ask.
         let _ = p.settings.ask();

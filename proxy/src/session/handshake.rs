@@ -8,14 +8,18 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
+use tracing::warn;
 
 use crate::{
+    cancel::Key,
     net::{Pair, Stream},
     shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{
         backend::{self, auth},
+        frame::MAX_AUTH_MESSAGE,
         startup, tag,
+        write::{self, Severity},
     },
     wire::{
         queue::WriteQueue,
@@ -111,6 +115,9 @@ pub struct Authed {
     pub params: Vec<(String, String)>,
     /// The upstream's BackendKeyData message.
     pub key: Option<Bytes>,
+    /// The client's own cancel key (`cancel`), which the session forgets
+    /// when it ends.
+    pub client_key: Option<Key>,
     /// The upstream let the client in without asking for anything and sent
     /// nothing but AuthenticationOk, ParameterStatus, BackendKeyData and
     /// ReadyForQuery: the exchange a kept connection can replay.
@@ -122,34 +129,42 @@ pub struct Authed {
     pub settings: Option<crate::protocol::settings::Settings>,
 }
 
-/// A cancel key registered for a session still being set up. Forgotten
-/// again on drop unless kept, so a handshake that fails or times out after
-/// BackendKeyData leaves no key behind.
+/// A client's own cancel key, issued while its session is set up.
+/// Forgotten again on drop unless kept, so a handshake that fails or times
+/// out after BackendKeyData leaves no key behind.
 pub struct KeyGuard<'a> {
     shared: &'a Shared,
-    key: Option<(i32, Bytes)>,
+    key: Option<Key>,
 }
 
 impl<'a> KeyGuard<'a> {
-    /// Registers the key in `key_data` (a BackendKeyData message), if any.
-    pub fn register(shared: &'a Shared, key_data: Option<&[u8]>) -> Self {
-        let key = key_data.and_then(backend::backend_key);
-        if let Some((pid, secret)) = &key {
-            shared.register_cancel_key(*pid, secret.clone());
+    /// Issues a key for a client of the backend whose BackendKeyData
+    /// message is `backend`, if any.
+    pub fn issue(shared: &'a Shared, backend: Option<&[u8]>) -> Self {
+        let key = backend
+            .and_then(Key::from_message)
+            .and_then(|b| shared.cancel.issue(b));
+        if backend.is_some() && key.is_none() {
+            warn!("no cancel key for this client: the system's random source failed");
         }
         Self { shared, key }
     }
 
+    /// The BackendKeyData message for the client, if it has a key.
+    pub fn message(&self) -> Option<Bytes> {
+        self.key.as_ref().map(Key::message)
+    }
+
     /// The session is set up: its end forgets the key.
-    pub fn keep(mut self) {
-        self.key = None;
+    pub fn keep(mut self) -> Option<Key> {
+        self.key.take()
     }
 }
 
 impl Drop for KeyGuard<'_> {
     fn drop(&mut self) {
-        if let Some((pid, secret)) = self.key.take() {
-            self.shared.forget_cancel_key(pid, &secret);
+        if let Some(key) = self.key.take() {
+            self.shared.cancel.forget(&key);
         }
     }
 }
@@ -192,42 +207,46 @@ pub async fn relay_auth(
                 plain_trust &= code == auth::OK;
                 needs_answer = backend::auth_needs_answer(code);
                 if code == auth::SASL && (client_tls || shared.upstream_tls.is_some()) {
-                    backend::strip_channel_binding(msg)
+                    Some(backend::strip_channel_binding(msg))
                 } else {
-                    msg
+                    Some(msg)
                 }
             }
             tag::BACKEND_KEY_DATA => {
-                // Registered before the client can know the key.
-                registered = Some(KeyGuard::register(shared, Some(&msg[..])));
-                key = Some(msg.clone());
-                msg
+                // The client gets a key of its own, registered before it
+                // can know it; the backend's stays here.
+                let guard = KeyGuard::issue(shared, Some(&msg[..]));
+                let mine = guard.message();
+                registered = Some(guard);
+                key = Some(msg);
+                mine
             }
             tag::PARAMETER_STATUS => {
                 if let Some((k, v)) = backend::parameter_status(&msg) {
                     params.push((k.to_owned(), v.to_owned()));
                 }
-                msg
+                Some(msg)
             }
-            tag::READY_FOR_QUERY => msg,
+            tag::READY_FOR_QUERY => Some(msg),
             _ => {
                 plain_trust = false;
-                msg
+                Some(msg)
             }
         };
-        Counters::add(&c.bytes_to_client, msg.len() as u64);
-        out.push(msg);
+        if let Some(msg) = msg {
+            Counters::add(&c.bytes_to_client, msg.len() as u64);
+            out.push(msg);
+        }
         match t {
             tag::READY_FOR_QUERY => {
                 out.write_all(&mut io.client).await?;
-                if let Some(g) = registered.take() {
-                    g.keep();
-                }
+                let client_key = registered.take().and_then(KeyGuard::keep);
                 return Ok(Authed {
                     cin,
                     uin,
                     params,
                     key,
+                    client_key,
                     plain_trust,
                     opened,
                     settings: None,
@@ -242,9 +261,21 @@ pub async fn relay_auth(
         }
         if needs_answer {
             out.write_all(&mut io.client).await?;
-            let answer = read_message(&mut io.client, &mut cin, max)
-                .await
-                .map_err(HandshakeEnd::Client)?;
+            // PostgreSQL's own limit before authentication: a client not
+            // yet known makes the proxy hold at most 64 KiB, whatever the
+            // length it declares (checked before any of it is read).
+            let answer = match read_message(&mut io.client, &mut cin, MAX_AUTH_MESSAGE).await {
+                Ok(a) => a,
+                Err(ReadError::Frame(e)) => {
+                    let text = format!("invalid authentication message: {e}");
+                    let _ = io
+                        .client
+                        .write_all(&write::error(Severity::Fatal, e.sqlstate(), &text))
+                        .await;
+                    return Err(HandshakeEnd::Client(ReadError::Frame(e)));
+                }
+                Err(e) => return Err(HandshakeEnd::Client(e)),
+            };
             if answer[0] != tag::PASSWORD {
                 return Err(HandshakeEnd::Unexpected(answer[0]));
             }
@@ -264,15 +295,20 @@ mod tests {
         let shared = crate::shared::Shared::for_tests(Default::default());
         // BackendKeyData: pid 42, secret "abcd".
         let k = |pid: u8| [b'K', 0, 0, 0, 12, 0, 0, 0, pid, b'a', b'b', b'c', b'd'];
-        drop(KeyGuard::register(&shared, Some(&k(42)[..])));
+        let guard = KeyGuard::issue(&shared, Some(&k(42)[..]));
+        let mine = Key::from_message(&guard.message().unwrap()).unwrap();
+        assert_eq!(mine.pid, 42);
+        assert!(shared.cancel.backend(&mine).is_some(), "registered at once");
+        drop(guard);
         assert!(
-            !shared.knows_cancel_key(42, b"abcd"),
+            shared.cancel.is_empty(),
             "a handshake that ends early forgets the key"
         );
-        let guard = KeyGuard::register(&shared, Some(&k(43)[..]));
-        assert!(shared.knows_cancel_key(43, b"abcd"), "registered at once");
-        guard.keep();
-        assert!(shared.knows_cancel_key(43, b"abcd"), "kept for the session");
-        drop(KeyGuard::register(&shared, None));
+        let guard = KeyGuard::issue(&shared, Some(&k(43)[..]));
+        let kept = guard.keep().unwrap();
+        let backend = shared.cancel.backend(&kept).unwrap();
+        assert_eq!((backend.pid, &backend.secret[..]), (43, &b"abcd"[..]));
+        drop(KeyGuard::issue(&shared, None));
+        assert_eq!(shared.cancel.len(), 1, "kept for the session");
     }
 }

@@ -222,8 +222,8 @@ fn relay_to_the_end(
         };
         drop(seat);
         let shared = &s.shared;
-        // Forgotten before the connection is kept, not after: by then the
-        // next client may have registered it again.
+        // Forgotten before the connection is kept: from then on the
+        // backend may run another client's queries.
         let key = forget_key(&mut proto, shared);
         if let Some(upstream) = upstream {
             let leaving = reuse::Leaving {
@@ -393,14 +393,13 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Stops forwarding cancels to the session's backend; returns its
+/// Stops forwarding the client's cancels; returns its backend's
 /// BackendKeyData message.
 fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<Bytes> {
-    let key = proto.upstream_key.take();
-    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
-        shared.forget_cancel_key(pid, &secret);
+    if let Some(key) = proto.client_key.take() {
+        shared.cancel.forget(&key);
     }
-    key
+    proto.upstream_key.take()
 }
 
 /// The ready session's streams and leftover read buffers.
@@ -474,6 +473,7 @@ async fn connect_and_authenticate(
                     .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
             }
             proto.upstream_key = a.key;
+            proto.client_key = a.client_key;
             proto.upstream_opened = a.opened;
             // A replication connection may hold what DISCARD ALL leaves
             // alone (a temporary replication slot).
@@ -484,6 +484,9 @@ async fn connect_and_authenticate(
             if proto.keep_upstream {
                 proto.server_params = a.params;
             }
+            // Counted under its (database, user) only now: names sent by
+            // clients that never got in make no rows.
+            shared.stats.admit(&info);
             info.set_state(SessionState::Idle);
             debug!(database = %database, user = %user, "session ready");
             Some((proto, Some((io, a.cin, a.uin))))

@@ -27,17 +27,34 @@ use crate::{
 pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
     let _ = tcp.set_nodelay(true);
     let span = info_span!("session", id = conn_id, peer = %peer);
+    let Some(slot) = shared.client_slot() else {
+        // Twice the limit at once: not even the startup packet is read.
+        span.in_scope(|| warn!("connection closed at once: {TOO_MANY}"));
+        let _ = tcp.try_write(&write::error(Severity::Fatal, "53300", TOO_MANY));
+        return;
+    };
     // Startup and authentication share one deadline. When it passes during
     // startup the connection just closes, as PostgreSQL's does: there is no
     // protocol state in which an error message would be understood.
     let limit = shared.config.limits.startup_timeout;
     let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
     let negotiated = deadline
-        .bound(Box::pin(negotiate(tcp, &shared)))
+        .bound(Box::pin(negotiate(tcp, &shared, peer)))
         .instrument(span.clone())
         .await
         .unwrap_or(Err(StartupFailure::Timeout(limit)));
     match negotiated {
+        Ok(Some((mut stream, ..))) if slot.refused => {
+            // As PostgreSQL: refused once the client has said who it is,
+            // so it gets the error in the protocol it speaks.
+            span.in_scope(|| {
+                let max = shared.config.limits.max_client_connections;
+                warn!("client refused: {TOO_MANY} (limits.max_client_connections = {max})")
+            });
+            let _ = stream
+                .write_all(&write::error(Severity::Fatal, "53300", TOO_MANY))
+                .await;
+        }
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
                 .or(StartupMessage::param(&params, "user"))
@@ -64,6 +81,9 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
     }
 }
 
+/// PostgreSQL's words for a connection past its max_connections.
+const TOO_MANY: &str = "sorry, too many clients already";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartupFailure {
     #[error("client sent an invalid startup packet: {0}")]
@@ -74,6 +94,8 @@ pub enum StartupFailure {
     Tls(std::io::Error),
     #[error("I/O error during startup: {0}")]
     Io(#[from] std::io::Error),
+    #[error("client refused: it did not negotiate TLS, and [tls] require = true")]
+    NoTls,
 }
 
 /// Startup packet exchange: answers SSL/GSS requests, forwards cancels, and
@@ -83,6 +105,7 @@ pub enum StartupFailure {
 async fn negotiate(
     tcp: TcpStream,
     shared: &Shared,
+    peer: SocketAddr,
 ) -> Result<Option<(Stream, Bytes, Vec<(String, String)>, u64)>, StartupFailure> {
     let mut stream = Stream::Plain(tcp);
     let mut round_trips = 0u64;
@@ -115,6 +138,21 @@ async fn negotiate(
             Ok(StartupMessage::Cancel { pid, secret }) => {
                 shared.forward_cancel(pid, secret).await;
                 return Ok(None);
+            }
+            Ok(StartupMessage::Startup { params, .. })
+                if shared.config.tls.require && !stream.is_tls() =>
+            {
+                // PostgreSQL's own words for a client that only `hostssl`
+                // lines would admit; the detail says who refused it.
+                let (user, database) = StartupMessage::user_and_database(&params);
+                let text = format!(
+                    "no pg_hba.conf entry for host \"{}\", user \"{user}\", database \"{database}\", no encryption",
+                    peer.ip()
+                );
+                let detail = "onetrip accepts only TLS connections ([tls] require = true)";
+                let msg = write::error_detail(Severity::Fatal, "28000", &text, detail);
+                let _ = stream.write_all(&msg).await;
+                return Err(StartupFailure::NoTls);
             }
             Ok(StartupMessage::Startup { raw, params }) => {
                 return Ok(Some((stream, raw, params, round_trips)));

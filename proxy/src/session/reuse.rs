@@ -163,7 +163,10 @@ pub async fn adopt(
     shared: &Shared,
     info: &SessionInfo,
 ) -> Result<(Pair, Authed), HandshakeEnd> {
-    let greeting = kept.greeting();
+    // The client gets a key of its own, registered before it can know it:
+    // the key an earlier client of this backend kept cancels nothing.
+    let registered = KeyGuard::issue(shared, kept.key.as_deref());
+    let greeting = kept.greeting(registered.message().as_deref());
     let Kept {
         tcp,
         params,
@@ -172,18 +175,17 @@ pub async fn adopt(
         settings,
         ..
     } = kept;
-    // Registered before the client can know the key.
-    let registered = KeyGuard::register(shared, key.as_deref());
     let upstream = Stream::Plain(tokio::net::TcpStream::from_std(tcp)?);
     let mut io = Pair { client, upstream };
     Counters::add(&info.counters.bytes_to_client, greeting.len() as u64);
     io.client.write_all(&greeting).await?;
-    registered.keep();
+    let client_key = registered.keep();
     let authed = Authed {
         cin: BytesMut::with_capacity(8192),
         uin: BytesMut::with_capacity(8192),
         params,
         key,
+        client_key,
         plain_trust: true,
         opened,
         settings,

@@ -25,6 +25,23 @@ pub enum FrameError {
     TooLarge { tag: u8, len: usize, limit: usize },
 }
 
+/// PostgreSQL's limit for a message before authentication is over (a
+/// password or SASL message: PG_MAX_AUTH_TOKEN_LENGTH, 65535 bytes with the
+/// length field), as a wire length (tag byte included). A client not yet
+/// known can make the proxy hold no more than this.
+pub const MAX_AUTH_MESSAGE: usize = 65_535 + 1;
+
+impl FrameError {
+    /// The SQLSTATE a client gets for it: 54000 (program limit exceeded)
+    /// for a message over the limit, 08P01 for a malformed one.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            FrameError::TooLarge { .. } => "54000",
+            FrameError::BadLength { .. } => "08P01",
+        }
+    }
+}
+
 /// Reads the header at the start of `buf`, if five bytes are there.
 pub fn peek_header(buf: &[u8], max_len: usize) -> Result<Option<Header>, FrameError> {
     let Some(head) = buf.get(..5) else {
@@ -109,7 +126,9 @@ impl Splitter {
         };
         if want_whole(first.tag) {
             if buf.len() < first.wire_len {
-                buf.reserve(first.wire_len - buf.len());
+                // No room is reserved for the declared length: the buffer
+                // grows as the bytes come (`relay::reserve`), so a header
+                // claiming a gigabyte costs nothing until it is sent.
                 return Ok(None);
             }
             return Ok(Some(Piece::Whole(
@@ -219,6 +238,15 @@ mod tests {
         bad.extend([b'Q', 0, 0, 0, 2]);
         assert_eq!(complete_len(&bad, 1 << 20), Ok(5));
         assert!(complete_len(&bad[5..], 1 << 20).is_err());
+    }
+
+    #[test]
+    fn a_declared_length_reserves_nothing() {
+        let mut buf = BytesMut::with_capacity(64);
+        buf.extend_from_slice(&[b'Q', 0x3f, 0xff, 0xff, 0xf0, b's']);
+        let mut s = Splitter::default();
+        assert!(s.next(&mut buf, 1 << 30, |_| true).unwrap().is_none());
+        assert!(buf.capacity() < 1024, "{}", buf.capacity());
     }
 
     #[test]

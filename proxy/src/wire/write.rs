@@ -88,6 +88,23 @@ pub fn error(severity: Severity, sqlstate: &str, text: &str) -> Bytes {
 }
 
 pub fn error_into(out: &mut BytesMut, severity: Severity, sqlstate: &str, text: &str) {
+    error_detail_into(out, severity, sqlstate, text, None);
+}
+
+/// An ErrorResponse with a DETAIL line (`D`) as well.
+pub fn error_detail(severity: Severity, sqlstate: &str, text: &str, detail: &str) -> Bytes {
+    let mut out = BytesMut::new();
+    error_detail_into(&mut out, severity, sqlstate, text, Some(detail));
+    out.freeze()
+}
+
+fn error_detail_into(
+    out: &mut BytesMut,
+    severity: Severity,
+    sqlstate: &str,
+    text: &str,
+    detail: Option<&str>,
+) {
     let sev = match severity {
         Severity::Error => "ERROR",
         Severity::Fatal => "FATAL",
@@ -101,6 +118,10 @@ pub fn error_into(out: &mut BytesMut, severity: Severity, sqlstate: &str, text: 
         cstr(b, sqlstate);
         b.put_u8(b'M');
         cstr(b, text);
+        if let Some(d) = detail {
+            b.put_u8(b'D');
+            cstr(b, d);
+        }
         b.put_u8(0);
     });
 }

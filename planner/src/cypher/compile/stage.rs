@@ -23,6 +23,8 @@ impl Stage {
     /// an inner one, which leaves PostgreSQL free to order the joins; with a
     /// left join, a chain of explicit joins so that the left-joined
     /// subquery may read every item before it.
+    // The SQL of its FROM clause, not a conversion from SQL.
+    #[allow(clippy::wrong_self_convention)]
     pub(super) fn from_sql(&self) -> String {
         if self.items.is_empty() {
             return String::new();

@@ -49,6 +49,9 @@ struct Step {
 }
 
 impl Step {
+    // The condition joining a step to where it comes from, not a
+    // conversion.
+    #[allow(clippy::wrong_self_convention)]
     fn from_cond(&self, x: &str, from: &str) -> String {
         match self.dir {
             Direction::Right => format!("{x}.start_id = {from}"),

@@ -117,9 +117,24 @@ impl std::str::FromStr for Command {
     }
 }
 
+/// What the logged-in admin user may do beyond reading.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller {
+    /// `[admin] users` marks the user `reset_stats = true`.
+    pub reset_stats: bool,
+}
+
+impl Command {
+    /// Whether `caller` may run it: anyone may read; `RESET STATS` wipes
+    /// what every operator reads, so it takes a user marked for it.
+    fn allowed(self, caller: Caller) -> bool {
+        self != Command::ResetStats || caller.reset_stats
+    }
+}
+
 /// Runs every `;`-separated command of a simple query, in order. Like
 /// PostgreSQL, the first error ends the query string.
-pub fn run_all(sql: &str, shared: &Shared, out: &mut BytesMut) {
+pub fn run_all(sql: &str, shared: &Shared, caller: Caller, out: &mut BytesMut) {
     let statements: Vec<&str> = sql
         .split(';')
         .map(str::trim)
@@ -131,7 +146,15 @@ pub fn run_all(sql: &str, shared: &Shared, out: &mut BytesMut) {
     }
     for statement in statements {
         match statement.parse::<Command>() {
-            Ok(command) => command.run(shared, out),
+            Ok(command) if command.allowed(caller) => command.run(shared, out),
+            Ok(command) => {
+                let msg = format!(
+                    "permission denied for {}: the admin user needs reset_stats = true in [admin] users",
+                    command.syntax()
+                );
+                write::error_into(out, Severity::Error, "42501", &msg);
+                return;
+            }
             Err(e) => {
                 write::error_into(out, Severity::Error, e.sqlstate(), &e.to_string());
                 return;

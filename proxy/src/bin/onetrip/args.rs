@@ -107,6 +107,8 @@ impl Cli {
             cfg.upstream.address =
                 UpstreamAddress::parse(u).map_err(|e| format!("invalid --upstream: {e}"))?;
         }
+        // Flags may change what the file and environment were checked with.
+        cfg.validate().map_err(|e| e.to_string())?;
         crate::logging::targets(&cfg)?;
         Ok(cfg)
     }

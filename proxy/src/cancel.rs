@@ -1,0 +1,153 @@
+//! Cancel keys. Every client gets a BackendKeyData of its own, made here,
+//! mapped to the backend that runs its queries now and forgotten when the
+//! client leaves. A backend's own key is never shown to a client: with
+//! `[upstream] reuse` a backend outlives its client, and a key that client
+//! kept would otherwise cancel the next client's queries.
+//!
+//! The key's process id is the backend's (clients compare it with a
+//! notification's sender to spot their own); the secret is random, as
+//! long as the backend's (4 bytes in protocol 3.0, longer in 3.2). The map
+//! goes from a client's key to a backend, so a session that changes
+//! backends while it lives only has to point its key elsewhere (`point`).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use dashmap::{DashMap, mapref::entry::Entry};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use crate::wire::{backend, tag};
+
+/// A cancel key as the protocol carries it: process id and secret.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub pid: i32,
+    pub secret: Bytes,
+}
+
+impl Key {
+    /// The key in a BackendKeyData message, if it is one.
+    pub fn from_message(msg: &[u8]) -> Option<Self> {
+        if msg.first() != Some(&tag::BACKEND_KEY_DATA) {
+            return None;
+        }
+        let (pid, secret) = backend::backend_key(msg)?;
+        Some(Self { pid, secret })
+    }
+
+    /// The BackendKeyData message that hands this key to a client.
+    pub fn message(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(9 + self.secret.len());
+        out.put_u8(tag::BACKEND_KEY_DATA);
+        out.put_u32((8 + self.secret.len()) as u32);
+        out.put_i32(self.pid);
+        out.put_slice(&self.secret);
+        out.freeze()
+    }
+}
+
+/// The keys handed to clients, each with the backend it cancels now.
+pub struct CancelKeys {
+    map: DashMap<Key, Key>,
+    rng: SystemRandom,
+}
+
+impl Default for CancelKeys {
+    fn default() -> Self {
+        Self {
+            map: DashMap::new(),
+            rng: SystemRandom::new(),
+        }
+    }
+}
+
+impl CancelKeys {
+    /// A new key for a client whose queries run on `backend`, registered
+    /// before the client can know it. `None` only when the system's random
+    /// source fails; the client then gets no key, and can't cancel.
+    pub fn issue(&self, backend: Key) -> Option<Key> {
+        // A secret shorter than PostgreSQL's own would be easier to guess.
+        let mut secret = vec![0u8; backend.secret.len().clamp(4, 256)];
+        // A secret already in use for this pid is drawn again: two clients
+        // must never share a key.
+        for _ in 0..8 {
+            self.rng.fill(&mut secret).ok()?;
+            let key = Key {
+                pid: backend.pid,
+                secret: Bytes::copy_from_slice(&secret),
+            };
+            if let Entry::Vacant(e) = self.map.entry(key.clone()) {
+                e.insert(backend);
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// Points a client's key at the backend that runs its queries now.
+    pub fn point(&self, key: &Key, backend: Key) {
+        if let Some(mut target) = self.map.get_mut(key) {
+            *target = backend;
+        }
+    }
+
+    /// The client has left: its key cancels nothing any more.
+    pub fn forget(&self, key: &Key) {
+        self.map.remove(key);
+    }
+
+    /// The backend a client's key cancels now.
+    pub fn backend(&self, key: &Key) -> Option<Key> {
+        self.map.get(key).map(|b| b.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: i32, secret: &'static [u8]) -> Key {
+        Key {
+            pid,
+            secret: Bytes::from_static(secret),
+        }
+    }
+
+    #[test]
+    fn each_client_gets_its_own_key_for_one_backend() {
+        let keys = CancelKeys::default();
+        let backend = key(42, b"abcd");
+        let a = keys.issue(backend.clone()).unwrap();
+        assert_eq!(a.pid, 42, "the backend's pid");
+        assert_eq!(a.secret.len(), 4);
+        assert_eq!(keys.backend(&a), Some(backend.clone()));
+        assert_eq!(
+            keys.backend(&backend),
+            None,
+            "the backend's own key is no key"
+        );
+        keys.forget(&a);
+        let b = keys.issue(backend.clone()).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(keys.backend(&a), None, "a departed client's key is dead");
+        keys.point(&b, key(43, b"wxyz"));
+        assert_eq!(keys.backend(&b), Some(key(43, b"wxyz")));
+        assert_eq!(Key::from_message(&b.message()), Some(b));
+    }
+
+    #[test]
+    fn a_longer_secret_gets_a_secret_as_long() {
+        let keys = CancelKeys::default();
+        let long = Key {
+            pid: 7,
+            secret: Bytes::from(vec![1u8; 32]),
+        };
+        assert_eq!(keys.issue(long).unwrap().secret.len(), 32);
+    }
+}
