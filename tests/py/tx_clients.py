@@ -150,6 +150,34 @@ def langgraph_saver(dsn, n, get):
     return out
 
 
+def pipeline_error_after_begin(dsn, n):
+    """BEGIN, then in pipeline mode a failing statement with neither Sync
+    nor Flush after it: libpq's bytes, and PostgreSQL answers at once."""
+    import select
+    from psycopg import pq
+
+    out = []
+    for _ in range(n):
+        conn = psycopg.connect(dsn, autocommit=True)
+        pg = conn.pgconn
+        pg.exec_(b"BEGIN")
+        pg.enter_pipeline_mode()
+        pg.send_query_params(b"select 1/0", None)
+        pg.flush()
+        r, _, _ = select.select([pg.socket], [], [], 3)
+        if r:
+            pg.consume_input()
+            while pg.is_busy():
+                select.select([pg.socket], [], [], 1)
+                pg.consume_input()
+            res = pg.get_result()
+            out.append(res.error_field(pq.DiagnosticField.SQLSTATE).decode())
+        else:
+            out.append("no answer within 3 s")
+        pg.finish()
+    return out
+
+
 def main():
     dsn, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     runs = {
@@ -160,6 +188,7 @@ def main():
         "asyncpg_transaction": lambda d, k: asyncio.run(asyncpg_transaction(d, k)),
         "asyncpg_fetchrow": lambda d, k: asyncio.run(asyncpg_fetchrow(d, k)),
         "langgraph_put": lambda d, k: langgraph_saver(d, k, False),
+        "pipeline_error_after_begin": pipeline_error_after_begin,
         "langgraph_get": lambda d, k: langgraph_saver(d, k, True),
     }
     if scenario == "langgraph_setup":

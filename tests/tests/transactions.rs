@@ -361,3 +361,52 @@ async fn cancel_and_copy_with_a_held_begin() {
         assert_eq!(simple_rows(&rows), [[Some("5".to_owned())]], "{dsn}");
     }
 }
+
+/// A client in pipeline mode may wait for an answer without a Sync or
+/// Flush: the server sends an error at once. A group whose end has not
+/// come goes to the server as it is, held BEGIN first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_its_end_is_not_kept_waiting() {
+    let s = Sides::start().await;
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .pbe("select 1/0")
+            .wait()
+            .sync()
+            .wait()
+            .query("rollback")
+            .wait(),
+    )
+    .await;
+    s.same(
+        Script::new()
+            .pbe("begin")
+            .pbe("select 1/0")
+            .wait()
+            .sync()
+            .wait()
+            .query("rollback")
+            .wait(),
+    )
+    .await;
+    // A statement prepared while the BEGIN is held, then run.
+    s.same(
+        Script::new()
+            .query("begin")
+            .wait()
+            .parse("s", "select 1/0")
+            .sync()
+            .wait()
+            .bind("", "s", &[])
+            .describe_portal("")
+            .execute("", 0)
+            .wait()
+            .sync()
+            .wait()
+            .query("rollback")
+            .wait(),
+    )
+    .await;
+}

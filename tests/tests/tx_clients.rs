@@ -115,3 +115,22 @@ async fn short_transactions_cost_fewer_round_trips() {
         "upstream round trips per request (nothing saved, defaults, lazy reads): {report:#?}"
     );
 }
+
+/// libpq in pipeline mode after a BEGIN: a failing statement sent with
+/// neither Sync nor Flush gets its error at once, as direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_after_a_held_begin_gets_its_error_at_once() {
+    let Some(py) = python_with_psycopg() else {
+        skip("psycopg not installed (pip install 'psycopg[binary]')");
+        return;
+    };
+    let env = Env::start().await;
+    env.psql_ok(false, &["-c", SETUP]);
+    let lazy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
+    let direct = run(&py, env.pg.port(), "pipeline_error_after_begin", 1).await;
+    assert!(direct.contains("22012"), "{direct}");
+    for port in [env.proxy_port(), lazy.local_addr().port()] {
+        let proxied = run(&py, port, "pipeline_error_after_begin", 1).await;
+        assert_eq!(proxied, direct);
+    }
+}

@@ -23,19 +23,8 @@ impl Protocol {
         {
             return Ok(());
         }
-        if self.txn_wait {
-            // A group waited for its end: what came since joins it.
-            if cin.is_empty() {
-                return Ok(());
-            }
-            let mut joined = BytesMut::from(&self.client_rest[..]);
-            joined.extend_from_slice(cin);
-            *cin = joined;
-            self.client_rest = Bytes::new();
-            self.txn_wait = false;
-        }
         let max = self.services.config.limits.max_message_bytes;
-        while self.flow == Flow::Open && !self.client_paused() && !self.txn_wait {
+        while self.flow == Flow::Open && !self.client_paused() {
             // A message held for the catalog is routed again, as it came.
             if let Some((_, msg)) = self.cypher.take_pending() {
                 self.on_client_chunk(msg, to_up, to_client);
@@ -106,11 +95,6 @@ impl Protocol {
                 TxnStep::Answered(past) => {
                     at = past;
                     continue;
-                }
-                TxnStep::Wait => {
-                    self.client_rest = chunk.slice(at..);
-                    self.txn_wait = true;
-                    break;
                 }
             }
             let forward = if h.tag == tag::COPY_DATA {

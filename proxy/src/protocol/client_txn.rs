@@ -20,8 +20,6 @@ pub(super) enum TxnStep {
     /// It and the messages of its group, up to this offset, were answered
     /// here.
     Answered(usize),
-    /// Its group's end has not come yet.
-    Wait,
 }
 
 /// What the server's unnamed statement must become before a client message
@@ -107,8 +105,11 @@ impl Protocol {
         let (answers, group_end, parse) = if t == tag::QUERY {
             (transaction::query_answers(begin_tag, b'T'), end, None)
         } else {
+            // A group whose end has not come is forwarded as it is: the
+            // client may be waiting without a Sync or Flush (an error is
+            // sent at once), and only the server can answer it then.
             let Some(g) = transaction::group(chunk, at) else {
-                return TxnStep::Wait;
+                return TxnStep::Go;
             };
             if !plain_unnamed_group(chunk, &g) {
                 return TxnStep::Go;
@@ -182,8 +183,10 @@ impl Protocol {
             self.send_held(to_up);
             return TxnStep::Go;
         }
+        // Its end has not come: the server must see it now (see begin_here).
         let Some(g) = transaction::group(chunk, at) else {
-            return TxnStep::Wait;
+            self.send_held(to_up);
+            return TxnStep::Go;
         };
         let analysis = self.group_statement(chunk, &g);
         let plain = plain_unnamed_group(chunk, &g);

@@ -102,8 +102,6 @@ pub struct Protocol {
     pub settings: Settings,
     /// The client's transaction, where it is answered here.
     pub txn: Transaction,
-    /// A group of messages after a held BEGIN waits for its end to come.
-    txn_wait: bool,
     /// The next Sync or Query sent ends a lazy read.
     lazy_next: bool,
     /// Messages of a group decided at its first go on until its end.
@@ -179,7 +177,6 @@ impl Protocol {
             settings: Settings::default(),
             held_for_settings: false,
             txn,
-            txn_wait: false,
             lazy_next: false,
             txn_group: false,
             unnamed_fix: None,
