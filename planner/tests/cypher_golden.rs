@@ -64,7 +64,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) RETURN n.address.city, n.tags[0], n.tags[-1], n.m['k']",
-        "SELECT ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"address\"'::agtype, '\"city\"'::agtype]) AS c1, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '0'::agtype]) AS c2, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, (- '1'::agtype)]) AS c3, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"m\"'::agtype, '\"k\"'::agtype]) AS c4 FROM \"g\".\"Person\" AS _n0",
+        "SELECT ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"address\"'::agtype, '\"city\"'::agtype]) AS c1, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '0'::agtype]) AS c2, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '-1'::agtype]) AS c3, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"m\"'::agtype, '\"k\"'::agtype]) AS c4 FROM \"g\".\"Person\" AS _n0",
     ),
     (
         "MATCH (n:Person) RETURN DISTINCT n.name ORDER BY n.name DESC SKIP 2 LIMIT 3",

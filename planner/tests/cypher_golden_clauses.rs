@@ -98,7 +98,7 @@ fn golden_exists() {
 /// list comprehension, slices
 const LIST_COMPREHENSION_SLICES: &[(&str, &str)] = &[(
     "MATCH (a:Person) RETURN [x IN a.tags WHERE x <> 'a' | toUpper(x)], a.tags[1..-1], a.tags[..2]",
-    "SELECT (ARRAY(SELECT ag_catalog.age_toupper(_l1.v) FROM ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _l1(v) WHERE (_l1.v <> '\"a\"'::agtype)))::agtype AS c1, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), '1'::agtype, (- '1'::agtype)) AS c2, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), NULL::agtype, '2'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0",
+    "SELECT (ARRAY(SELECT ag_catalog.age_toupper(_l1.v) FROM ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _l1(v) WHERE (_l1.v <> '\"a\"'::agtype)))::agtype AS c1, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), '1'::agtype, '-1'::agtype) AS c2, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), NULL::agtype, '2'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0",
 )];
 
 #[test]

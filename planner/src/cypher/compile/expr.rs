@@ -283,10 +283,19 @@ impl Compiler<'_> {
                 let s = self.expr(x)?;
                 Ok(Sql::bool(format!("(NOT {})", s.to_bool())))
             }
-            Expr::Unary(UnaryOp::Neg, x) => {
-                let s = self.expr(x)?.agtype_only()?;
-                Ok(Sql::ag(format!("(- {s})")))
-            }
+            // A negative number is one constant, as AGE's grammar makes it:
+            // agtype's minus is not immutable, so `- '1'::agtype` would stay
+            // unfolded and keep, say, a property map from a GIN index.
+            Expr::Unary(UnaryOp::Neg, x) => match **x {
+                Expr::Literal(Literal::Int(v)) if v.checked_neg().is_some() => {
+                    Ok(Sql::ag(agtype_const(&Literal::Int(-v))))
+                }
+                Expr::Literal(Literal::Float(v)) => Ok(Sql::ag(agtype_const(&Literal::Float(-v)))),
+                _ => {
+                    let s = self.expr(x)?.agtype_only()?;
+                    Ok(Sql::ag(format!("(- {s})")))
+                }
+            },
             Expr::Unary(UnaryOp::Plus, _) => Err(D::UnsupportedExpr),
             Expr::Binary(op, l, r) => self.binary(*op, l, r),
             Expr::List(items) => {
