@@ -217,7 +217,7 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) RETURN a LIMIT a.x", "skip_limit_expr"),
     ("MATCH (a:Person) RETURN a SKIP count(*)", "skip_limit_expr"),
     (
-        "MATCH (a:Person) RETURN CASE WHEN a.x THEN a.y > 1 END",
+        "MATCH (a:Person) RETURN CASE a.x > 1 WHEN true THEN 1 END",
         "case",
     ),
     ("MATCH (a:Person) WHERE (a)-[:KNOWS]->() RETURN a", "exists"),

@@ -211,3 +211,14 @@ fn golden_return_star() {
         )
     );
 }
+
+/// CASE with boolean results
+const CASE_BOOLEAN: &[(&str, &str)] = &[(
+    "MATCH (n:Person) RETURN CASE WHEN n.age > 1 THEN n.ok = true END, CASE WHEN n.age > 1 THEN n.ok = true ELSE n.name END",
+    "SELECT ((CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN (NULLIF(_n0.properties -> 'ok'::text, 'null'::agtype) = 'true'::agtype) END))::agtype AS c1, (CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN ((NULLIF(_n0.properties -> 'ok'::text, 'null'::agtype) = 'true'::agtype))::agtype ELSE NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) END) AS c2 FROM \"g\".\"Person\" AS _n0",
+)];
+
+#[test]
+fn golden_case_boolean() {
+    check_golden(CASE_BOOLEAN);
+}

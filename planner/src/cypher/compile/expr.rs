@@ -413,8 +413,9 @@ impl Compiler<'_> {
         Ok(Sql::ag(text))
     }
 
-    /// `CASE`: simple form compares with agtype `=`, searched form tests
-    /// each condition as a boolean; results must be agtype values.
+    /// `CASE`: the simple form compares with agtype `=`, the searched form
+    /// tests each condition as a boolean. The result is a boolean when
+    /// every result is one, else agtype (booleans cast as AGE casts them).
     pub(super) fn case(
         &mut self,
         operand: Option<&Expr>,
@@ -426,22 +427,34 @@ impl Compiler<'_> {
             s.push(' ');
             s.push_str(&self.expr(o)?.agtype_only().map_err(|_| D::Case)?);
         }
+        let mut conds = Vec::with_capacity(whens.len());
+        let mut results = Vec::with_capacity(whens.len() + 1);
         for (w, t) in whens {
             let w = self.expr(w)?;
-            let w = if operand.is_some() {
+            conds.push(if operand.is_some() {
                 w.agtype_only().map_err(|_| D::Case)?
             } else {
                 w.to_bool()
-            };
-            let t = self.expr(t)?.agtype_only().map_err(|_| D::Case)?;
-            s.push_str(&format!(" WHEN {w} THEN {t}"));
+            });
+            results.push(self.expr(t)?);
         }
         if let Some(e) = else_ {
-            let e = self.expr(e)?.agtype_only().map_err(|_| D::Case)?;
+            results.push(self.expr(e)?);
+        }
+        let boolean = results.iter().all(|r| r.kind == Kind::Bool);
+        let mut results = results
+            .iter()
+            .map(|r| if boolean { r.to_bool() } else { r.to_agtype() });
+        for w in conds {
+            let t = results.next().unwrap_or_default();
+            s.push_str(&format!(" WHEN {w} THEN {t}"));
+        }
+        if let Some(e) = results.next() {
             s.push_str(&format!(" ELSE {e}"));
         }
         s.push_str(" END");
-        Ok(Sql::ag(format!("({s})")))
+        let s = format!("({s})");
+        Ok(if boolean { Sql::bool(s) } else { Sql::ag(s) })
     }
 
     /// A map: AGE keeps null values in inline property maps and drops
