@@ -153,6 +153,14 @@ const DECLINED: &[(&str, &str)] = &[
     ),
     ("MATCH (a:Person)-[:KNOWS*1..11]->(b) RETURN b", "too_large"),
     (
+        "MATCH (a:Person {id: 1})-[:KNOWS*1..2]->(a) RETURN a",
+        "variable_length",
+    ),
+    (
+        "MATCH (a:Person) WHERE exists((a)-[:KNOWS*1..2]->()) RETURN a",
+        "variable_length",
+    ),
+    (
         "MATCH (a:Person) RETURN a.name ORDER BY a.name MATCH (b) RETURN b",
         "clause_shape",
     ),

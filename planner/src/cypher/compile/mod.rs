@@ -83,6 +83,7 @@ pub fn compile_cypher(
             refs: &refs,
             params_used: false,
             filtered: HashSet::new(),
+            in_exists: false,
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -133,6 +134,8 @@ pub(super) struct Compiler<'a> {
     params_used: bool,
     /// Variables the WHERE of the MATCH being compiled names.
     filtered: HashSet<String>,
+    /// Compiling the pattern of an `exists()`.
+    in_exists: bool,
 }
 
 impl Compiler<'_> {

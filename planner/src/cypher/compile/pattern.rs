@@ -104,9 +104,11 @@ impl Compiler<'_> {
         let outer_scope = self.scope.clone();
         let outer_order = self.order.clone();
         let patterns = std::slice::from_ref(p);
+        let was = std::mem::replace(&mut self.in_exists, true);
         let r = self
             .clause_labels(patterns)
             .and_then(|labels| self.pattern_part(p, &labels));
+        self.in_exists = was;
         let inner = std::mem::replace(&mut self.stage, outer_stage);
         self.scope = outer_scope;
         self.order = outer_order;
