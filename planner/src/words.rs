@@ -73,7 +73,7 @@ mod wide {
         _mm_set1_epi8, _mm_setzero_si128,
     };
 
-    use super::{ANCHORS, WORDS, Words, word_at};
+    use super::{ANCHORS, Words, word_at};
 
     /// The words whose anchor starts in the blocks of sixteen places
     /// scanned, and where the byte loop must go on from.
@@ -112,9 +112,9 @@ mod wide {
         let mut m = _mm_setzero_si128();
         // Constant letters, so the loop unrolls into compares with
         // constant vectors.
-        for k in 0..WORDS.len() {
-            let first = _mm_cmpeq_epi8(a, _mm_set1_epi8(ANCHORS[k][0] as i8));
-            let second = _mm_cmpeq_epi8(b, _mm_set1_epi8(ANCHORS[k][1] as i8));
+        for [x, y] in ANCHORS {
+            let first = _mm_cmpeq_epi8(a, _mm_set1_epi8(x as i8));
+            let second = _mm_cmpeq_epi8(b, _mm_set1_epi8(y as i8));
             m = _mm_or_si128(m, _mm_and_si128(first, second));
         }
         m
