@@ -78,8 +78,8 @@ impl Compiler<'_> {
         self.stage.items.push(Item::LeftLateral(format!(
             "(SELECT {}{}{}) AS {alias}",
             select.join(", "),
-            inner.from_sql(),
-            inner.where_sql()
+            inner.sql_from(),
+            inner.sql_where()
         )));
         Ok(())
     }
@@ -118,8 +118,8 @@ impl Compiler<'_> {
         // reach it, which for property filters is blind.
         Ok(Sql::bool(format!(
             "EXISTS (SELECT 1{}{} OFFSET 0)",
-            inner.from_sql(),
-            inner.where_sql()
+            inner.sql_from(),
+            inner.sql_where()
         )))
     }
 

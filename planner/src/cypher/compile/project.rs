@@ -211,8 +211,8 @@ impl Compiler<'_> {
             sql.push_str("DISTINCT ");
         }
         sql.push_str(&cols.join(", "));
-        sql.push_str(&self.stage.from_sql());
-        sql.push_str(&self.stage.where_sql());
+        sql.push_str(&self.stage.sql_from());
+        sql.push_str(&self.stage.sql_where());
         if aggregating && !group.is_empty() {
             sql.push_str(" GROUP BY ");
             sql.push_str(&group.join(", "));

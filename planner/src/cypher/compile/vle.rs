@@ -49,7 +49,7 @@ struct Step {
 }
 
 impl Step {
-    fn from_cond(&self, x: &str, from: &str) -> String {
+    fn leaves_cond(&self, x: &str, from: &str) -> String {
         match self.dir {
             Direction::Right => format!("{x}.start_id = {from}"),
             Direction::Left => format!("{x}.end_id = {from}"),
@@ -69,7 +69,7 @@ impl Step {
         }
     }
 
-    /// For a walk's first step, the condition `from_cond` holds apart from
+    /// For a walk's first step, the condition `leaves_cond` holds apart from
     /// the vertex itself: undirected, a self-loop is taken once.
     fn orientation(&self, x: &str) -> Option<String> {
         match self.dir {
@@ -236,7 +236,7 @@ impl Compiler<'_> {
                 if i == 0 && start.is_none() {
                     conds.extend(step.orientation(x));
                 } else {
-                    conds.push(step.from_cond(x, &at));
+                    conds.push(step.leaves_cond(x, &at));
                 }
                 conds.extend(step.filter_cond(x));
                 for y in &xs[..i] {
@@ -309,7 +309,7 @@ impl Compiler<'_> {
              SELECT vid, ids{es} FROM _r WHERE cardinality(ids) >= {lo}",
             step.next("e"),
             step.item("e"),
-            step.from_cond("e", "_r.vid"),
+            step.leaves_cond("e", "_r.vid"),
             step.filter("e"),
         )
     }
