@@ -7,8 +7,9 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, sql_string};
 use super::Compiler;
-use super::functions::AGGREGATES;
+use super::aggregate::{contains_aggregate, is_aggregate};
 use super::scope::Binding;
+use super::typed::{Kind, Sql};
 
 /// Words that AGE's grammar treats as keywords; as property or map keys
 /// they behave differently from openCypher, so such keys are declined.
@@ -65,86 +66,8 @@ const KEYWORDS: &[&str] = &[
     "yield",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Agtype,
-    Bool,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Sql {
-    pub(super) text: String,
-    pub(super) kind: Kind,
-}
-
-impl Sql {
-    pub(super) fn ag(text: String) -> Sql {
-        Sql {
-            text,
-            kind: Kind::Agtype,
-        }
-    }
-    pub(super) fn bool(text: String) -> Sql {
-        Sql {
-            text,
-            kind: Kind::Bool,
-        }
-    }
-    /// As a SQL boolean, the way AGE coerces agtype (`agtype_to_bool`).
-    pub(super) fn to_bool(&self) -> String {
-        match self.kind {
-            Kind::Bool => self.text.clone(),
-            Kind::Agtype => format!("({})::boolean", self.text),
-        }
-    }
-    /// As agtype, the way AGE casts a boolean result (`bool_to_agtype`).
-    pub(super) fn to_agtype(&self) -> String {
-        match self.kind {
-            Kind::Agtype => self.text.clone(),
-            Kind::Bool => format!("({})::agtype", self.text),
-        }
-    }
-    pub(super) fn agtype_only(self) -> Result<String, D> {
-        match self.kind {
-            Kind::Agtype => Ok(self.text),
-            Kind::Bool => Err(D::BooleanOperand),
-        }
-    }
-}
-
 /// Keys of one map built by one call (two arguments each).
 const MAX_MAP_KEYS: usize = 50;
-
-pub(super) fn contains_aggregate(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk(&mut |x| {
-        if is_aggregate(x) {
-            found = true;
-        }
-    });
-    found
-}
-
-pub(super) fn is_aggregate(e: &Expr) -> bool {
-    match e {
-        Expr::CountStar => true,
-        Expr::Function { name, .. } => AGGREGATES.contains(&name.to_ascii_lowercase().as_str()),
-        _ => false,
-    }
-}
-
-/// Whether a variable occurs outside every aggregate call: such an item
-/// would need grouping keys that SQL and AGE choose differently.
-pub(super) fn var_outside_aggregate(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk_pruned(&mut |x| {
-        if matches!(x, Expr::Var(_)) {
-            found = true;
-        }
-        !is_aggregate(x)
-    });
-    found
-}
 
 pub(super) fn is_keyword(k: &str) -> bool {
     KEYWORDS.iter().any(|w| w.eq_ignore_ascii_case(k))

@@ -22,6 +22,7 @@ use super::catalog::{Graph, LabelKind};
 use super::literal::{quote_ident, sql_string};
 use super::parser::parse;
 
+mod aggregate;
 mod expr;
 mod filter;
 mod functions;
@@ -29,11 +30,12 @@ mod pattern;
 mod project;
 mod scope;
 mod stage;
+mod typed;
 mod vle;
 
-use expr::Sql;
 use scope::Binding;
 use stage::{Item, Stage};
+use typed::Sql;
 
 /// Relationships per pattern compiled at most; edge uniqueness grows
 /// quadratically, and AGE's own plan for such a pattern is no better.
@@ -169,7 +171,7 @@ impl Compiler<'_> {
         if self.scope.contains_key(alias) {
             return Err(D::VariableReuse);
         }
-        if expr::contains_aggregate(e) {
+        if aggregate::contains_aggregate(e) {
             return Err(D::AggregateShape);
         }
         let list = self.expr(e)?.agtype_only()?;

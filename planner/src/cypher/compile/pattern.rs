@@ -7,9 +7,10 @@ use std::collections::{HashMap, HashSet};
 use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::catalog::LabelKind;
-use super::expr::{Sql, contains_aggregate};
+use super::aggregate::contains_aggregate;
 use super::scope::{Binding, Ent, is_private};
 use super::stage::Item;
+use super::typed::Sql;
 use super::vle::Walk;
 use super::{Compiler, MAX_HOPS};
 

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::Compiler;
-use super::expr::{Kind, Sql, contains_aggregate, var_outside_aggregate};
+use super::aggregate::{contains_aggregate, var_outside_aggregate};
 use super::pattern::project_binding;
 use super::scope::{Binding, is_private};
 use super::stage::{Item, Stage};
+use super::typed::{Kind, Sql};
 
 impl Compiler<'_> {
     /// WITH: a projection of the scope. Grouping, DISTINCT, ORDER BY, SKIP

@@ -16,9 +16,9 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::catalog::LabelKind;
 use super::Compiler;
-use super::expr::Sql;
 use super::scope::Binding;
 use super::stage::Item;
+use super::typed::Sql;
 
 /// Longest bounded relationship compiled; beyond it the number of paths
 /// explodes in AGE as here, and AGE's in-memory walk is no slower.
