@@ -64,7 +64,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) RETURN n.address.city, n.tags[0], n.tags[-1], n.m['k']",
-        "SELECT ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"address\"'::agtype, '\"city\"'::agtype]) AS c1, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '0'::agtype]) AS c2, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, (- '1'::agtype)]) AS c3, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"m\"'::agtype, '\"k\"'::agtype]) AS c4 FROM \"g\".\"Person\" AS _n0",
+        "SELECT ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"address\"'::agtype, '\"city\"'::agtype]) AS c1, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '0'::agtype]) AS c2, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"tags\"'::agtype, '-1'::agtype]) AS c3, ag_catalog.agtype_access_operator(VARIADIC ARRAY[_n0.properties, '\"m\"'::agtype, '\"k\"'::agtype]) AS c4 FROM \"g\".\"Person\" AS _n0",
     ),
     (
         "MATCH (n:Person) RETURN DISTINCT n.name ORDER BY n.name DESC SKIP 2 LIMIT 3",
@@ -153,6 +153,14 @@ const DECLINED: &[(&str, &str)] = &[
     ),
     ("MATCH (a:Person)-[:KNOWS*1..11]->(b) RETURN b", "too_large"),
     (
+        "MATCH (a:Person {id: 1})-[:KNOWS*1..2]->(a) RETURN a",
+        "variable_length",
+    ),
+    (
+        "MATCH (a:Person) WHERE exists((a)-[:KNOWS*1..2]->()) RETURN a",
+        "variable_length",
+    ),
+    (
         "MATCH (a:Person) RETURN a.name ORDER BY a.name MATCH (b) RETURN b",
         "clause_shape",
     ),
@@ -217,7 +225,7 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) RETURN a LIMIT a.x", "skip_limit_expr"),
     ("MATCH (a:Person) RETURN a SKIP count(*)", "skip_limit_expr"),
     (
-        "MATCH (a:Person) RETURN CASE WHEN a.x THEN a.y > 1 END",
+        "MATCH (a:Person) RETURN CASE a.x > 1 WHEN true THEN 1 END",
         "case",
     ),
     ("MATCH (a:Person) WHERE (a)-[:KNOWS]->() RETURN a", "exists"),

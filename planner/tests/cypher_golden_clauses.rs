@@ -98,7 +98,7 @@ fn golden_exists() {
 /// list comprehension, slices
 const LIST_COMPREHENSION_SLICES: &[(&str, &str)] = &[(
     "MATCH (a:Person) RETURN [x IN a.tags WHERE x <> 'a' | toUpper(x)], a.tags[1..-1], a.tags[..2]",
-    "SELECT (ARRAY(SELECT ag_catalog.age_toupper(_l1.v) FROM ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _l1(v) WHERE (_l1.v <> '\"a\"'::agtype)))::agtype AS c1, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), '1'::agtype, (- '1'::agtype)) AS c2, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), NULL::agtype, '2'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0",
+    "SELECT (ARRAY(SELECT ag_catalog.age_toupper(_l1.v) FROM ag_catalog.age_unnest(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype)) AS _l1(v) WHERE (_l1.v <> '\"a\"'::agtype)))::agtype AS c1, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), '1'::agtype, '-1'::agtype) AS c2, ag_catalog.agtype_access_slice(NULLIF(_n0.properties -> 'tags'::text, 'null'::agtype), NULL::agtype, '2'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0",
 )];
 
 #[test]
@@ -210,4 +210,15 @@ fn golden_return_star() {
             "SELECT ag_catalog._agtype_build_vertex(_n0.id, ag_catalog._label_name('42'::oid, _n0.id), _n0.properties) AS c1, '1'::agtype AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id"
         )
     );
+}
+
+/// CASE with boolean results
+const CASE_BOOLEAN: &[(&str, &str)] = &[(
+    "MATCH (n:Person) RETURN CASE WHEN n.age > 1 THEN n.ok = true END, CASE WHEN n.age > 1 THEN n.ok = true ELSE n.name END",
+    "SELECT ((CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN (NULLIF(_n0.properties -> 'ok'::text, 'null'::agtype) = 'true'::agtype) END))::agtype AS c1, (CASE WHEN (NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) > '1'::agtype) THEN ((NULLIF(_n0.properties -> 'ok'::text, 'null'::agtype) = 'true'::agtype))::agtype ELSE NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) END) AS c2 FROM \"g\".\"Person\" AS _n0",
+)];
+
+#[test]
+fn golden_case_boolean() {
+    check_golden(CASE_BOOLEAN);
 }

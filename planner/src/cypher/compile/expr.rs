@@ -7,8 +7,9 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, sql_string};
 use super::Compiler;
-use super::functions::AGGREGATES;
+use super::aggregate::{contains_aggregate, is_aggregate};
 use super::scope::Binding;
+use super::typed::{Kind, Sql};
 
 /// Words that AGE's grammar treats as keywords; as property or map keys
 /// they behave differently from openCypher, so such keys are declined.
@@ -65,86 +66,8 @@ const KEYWORDS: &[&str] = &[
     "yield",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Agtype,
-    Bool,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Sql {
-    pub(super) text: String,
-    pub(super) kind: Kind,
-}
-
-impl Sql {
-    pub(super) fn ag(text: String) -> Sql {
-        Sql {
-            text,
-            kind: Kind::Agtype,
-        }
-    }
-    pub(super) fn bool(text: String) -> Sql {
-        Sql {
-            text,
-            kind: Kind::Bool,
-        }
-    }
-    /// As a SQL boolean, the way AGE coerces agtype (`agtype_to_bool`).
-    pub(super) fn to_bool(&self) -> String {
-        match self.kind {
-            Kind::Bool => self.text.clone(),
-            Kind::Agtype => format!("({})::boolean", self.text),
-        }
-    }
-    /// As agtype, the way AGE casts a boolean result (`bool_to_agtype`).
-    pub(super) fn to_agtype(&self) -> String {
-        match self.kind {
-            Kind::Agtype => self.text.clone(),
-            Kind::Bool => format!("({})::agtype", self.text),
-        }
-    }
-    pub(super) fn agtype_only(self) -> Result<String, D> {
-        match self.kind {
-            Kind::Agtype => Ok(self.text),
-            Kind::Bool => Err(D::BooleanOperand),
-        }
-    }
-}
-
 /// Keys of one map built by one call (two arguments each).
 const MAX_MAP_KEYS: usize = 50;
-
-pub(super) fn contains_aggregate(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk(&mut |x| {
-        if is_aggregate(x) {
-            found = true;
-        }
-    });
-    found
-}
-
-pub(super) fn is_aggregate(e: &Expr) -> bool {
-    match e {
-        Expr::CountStar => true,
-        Expr::Function { name, .. } => AGGREGATES.contains(&name.to_ascii_lowercase().as_str()),
-        _ => false,
-    }
-}
-
-/// Whether a variable occurs outside every aggregate call: such an item
-/// would need grouping keys that SQL and AGE choose differently.
-pub(super) fn var_outside_aggregate(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk_pruned(&mut |x| {
-        if matches!(x, Expr::Var(_)) {
-            found = true;
-        }
-        !is_aggregate(x)
-    });
-    found
-}
 
 pub(super) fn is_keyword(k: &str) -> bool {
     KEYWORDS.iter().any(|w| w.eq_ignore_ascii_case(k))
@@ -283,10 +206,19 @@ impl Compiler<'_> {
                 let s = self.expr(x)?;
                 Ok(Sql::bool(format!("(NOT {})", s.to_bool())))
             }
-            Expr::Unary(UnaryOp::Neg, x) => {
-                let s = self.expr(x)?.agtype_only()?;
-                Ok(Sql::ag(format!("(- {s})")))
-            }
+            // A negative number is one constant, as AGE's grammar makes it:
+            // agtype's minus is not immutable, so `- '1'::agtype` would stay
+            // unfolded and keep, say, a property map from a GIN index.
+            Expr::Unary(UnaryOp::Neg, x) => match **x {
+                Expr::Literal(Literal::Int(v)) if v.checked_neg().is_some() => {
+                    Ok(Sql::ag(agtype_const(&Literal::Int(-v))))
+                }
+                Expr::Literal(Literal::Float(v)) => Ok(Sql::ag(agtype_const(&Literal::Float(-v)))),
+                _ => {
+                    let s = self.expr(x)?.agtype_only()?;
+                    Ok(Sql::ag(format!("(- {s})")))
+                }
+            },
             Expr::Unary(UnaryOp::Plus, _) => Err(D::UnsupportedExpr),
             Expr::Binary(op, l, r) => self.binary(*op, l, r),
             Expr::List(items) => {
@@ -404,8 +336,9 @@ impl Compiler<'_> {
         Ok(Sql::ag(text))
     }
 
-    /// `CASE`: simple form compares with agtype `=`, searched form tests
-    /// each condition as a boolean; results must be agtype values.
+    /// `CASE`: the simple form compares with agtype `=`, the searched form
+    /// tests each condition as a boolean. The result is a boolean when
+    /// every result is one, else agtype (booleans cast as AGE casts them).
     pub(super) fn case(
         &mut self,
         operand: Option<&Expr>,
@@ -417,22 +350,34 @@ impl Compiler<'_> {
             s.push(' ');
             s.push_str(&self.expr(o)?.agtype_only().map_err(|_| D::Case)?);
         }
+        let mut conds = Vec::with_capacity(whens.len());
+        let mut results = Vec::with_capacity(whens.len() + 1);
         for (w, t) in whens {
             let w = self.expr(w)?;
-            let w = if operand.is_some() {
+            conds.push(if operand.is_some() {
                 w.agtype_only().map_err(|_| D::Case)?
             } else {
                 w.to_bool()
-            };
-            let t = self.expr(t)?.agtype_only().map_err(|_| D::Case)?;
-            s.push_str(&format!(" WHEN {w} THEN {t}"));
+            });
+            results.push(self.expr(t)?);
         }
         if let Some(e) = else_ {
-            let e = self.expr(e)?.agtype_only().map_err(|_| D::Case)?;
+            results.push(self.expr(e)?);
+        }
+        let boolean = results.iter().all(|r| r.kind == Kind::Bool);
+        let mut results = results
+            .iter()
+            .map(|r| if boolean { r.to_bool() } else { r.to_agtype() });
+        for w in conds {
+            let t = results.next().unwrap_or_default();
+            s.push_str(&format!(" WHEN {w} THEN {t}"));
+        }
+        if let Some(e) = results.next() {
             s.push_str(&format!(" ELSE {e}"));
         }
         s.push_str(" END");
-        Ok(Sql::ag(format!("({s})")))
+        let s = format!("({s})");
+        Ok(if boolean { Sql::bool(s) } else { Sql::ag(s) })
     }
 
     /// A map: AGE keeps null values in inline property maps and drops

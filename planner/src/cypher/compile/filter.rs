@@ -11,7 +11,8 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_const, literal_value, sql_string};
 use super::Compiler;
-use super::expr::{Sql, comparison, expand_chain, is_keyword};
+use super::expr::{comparison, expand_chain, is_keyword};
+use super::typed::Sql;
 
 /// agtype `null` sorts above every other value, so `x < 'null'` holds for
 /// exactly the non-null values.

@@ -8,21 +8,9 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::literal::{agtype_string, sql_string};
 use super::Compiler;
-use super::expr::{Sql, contains_aggregate};
+use super::aggregate::contains_aggregate;
 use super::scope::Binding;
-
-pub(super) const AGGREGATES: &[&str] = &[
-    "count",
-    "sum",
-    "avg",
-    "min",
-    "max",
-    "collect",
-    "stdev",
-    "stdevp",
-    "percentilecont",
-    "percentiledisc",
-];
+use super::typed::Sql;
 
 /// How AGE declares an `age_*` function's parameters.
 #[derive(Clone, Copy, PartialEq, Eq)]

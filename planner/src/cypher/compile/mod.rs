@@ -22,6 +22,7 @@ use super::catalog::{Graph, LabelKind};
 use super::literal::{quote_ident, sql_string};
 use super::parser::parse;
 
+mod aggregate;
 mod expr;
 mod filter;
 mod functions;
@@ -29,11 +30,12 @@ mod pattern;
 mod project;
 mod scope;
 mod stage;
+mod typed;
 mod vle;
 
-use expr::Sql;
 use scope::Binding;
 use stage::{Item, Stage};
+use typed::Sql;
 
 /// Relationships per pattern compiled at most; edge uniqueness grows
 /// quadratically, and AGE's own plan for such a pattern is no better.
@@ -83,6 +85,7 @@ pub fn compile_cypher(
             refs: &refs,
             params_used: false,
             filtered: HashSet::new(),
+            in_exists: false,
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -133,6 +136,8 @@ pub(super) struct Compiler<'a> {
     params_used: bool,
     /// Variables the WHERE of the MATCH being compiled names.
     filtered: HashSet<String>,
+    /// Compiling the pattern of an `exists()`.
+    in_exists: bool,
 }
 
 impl Compiler<'_> {
@@ -166,7 +171,7 @@ impl Compiler<'_> {
         if self.scope.contains_key(alias) {
             return Err(D::VariableReuse);
         }
-        if expr::contains_aggregate(e) {
+        if aggregate::contains_aggregate(e) {
             return Err(D::AggregateShape);
         }
         let list = self.expr(e)?.agtype_only()?;

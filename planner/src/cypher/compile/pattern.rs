@@ -7,9 +7,10 @@ use std::collections::{HashMap, HashSet};
 use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::catalog::LabelKind;
-use super::expr::{Sql, contains_aggregate};
+use super::aggregate::contains_aggregate;
 use super::scope::{Binding, Ent, is_private};
 use super::stage::Item;
+use super::typed::Sql;
 use super::vle::Walk;
 use super::{Compiler, MAX_HOPS};
 
@@ -78,8 +79,8 @@ impl Compiler<'_> {
         self.stage.items.push(Item::LeftLateral(format!(
             "(SELECT {}{}{}) AS {alias}",
             select.join(", "),
-            inner.from_sql(),
-            inner.where_sql()
+            inner.sql_from(),
+            inner.sql_where()
         )));
         Ok(())
     }
@@ -104,9 +105,11 @@ impl Compiler<'_> {
         let outer_scope = self.scope.clone();
         let outer_order = self.order.clone();
         let patterns = std::slice::from_ref(p);
+        let was = std::mem::replace(&mut self.in_exists, true);
         let r = self
             .clause_labels(patterns)
             .and_then(|labels| self.pattern_part(p, &labels));
+        self.in_exists = was;
         let inner = std::mem::replace(&mut self.stage, outer_stage);
         self.scope = outer_scope;
         self.order = outer_order;
@@ -116,8 +119,8 @@ impl Compiler<'_> {
         // reach it, which for property filters is blind.
         Ok(Sql::bool(format!(
             "EXISTS (SELECT 1{}{} OFFSET 0)",
-            inner.from_sql(),
-            inner.where_sql()
+            inner.sql_from(),
+            inner.sql_where()
         )))
     }
 

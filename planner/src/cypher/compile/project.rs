@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::Compiler;
-use super::expr::{Kind, Sql, contains_aggregate, var_outside_aggregate};
+use super::aggregate::{contains_aggregate, var_outside_aggregate};
 use super::pattern::project_binding;
 use super::scope::{Binding, is_private};
 use super::stage::{Item, Stage};
+use super::typed::{Kind, Sql};
 
 impl Compiler<'_> {
     /// WITH: a projection of the scope. Grouping, DISTINCT, ORDER BY, SKIP
@@ -211,8 +212,8 @@ impl Compiler<'_> {
             sql.push_str("DISTINCT ");
         }
         sql.push_str(&cols.join(", "));
-        sql.push_str(&self.stage.from_sql());
-        sql.push_str(&self.stage.where_sql());
+        sql.push_str(&self.stage.sql_from());
+        sql.push_str(&self.stage.sql_where());
         if aggregating && !group.is_empty() {
             sql.push_str(" GROUP BY ");
             sql.push_str(&group.join(", "));

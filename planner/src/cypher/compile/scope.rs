@@ -3,7 +3,7 @@
 
 use super::super::DeclineReason as D;
 use super::Compiler;
-use super::expr::Sql;
+use super::typed::Sql;
 
 #[derive(Debug, Clone)]
 pub(super) enum Binding {

@@ -23,9 +23,7 @@ impl Stage {
     /// an inner one, which leaves PostgreSQL free to order the joins; with a
     /// left join, a chain of explicit joins so that the left-joined
     /// subquery may read every item before it.
-    // The SQL of its FROM clause, not a conversion from SQL.
-    #[allow(clippy::wrong_self_convention)]
-    pub(super) fn from_sql(&self) -> String {
+    pub(super) fn sql_from(&self) -> String {
         if self.items.is_empty() {
             return String::new();
         }
@@ -68,7 +66,7 @@ impl Stage {
     }
 
     /// ` WHERE ...` (empty without conditions).
-    pub(super) fn where_sql(&self) -> String {
+    pub(super) fn sql_where(&self) -> String {
         if self.conds.is_empty() {
             String::new()
         } else {

@@ -16,9 +16,9 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::catalog::LabelKind;
 use super::Compiler;
-use super::expr::Sql;
 use super::scope::Binding;
 use super::stage::Item;
+use super::typed::Sql;
 
 /// Longest bounded relationship compiled; beyond it the number of paths
 /// explodes in AGE as here, and AGE's in-memory walk is no slower.
@@ -49,10 +49,7 @@ struct Step {
 }
 
 impl Step {
-    // The condition joining a step to where it comes from, not a
-    // conversion.
-    #[allow(clippy::wrong_self_convention)]
-    fn from_cond(&self, x: &str, from: &str) -> String {
+    fn leaves_cond(&self, x: &str, from: &str) -> String {
         match self.dir {
             Direction::Right => format!("{x}.start_id = {from}"),
             Direction::Left => format!("{x}.end_id = {from}"),
@@ -72,7 +69,7 @@ impl Step {
         }
     }
 
-    /// For a walk's first step, the condition `from_cond` holds apart from
+    /// For a walk's first step, the condition `leaves_cond` holds apart from
     /// the vertex itself: undirected, a self-loop is taken once.
     fn orientation(&self, x: &str) -> Option<String> {
         match self.dir {
@@ -148,6 +145,12 @@ impl Compiler<'_> {
             Walk::Everywhere if hi > MAX_UNROLLED => Walk::FromLeft,
             w => w,
         };
+        // Walks per row that AGE's own walk finishes sooner (measured 5x and
+        // 8x): under exists(), run once per outer row, and back to the node
+        // they started from, which AGE walks knowing both ends.
+        if walk != Walk::Everywhere && (self.in_exists || left == right) {
+            return Err(D::VariableLength);
+        }
         let (from, to) = match walk {
             Walk::FromRight => (right, left),
             _ => (left, right),
@@ -233,7 +236,7 @@ impl Compiler<'_> {
                 if i == 0 && start.is_none() {
                     conds.extend(step.orientation(x));
                 } else {
-                    conds.push(step.from_cond(x, &at));
+                    conds.push(step.leaves_cond(x, &at));
                 }
                 conds.extend(step.filter_cond(x));
                 for y in &xs[..i] {
@@ -306,7 +309,7 @@ impl Compiler<'_> {
              SELECT vid, ids{es} FROM _r WHERE cardinality(ids) >= {lo}",
             step.next("e"),
             step.item("e"),
-            step.from_cond("e", "_r.vid"),
+            step.leaves_cond("e", "_r.vid"),
             step.filter("e"),
         )
     }
