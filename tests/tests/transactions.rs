@@ -410,3 +410,47 @@ async fn a_group_without_its_end_is_not_kept_waiting() {
     )
     .await;
 }
+
+/// A BEGIN with modes a read outside it would not report is never stood in
+/// for by lazy reads; a session isolation set through `set_config` with
+/// parameters is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lazy_reads_keep_the_transactions_modes() {
+    let s = Sides::start().await;
+    for begin in [
+        "begin read only",
+        "begin isolation level read uncommitted",
+        "begin isolation level read committed, read write",
+    ] {
+        s.same(queries(&[
+            begin,
+            "select current_setting('transaction_isolation'), current_setting('transaction_read_only')",
+            "commit",
+        ]))
+        .await;
+    }
+    s.same(
+        Script::new()
+            .parse("", "select set_config($1, $2, false)")
+            .bind(
+                "",
+                "",
+                &[
+                    Some("default_transaction_isolation"),
+                    Some("repeatable read"),
+                ],
+            )
+            .execute("", 0)
+            .sync()
+            .wait()
+            .query("begin")
+            .wait()
+            .query("select current_setting('transaction_isolation')")
+            .wait()
+            .query("commit")
+            .wait()
+            .query("reset default_transaction_isolation")
+            .wait(),
+    )
+    .await;
+}

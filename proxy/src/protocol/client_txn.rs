@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use onetrip_planner::{
     analysis::Analysis,
-    classify::{IsolationChange, IsolationLevel, StatementClass, TransactionStatement},
+    classify::{StatementClass, TransactionStatement},
 };
 
 use super::transaction::{self, Group, Held};
@@ -101,7 +101,7 @@ impl Protocol {
         else {
             return TxnStep::Go;
         };
-        let lazy_ok = begins_read_committed(&analysis);
+        let lazy_ok = begins_plainly(text);
         let (answers, group_end, parse) = if t == tag::QUERY {
             (transaction::query_answers(begin_tag, b'T'), end, None)
         } else {
@@ -359,10 +359,24 @@ fn ends(a: &Analysis) -> Option<TransactionStatement> {
 }
 
 /// The BEGIN sets no isolation level, or READ COMMITTED.
-fn begins_read_committed(a: &Analysis) -> bool {
-    a.class.isolation.iter().all(|c| {
-        matches!(c, IsolationChange::Transaction(l) if l.effective() == IsolationLevel::ReadCommitted)
-    })
+/// A BEGIN whose transaction a lazy read can stand in for: no modes but
+/// READ COMMITTED. READ UNCOMMITTED, READ ONLY, READ WRITE or DEFERRABLE
+/// would show in what a read outside it reports (`transaction_isolation`,
+/// `transaction_read_only`), so any other text, comments included, gets
+/// none.
+fn begins_plainly(text: &str) -> bool {
+    let mut words = text
+        .split(|c: char| c.is_ascii_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase);
+    let rest: Vec<String> = match words.next().as_deref() {
+        Some("begin") => words
+            .skip_while(|w| w == "transaction" || w == "work")
+            .collect(),
+        Some("start") if words.next().as_deref() == Some("transaction") => words.collect(),
+        _ => return false,
+    };
+    rest.is_empty() || rest == ["isolation", "level", "read", "committed"]
 }
 
 /// One Parse (of the unnamed statement) at most, one Bind of the unnamed
@@ -384,4 +398,38 @@ fn plain_unnamed_group(chunk: &[u8], g: &Group) -> bool {
         .and_then(|(s, e)| frontend::execute(&chunk[s..e]))
         .is_some_and(|(portal, _)| portal.is_empty());
     g.synced && !g.others && unnamed_parse && bind_unnamed && describe_portal && execute_unnamed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::begins_plainly;
+
+    #[test]
+    fn only_a_plain_begin_lets_reads_run_lazily() {
+        for t in [
+            "BEGIN",
+            "begin;",
+            "BEGIN TRANSACTION",
+            "begin work",
+            "START TRANSACTION",
+            "begin isolation level read committed",
+            "START TRANSACTION ISOLATION LEVEL READ COMMITTED;",
+        ] {
+            assert!(begins_plainly(t), "{t}");
+        }
+        for t in [
+            "begin isolation level read uncommitted",
+            "begin isolation level repeatable read",
+            "begin read only",
+            "begin read write",
+            "begin isolation level read committed, read only",
+            "begin isolation level read committed read only",
+            "start transaction deferrable",
+            "/* x */ begin",
+            "start",
+            "",
+        ] {
+            assert!(!begins_plainly(t), "{t}");
+        }
+    }
 }

@@ -127,7 +127,8 @@ impl Prepared {
 /// changes all name it (`ISOLATION LEVEL`, `default_transaction_isolation`,
 /// `transaction_isolation`) or reset settings wholesale.
 pub fn may_set_isolation(w: Words) -> bool {
-    w.any(Words::ISOLATION | Words::RESET | Words::DISCARD)
+    // `set_config($1, $2, false)` names the setting in a parameter.
+    w.any(Words::ISOLATION | Words::RESET | Words::DISCARD | Words::CONFIG)
 }
 
 #[cfg(test)]
@@ -143,6 +144,7 @@ mod tests {
             "RESET ALL",
             "discard all",
             "select set_config('transaction_isolation', 'serializable', false)",
+            "select set_config($1, $2, false)",
         ] {
             assert!(may_set_isolation(Words::scan(s)), "{s}");
         }
