@@ -130,6 +130,9 @@ pub struct Protocol {
     /// The client's Terminate was not sent on, so the connection can be
     /// kept; it is sent when the connection is not kept after all.
     pub terminate_withheld: bool,
+    /// The server's own FATAL went to the client: it knows why the
+    /// connection ends, and hears nothing more from the proxy.
+    pub fatal_relayed: bool,
     /// Messages went upstream since the last Sync, Query or FunctionCall.
     unsynced: bool,
     /// The upstream's latest ParameterStatus values (tracked while
@@ -177,6 +180,7 @@ impl Protocol {
             settings: Settings::default(),
             held_for_settings: false,
             txn,
+            fatal_relayed: false,
             lazy_next: false,
             txn_group: false,
             unnamed_fix: None,

@@ -160,7 +160,9 @@ impl Protocol {
                 }
                 // A BEGIN fails only with its connection; then the client
                 // should hear why, in place of its statement's answer.
-                return t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
+                let relay = t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
+                self.fatal_relayed |= relay && backend::is_fatal(msg);
+                return relay;
             }
             Owner::Own(Own::Probe) | Owner::Client => {}
         }
@@ -189,7 +191,10 @@ impl Protocol {
                     _ => SessionState::Idle,
                 });
             }
-            tag::ERROR_RESPONSE => Counters::add(&self.info.counters.errors, 1),
+            tag::ERROR_RESPONSE => {
+                Counters::add(&self.info.counters.errors, 1);
+                self.fatal_relayed |= backend::is_fatal(msg);
+            }
             tag::PARAMETER_STATUS if self.keep_upstream => {
                 if let Some((k, v)) = backend::parameter_status(msg) {
                     set_param(&mut self.server_params, k, v);

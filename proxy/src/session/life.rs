@@ -526,10 +526,14 @@ fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bo
             }
             let addr = shared.upstream_addr();
             warn!(upstream = %addr, "upstream closed the connection");
-            let text = format!("upstream {addr} closed the connection unexpectedly");
-            bufs.to_client
-                .push(write::error(Severity::Fatal, "08006", &text));
-            Counters::add(&c.counters.errors, 1);
+            // After the server's own FATAL (57P01 and the like), the client
+            // hears nothing more, as from the server itself.
+            if !proto.fatal_relayed {
+                let text = format!("upstream {addr} closed the connection unexpectedly");
+                bufs.to_client
+                    .push(write::error(Severity::Fatal, "08006", &text));
+                Counters::add(&c.counters.errors, 1);
+            }
         }
         End::Error(e) => debug!("session ended: {e}"),
         // Never finished: the session goes on elsewhere.

@@ -118,6 +118,13 @@ pub fn error_field(msg: &[u8], code: u8) -> Option<&str> {
         .and_then(|f| std::str::from_utf8(&f[1..]).ok())
 }
 
+/// An ErrorResponse that ends the session (FATAL or PANIC): the server
+/// closes the connection after it.
+pub fn is_fatal(msg: &[u8]) -> bool {
+    let severity = error_field(msg, b'V').or_else(|| error_field(msg, b'S'));
+    matches!(severity, Some("FATAL" | "PANIC"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
