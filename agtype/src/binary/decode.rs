@@ -3,12 +3,14 @@
 //! entity-padding quirk decode to what AGE prints), numerics, containers and
 //! extended values at the next 4-byte boundary.
 
+use std::cmp::Ordering;
+
 use super::container::utf8;
 use super::error::{DecodeError, DecodeErrorKind as K};
 use super::*;
 use crate::numeric::binary as numeric_bin;
 use crate::scratch::{Scratch, take_tail, with_scratch};
-use crate::value::{Edge, Object, Path, Value, Vertex, key_cmp};
+use crate::value::{Edge, Object, Path, Value, Vertex};
 
 /// Decodes AGE's container bytes (the datum without its varlena header).
 ///
@@ -153,7 +155,7 @@ impl<'a> Decoder<'a> {
             };
             off = next;
             if let Some((prev, _)) = out.last() {
-                ordered &= key_cmp(prev, &key).is_lt();
+                ordered &= key_before(prev, &key);
             }
             val_off = self.child(c, c.count + i, val_off, depth + 1, Pair { out, key })?;
         }
@@ -270,6 +272,22 @@ fn locate(c: &Container, j: usize, off: usize) -> Result<(u32, usize, usize, usi
     Ok((e, c.data_at.saturating_add(off), len, next))
 }
 
+/// `key_cmp(a, b).is_lt()`, for the ordered pairs AGE writes: keys of
+/// different lengths need no look at their bytes, and those of equal
+/// length compare as bytes.
+#[inline(always)]
+fn key_before(a: &str, b: &str) -> bool {
+    match a.len().cmp(&b.len()) {
+        // Property names mostly differ in their first byte: that spares
+        // a call to memcmp.
+        Ordering::Equal => match (a.as_bytes().first(), b.as_bytes().first()) {
+            (Some(x), Some(y)) if x != y => x < y,
+            _ => a.as_bytes() < b.as_bytes(),
+        },
+        unequal => unequal.is_lt(),
+    }
+}
+
 /// Whether every byte is in `1..=0x7F`: ASCII, so valid UTF-8, and free of
 /// the NUL that would cut the string. One pass over the bytes, a word at a
 /// time, instead of a search for NUL and then UTF-8 validation.
@@ -285,11 +303,19 @@ fn plain_ascii(bytes: &[u8]) -> bool {
     if words.iter().any(|w| bad(u64::from_le_bytes(*w))) {
         return false;
     }
-    match bytes.last_chunk::<8>() {
-        // The last 8 bytes, overlapping words already checked.
-        Some(last) if !tail.is_empty() => !bad(u64::from_le_bytes(*last)),
-        Some(_) => true,
-        None => tail.iter().all(|&b| b.wrapping_sub(1) < 0x7F),
+    // What is left is checked in words that may overlap bytes already
+    // checked: the last 8 bytes, or the first and last 4 of a short string.
+    if tail.is_empty() {
+        return true;
+    }
+    if let Some(last) = bytes.last_chunk::<8>() {
+        return !bad(u64::from_le_bytes(*last));
+    }
+    match (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
+        (Some(first), Some(last)) => {
+            !bad(u64::from(u32::from_le_bytes(*first)) | u64::from(u32::from_le_bytes(*last)) << 32)
+        }
+        _ => tail.iter().all(|&b| b.wrapping_sub(1) < 0x7F),
     }
 }
 
@@ -325,5 +351,56 @@ impl Slot for &mut Option<Value> {
     #[inline(always)]
     fn put(self, v: Value) {
         *self = Some(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{key_before, plain_ascii};
+    use crate::key_cmp;
+
+    #[test]
+    fn plain_ascii_means_every_byte_in_1_to_0x7f() {
+        // Every length up to three words, with each kind of byte at each
+        // position, so that every word and tail path sees each.
+        for len in 0..=24 {
+            for pos in 0..len {
+                for b in [0u8, 1, b'a', 0x7F, 0x80, 0xC3, 0xFF] {
+                    let mut s = vec![b'a'; len];
+                    s[pos] = b;
+                    let want = s.iter().all(|&c| (1..=0x7F).contains(&c));
+                    assert_eq!(plain_ascii(&s), want, "{s:?}");
+                }
+            }
+            assert!(plain_ascii(&vec![b'z'; len]));
+        }
+    }
+
+    #[test]
+    fn key_before_is_key_cmp_less() {
+        let keys = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "bb",
+            "id",
+            "bio",
+            "geo",
+            "abcdefgh",
+            "abcdefgi",
+            "bbcdefgh",
+            "abcdefghi",
+            "é",
+            "\u{7f}",
+            "\u{80}",
+            "zz",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(key_before(a, b), key_cmp(a, b).is_lt(), "{a:?} {b:?}");
+            }
+        }
     }
 }
