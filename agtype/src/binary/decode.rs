@@ -29,6 +29,7 @@ pub(crate) fn decode_at(bytes: &[u8], at: usize) -> Result<Value, DecodeError> {
             // AGE-written data never needs more node visits and string bytes
             // than this; only overlapping children (crafted input) can exceed it.
             budget: bytes.len().saturating_mul(2).saturating_add(16),
+            wrappers: 0,
             scratch: std::mem::take(scratch),
         };
         let out = d.container(at, 0);
@@ -50,6 +51,10 @@ const DIRECT_MAX_PAIRS: usize = DIRECT_MAX_BYTES / size_of::<(String, Value)>();
 struct Decoder<'a> {
     buf: &'a [u8],
     budget: usize,
+    /// Scalar wrappers open. A wrapper's child is read at the wrapper's
+    /// depth, so one wrapper holding another (AGE writes none) does not
+    /// deepen the nesting; this bounds the recursion such a chain causes.
+    wrappers: usize,
     /// Children of the large containers being decoded.
     scratch: Scratch,
 }
@@ -71,8 +76,13 @@ impl<'a> Decoder<'a> {
             if depth > 0 {
                 return Err(DecodeError::new(at, K::BadHeader));
             }
+            if self.wrappers >= crate::MAX_DEPTH {
+                return Err(DecodeError::new(at, K::TooDeep));
+            }
+            self.wrappers += 1;
             let mut one = None;
             self.child(&c, 0, 0, depth, &mut one)?;
+            self.wrappers -= 1;
             return one.ok_or(DecodeError::new(at, K::BadEntry));
         }
         if depth >= crate::MAX_DEPTH {
@@ -357,7 +367,32 @@ impl Slot for &mut Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::{key_before, plain_ascii};
-    use crate::key_cmp;
+    use crate::{DecodeErrorKind, decode, key_cmp};
+
+    /// Scalar wrappers each holding the next, around a null: they do not
+    /// count as nesting, and a long chain once overflowed the stack.
+    fn wrapped_null(levels: usize) -> Vec<u8> {
+        let mut words = Vec::new();
+        for level in 0..levels {
+            // Header, then an entry for a container of the rest's length.
+            let rest = 8 * (levels - level);
+            words.extend([0x5000_0001, 0x5000_0000 | rest as u32]);
+        }
+        words.extend([0x5000_0001u32, 0x4000_0000]);
+        words.iter().flat_map(|w: &u32| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn chains_of_scalar_wrappers_are_bounded() {
+        // Unoptimised builds need several MB of stack at the depth limit.
+        let run = || {
+            assert_eq!(decode(&wrapped_null(3)), Ok(crate::Value::Null));
+            let deep = decode(&wrapped_null(100_000)).unwrap_err();
+            assert_eq!(deep.kind(), DecodeErrorKind::TooDeep);
+        };
+        let big_stack = std::thread::Builder::new().stack_size(64 << 20);
+        big_stack.spawn(run).unwrap().join().unwrap();
+    }
 
     #[test]
     fn plain_ascii_means_every_byte_in_1_to_0x7f() {
