@@ -194,6 +194,13 @@ impl Object {
         Object { pairs }
     }
 
+    /// Pairs whose keys the caller has checked are in AGE's order without
+    /// repeats, as [`Object::from_pairs`] would leave them.
+    pub(crate) fn from_ordered_pairs(pairs: Vec<(String, Value)>) -> Self {
+        debug_assert!(pairs.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()));
+        Object { pairs }
+    }
+
     /// [`Object::from_pairs`] on the pairs at `start..` of a scratch stack,
     /// which it removes. Small unsorted objects are put in order through
     /// an index permutation, so each pair moves once, straight into the
