@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Runs two client libraries' own test suites against a private PostgreSQL 15
+# three ways -- directly, through onetrip with its defaults, and through
+# onetrip with `[transactions] lazy_reads = true` -- and reports, per suite
+# and run, the pass/fail/skip counts and every test that passes directly but
+# fails through onetrip.
+#
+# A manual check, not part of CI: the suites are third-party sources that
+# are not in this repository and must be checked out by hand beforehand, and
+# they need pytest, their test dependencies and (for langgraph's vector store
+# tests) the pgvector extension installed in PostgreSQL 15.
+#
+#   bash tests/suites/run.sh PSYCOPG_SRC LANGGRAPH_CHECKPOINT_POSTGRES_DIR [OUT_DIR]
+#
+# PSYCOPG_SRC: a checkout of psycopg 3 (its tests/ are run against the
+#   installed psycopg package, not the checkout's).
+# LANGGRAPH_CHECKPOINT_POSTGRES_DIR: libs/checkpoint-postgres of a langgraph
+#   checkout (its tests/ are copied out and run against the installed
+#   langgraph-checkpoint-postgres).
+# Environment: PARALLEL=1 runs the three configurations of a suite at once
+# (each on its own database; faster, but timing-based tests get flakier);
+# SUITES="psycopg langgraph" picks suites; PYTEST_ARGS adds pytest arguments.
+# Needs: /usr/lib/postgresql/15/bin, python3 with pytest, pytest-timeout,
+# anyio, pproxy, pytest-asyncio, pytest-mock, psycopg, psycopg-pool,
+# langgraph-checkpoint-postgres and langgraph-checkpoint-conformance.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+psycopg_src=$(cd "${1:?usage: run.sh PSYCOPG_SRC LANGGRAPH_CHECKPOINT_POSTGRES_DIR [OUT_DIR]}" && pwd)
+lg_src=$(cd "${2:?usage: run.sh PSYCOPG_SRC LANGGRAPH_CHECKPOINT_POSTGRES_DIR [OUT_DIR]}" && pwd)
+out=${3:-$(mktemp -d /tmp/onetrip-suites.XXXXXX)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+suites=${SUITES:-psycopg langgraph}
+pgbin=/usr/lib/postgresql/15/bin
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+bin=$root/target/release/onetrip
+[ -x "$bin" ] || (cd "$root" && cargo build --release -p onetrip)
+
+# A private PostgreSQL 15 on loopback, trust authentication.
+pgdata=$(mktemp -d /tmp/onetrip-suites-pg.XXXXXX)
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+    chown postgres "$pgdata"
+    as_pg=(runuser -u postgres --)
+fi
+pgport=$(free_port)
+"${as_pg[@]}" "$pgbin/initdb" -D "$pgdata" -A trust -U postgres >"$out/initdb.log"
+trap 'rm -rf "$pgdata"' EXIT
+"${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/postgres.log" -w start -o \
+    "-c listen_addresses=127.0.0.1 -p $pgport -c unix_socket_directories=$pgdata -c max_connections=300 -c max_prepared_transactions=10" >/dev/null
+
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    "${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true
+    cp "$pgdata/postgres.log" "$out/" 2>/dev/null || true
+    rm -rf "$pgdata"
+}
+trap cleanup EXIT
+
+# The three ways in: the server itself, onetrip with defaults, onetrip with
+# lazy reads.
+declare -A port
+port[direct]=$pgport
+port[default]=$(free_port)
+ONETRIP_TRANSACTIONS_LAZY_READS=false "$bin" --listen "127.0.0.1:${port[default]}" \
+    --upstream "127.0.0.1:$pgport" >"$out/onetrip-default.log" 2>&1 &
+pids+=($!)
+port[lazy]=$(free_port)
+ONETRIP_TRANSACTIONS_LAZY_READS=true "$bin" --listen "127.0.0.1:${port[lazy]}" \
+    --upstream "127.0.0.1:$pgport" >"$out/onetrip-lazy.log" 2>&1 &
+pids+=($!)
+for run in default lazy; do
+    for _ in $(seq 50); do
+        "$pgbin/psql" -h 127.0.0.1 -p "${port[$run]}" -U postgres -qAtc 'select 1' postgres \
+            >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+done
+runs=(direct default lazy)
+for run in "${runs[@]}"; do
+    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database psycopg_test_$run" postgres
+    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database langgraph_test_$run" postgres
+done
+
+psycopg_run() {
+    local run=$1
+    (cd "$psycopg_src" &&
+        PSYCOPG_TEST_DSN="host=127.0.0.1 port=${port[$run]} user=postgres dbname=psycopg_test_$run" \
+            python3 -m pytest tests -p no:asyncio -p no:randomly -o "cache_dir=$out/cache-psycopg-$run" \
+            --timeout=120 -q -rfE --junitxml="$out/psycopg-$run.xml" ${PYTEST_ARGS:-} \
+            >"$out/psycopg-$run.log" 2>&1) || true
+}
+
+# langgraph's tests/conftest.py names a server on localhost:5441; the
+# langgraph_dsn plugin points it at ours. The tests are copied out so that
+# the installed package is the one imported, not the checkout's.
+lgdir=$(mktemp -d /tmp/onetrip-suites-lg.XXXXXX)
+cp -r "$lg_src/tests" "$lg_src/pyproject.toml" "$lgdir/"
+langgraph_run() {
+    local run=$1
+    (cd "$lgdir" &&
+        PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" LANGGRAPH_TEST_HOSTPORT="127.0.0.1:${port[$run]}" \
+            LANGGRAPH_TEST_DBNAME="langgraph_test_$run" \
+            python3 -m pytest tests -p langgraph_dsn -o "cache_dir=$out/cache-langgraph-$run" \
+            --timeout=120 -rfE --junitxml="$out/langgraph-$run.xml" ${PYTEST_ARGS:-} \
+            >"$out/langgraph-$run.log" 2>&1) || true
+}
+
+for suite in $suites; do
+    if [ "${PARALLEL:-0}" = 1 ]; then
+        jobs_=()
+        for run in "${runs[@]}"; do "${suite}_run" "$run" & jobs_+=($!); done
+        wait "${jobs_[@]}"
+    else
+        for run in "${runs[@]}"; do "${suite}_run" "$run"; done
+    fi
+done
+rm -rf "$lgdir"
+
+for suite in $suites; do
+    python3 "$here/compare.py" "$suite" "$out"
+done
+echo "logs and JUnit files: $out"
