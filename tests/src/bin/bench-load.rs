@@ -194,7 +194,10 @@ async fn dropout(port: u16, until: Instant, t: Arc<Tally>) {
 /// Startup and trust authentication up to the first ReadyForQuery.
 async fn ready(s: &mut TcpStream) -> bool {
     use tokio::io::AsyncWriteExt;
-    if s.write_all(&raw::startup("postgres", "postgres")).await.is_err() {
+    if s.write_all(&raw::startup("postgres", "postgres"))
+        .await
+        .is_err()
+    {
         return false;
     }
     let mut buf = Vec::new();
@@ -340,7 +343,10 @@ async fn main() {
         .count();
     println!("clients {clients}, {seconds} s, {slow} slow readers, {drops} dropping out");
     let txns = t.transactions.load(Relaxed);
-    println!("transactions {txns} ({:.0} per second)", txns as f64 / seconds as f64);
+    println!(
+        "transactions {txns} ({:.0} per second)",
+        txns as f64 / seconds as f64
+    );
     println!("wrong answers {}", t.wrong.load(Relaxed));
     println!("reconnects after errors {}", t.reconnects.load(Relaxed));
     println!(
