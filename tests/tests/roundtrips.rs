@@ -149,7 +149,12 @@ async fn psycopg_pipeline_of_ten_with_one_sync_costs_one() {
     let rows = run_py(&py, "rt_pipeline.py", &["batch", &env.proxy_dsn(), "10"]);
     assert_eq!(rows.trim(), "10");
     let t = env.settle(0).await;
-    assert_eq!(rts(&t), (1, 1), "{t:?}");
+    assert_eq!(t.client_round_trips, 1, "{t:?}");
+    // psycopg may send a Flush request mid-pipeline (`_fetch_gen(flush=
+    // True)`): when the server answers it before the Sync reaches the
+    // proxy, as on a busy machine, the upstream counts a second round trip
+    // that the client never waited for.
+    assert!((1..=2).contains(&t.upstream_round_trips), "{t:?}");
     assert_eq!(t.statements, 10);
 }
 
