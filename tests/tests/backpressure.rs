@@ -14,10 +14,16 @@ const ROWS: u64 = 1_000_000;
 /// Reads between 1 ms pauses.
 const PAUSE_EVERY: u64 = 4;
 
-fn rss_kb(pid: u32) -> u64 {
+/// A memory figure of `pid` from /proc (`VmRSS:` now, `VmHWM:` its peak),
+/// in kB.
+fn status_kb(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,12 +79,6 @@ async fn slow_reader_of_1_gb_keeps_proxy_memory_small() {
     assert_eq!(rows, ROWS);
     eprintln!("proxy peak VmRSS while streaming: {max_rss} kB");
     assert!(max_rss < RSS_LIMIT_KB, "proxy VmRSS reached {max_rss} kB");
-}
-
-fn hwm_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A 64 MB result of a statement coalesced behind a write probe (a
@@ -143,7 +143,7 @@ async fn a_large_probed_result_is_not_held_whole() {
         }
     }
     assert_eq!(rows, BIG_ROWS, "every row once");
-    let peak = hwm_kb(pid);
+    let peak = status_kb(pid, "VmHWM:");
     eprintln!("proxy peak VmHWM: {peak} kB");
     assert!(peak < RSS_LIMIT_KB, "proxy VmHWM reached {peak} kB");
 }
