@@ -14,6 +14,12 @@ impl Protocol {
         to_up: &mut WriteQueue,
         to_client: &mut WriteQueue,
     ) -> Result<(), ProtocolError> {
+        if self.fatal_relayed {
+            // The server has ended the connection: it would never read what
+            // the client sends now, and nothing is answered here either.
+            cin.clear();
+            return Ok(());
+        }
         // Nothing read and nothing held: the usual case after a wake-up by
         // the upstream, and on the loop's second look.
         if cin.is_empty()

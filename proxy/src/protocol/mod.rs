@@ -314,6 +314,10 @@ impl Protocol {
 
     /// Sends bytes to the client, ending a client round trip if one waits.
     fn emit(&mut self, to_client: &mut WriteQueue, bytes: Bytes) {
+        if self.fatal_relayed {
+            // The server's FATAL ended the connection: nothing follows it.
+            return;
+        }
         self.note_client_answer();
         Counters::add(&self.info.counters.bytes_to_client, bytes.len() as u64);
         to_client.push(bytes);

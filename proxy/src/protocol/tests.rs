@@ -88,3 +88,43 @@ async fn copy_data_pieces_are_not_counted_as_messages() {
     let counted = &h.p.info.counters.bytes_to_upstream;
     assert_eq!(counted.load(Relaxed), h.sent.len() as u64);
 }
+
+/// A killed backend's FATAL that arrives with the client's next BEGIN (read
+/// in the same turn) is all the client hears, as from the server itself: the
+/// BEGIN is not answered here, nor does anything go upstream.
+#[tokio::test]
+async fn nothing_is_answered_after_the_servers_fatal() {
+    let mut h = Harness::new();
+    let fatal = write::error(
+        write::Severity::Fatal,
+        "57P01",
+        "terminating connection due to administrator command",
+    );
+    let mut bufs = crate::relay::Bufs::new(msg(tag::QUERY, b"BEGIN\0"), BytesMut::from(&fatal[..]));
+    crate::relay::process(&mut h.p, &mut bufs).unwrap();
+    assert!(h.p.fatal_relayed);
+    assert!(bufs.to_up.is_empty(), "nothing goes to a closing server");
+    let mut out = Vec::new();
+    bufs.to_client.write_all(&mut out).await.unwrap();
+    assert_eq!(out, &fatal[..], "the FATAL alone, no BEGIN answered");
+}
+
+/// A FATAL in the place of a held BEGIN's answer (the connection failed as
+/// the BEGIN arrived) reaches the client, in place of its statement's.
+#[tokio::test]
+async fn a_fatal_for_a_held_begin_is_relayed() {
+    let mut h = Harness::new();
+    h.client(&msg(tag::QUERY, b"BEGIN\0"));
+    h.client(&msg(tag::QUERY, b"UPDATE t SET a = 1\0"));
+    let mut answered = Vec::new();
+    std::mem::take(&mut h.to_client)
+        .write_all(&mut answered)
+        .await
+        .unwrap();
+    let fatal = write::error(write::Severity::Fatal, "57P01", "terminating connection");
+    h.upstream(&fatal);
+    assert!(h.p.fatal_relayed);
+    let mut out = Vec::new();
+    h.to_client.write_all(&mut out).await.unwrap();
+    assert_eq!(out, &fatal[..]);
+}

@@ -125,6 +125,16 @@ impl Protocol {
         to_client: &mut WriteQueue,
         to_up: &mut WriteQueue,
     ) -> bool {
+        if t == tag::ERROR_RESPONSE
+            && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))
+            && backend::is_fatal(msg)
+        {
+            // The server ends the connection: whoever asked, the client
+            // hears why, as it would from the server itself.
+            Counters::add(&self.info.counters.errors, 1);
+            self.fatal_relayed = true;
+            return true;
+        }
         match owner {
             // Swallowed, but for an error (which a bare SELECT can't give
             // short of the connection failing): the client should know
@@ -158,11 +168,10 @@ impl Protocol {
                 if t == tag::READY_FOR_QUERY {
                     self.txn_status = backend::ready_status(msg);
                 }
-                // A BEGIN fails only with its connection; then the client
-                // should hear why, in place of its statement's answer.
-                let relay = t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
-                self.fatal_relayed |= relay && backend::is_fatal(msg);
-                return relay;
+                // A BEGIN fails only with its connection (a FATAL, relayed
+                // above) or the server's refusal of its modes; then the
+                // client should hear why, in place of its statement's answer.
+                return t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
             }
             Owner::Own(Own::Probe) | Owner::Client => {}
         }

@@ -60,13 +60,18 @@ pub(crate) struct Outcome {
 /// The session has been told to close (shutdown's grace period is over).
 pub(crate) type Closer = tokio::sync::oneshot::Receiver<()>;
 
-/// Works through whatever is buffered. Client input goes twice, since an
-/// upstream answer may release input held back while it was awaited (a
-/// coalesced batch's outcome, the AGE catalog). On a protocol error the
-/// client's FATAL message is queued and the error returned.
+/// Works through whatever is buffered. What the upstream sent goes first:
+/// with nothing in flight it is unasked (a FATAL from a killed backend, a
+/// notification), and a client talking to the server directly would read it
+/// before the answer to anything it sends now, including answers given
+/// here (a held BEGIN's). Client input goes twice, since an upstream answer
+/// may release input held back while it was awaited (a coalesced batch's
+/// outcome, the AGE catalog). On a protocol error the client's FATAL
+/// message is queued and the error returned.
 pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
     let worked = proto
-        .on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client)
+        .on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up)
+        .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client))
         .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client));
     worked.map_err(|e| {
