@@ -229,8 +229,10 @@ pub struct AdminUser {
     pub name: String,
     #[serde(skip_serializing)]
     pub password: String,
-    /// May run `RESET STATS` (the only command that changes anything).
+    /// May run `RESET STATS`.
     pub reset_stats: bool,
+    /// May run `RELOAD` (the configuration read again).
+    pub reload: bool,
 }
 
 // By hand: a derived Debug would print the password into logs and panics.
@@ -245,6 +247,7 @@ impl std::fmt::Debug for AdminUser {
             .field("name", &self.name)
             .field("password", &password)
             .field("reset_stats", &self.reset_stats)
+            .field("reload", &self.reload)
             .finish()
     }
 }
@@ -272,6 +275,7 @@ impl Default for Admin {
                 name: "postgres".into(),
                 password: String::new(),
                 reset_stats: true,
+                reload: true,
             }],
             allow_remote_trust: false,
         }

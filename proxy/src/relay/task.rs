@@ -78,7 +78,7 @@ pub(crate) async fn relay(
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut armed = Armed::default();
-    let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
+    let mut spin = Spin::new(proto.services.config.upstream.busy_poll, &shared.spinning);
     let wakers = Wakers::new();
     let mut turns = 0u32;
     let end = loop {

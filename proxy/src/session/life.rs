@@ -428,16 +428,16 @@ async fn connect_and_authenticate(
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let client_tls = client.is_tls();
-    let reuse = shared.config.upstream.reuse && shared.upstream_tls.is_none();
+    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none();
     let kept = match reuse {
         true => {
-            let max_age = shared.config.upstream.reuse_idle_timeout;
+            let max_age = shared.config().upstream.reuse_idle_timeout;
             shared.reuse.take_or_wait(&startup_raw, max_age).await
         }
         false => None,
     };
     let mut proto = Protocol::new(shared.services(), info.clone());
-    let limit = shared.config.limits.startup_timeout;
+    let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
         let greet = reuse::adopt(kept, client, shared, &info);
