@@ -307,6 +307,15 @@ pub struct Limits {
     pub buffer_bytes: usize,
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
+    /// A client idle this long outside a transaction (nothing in flight)
+    /// is closed with PostgreSQL's 57P05, as `idle_session_timeout` does;
+    /// zero: never.
+    #[serde(with = "duration")]
+    pub client_idle_timeout: Duration,
+    /// How long a client's last words (a FATAL at its end, at shutdown)
+    /// may wait for a client that has stopped reading.
+    #[serde(with = "duration")]
+    pub client_write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -319,6 +328,8 @@ impl Default for Limits {
             startup_timeout: Duration::from_secs(60),
             buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_secs(30),
+            client_idle_timeout: Duration::ZERO,
+            client_write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -465,6 +476,9 @@ impl Config {
         }
         if self.limits.buffer_bytes < 8192 {
             return Err(key("limits.buffer_bytes", "must be at least 8192"));
+        }
+        if self.limits.client_write_timeout.is_zero() {
+            return Err(key("limits.client_write_timeout", "must be more than zero"));
         }
         if self.admin.database.is_empty() {
             return Err(key("admin.database", "must not be empty"));

@@ -34,14 +34,14 @@ pub async fn serve(
     peer: SocketAddr,
     mut deadline: crate::timers::Sleep,
 ) {
-    let mut client = Client::new(stream);
+    // The admin users in force when the client comes, for all its login.
+    let config = shared.config();
+    let mut client = Client::new(stream, config.limits.client_write_timeout);
     let user = StartupMessage::param(&params, "user")
         .unwrap_or("")
         .to_owned();
     // Authentication shares the startup deadline: a client that stops
     // answering must not hold a task forever.
-    // The admin users in force when the client comes, for all its login.
-    let config = shared.config();
     let limit = config.limits.startup_timeout;
     let authenticated = deadline
         .bound(auth::authenticate(&mut client, &config.admin, &user))

@@ -51,9 +51,9 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                 let max = shared.config().limits.max_client_connections;
                 warn!("client refused: {TOO_MANY} (limits.max_client_connections = {max})")
             });
-            let _ = stream
-                .write_all(&write::error(Severity::Fatal, "53300", TOO_MANY))
-                .await;
+            let limit = shared.config().limits.client_write_timeout;
+            let refusal = write::error(Severity::Fatal, "53300", TOO_MANY);
+            let _ = crate::timers::timeout(limit, stream.write_all(&refusal)).await;
         }
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
