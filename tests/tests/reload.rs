@@ -135,11 +135,27 @@ async fn admin_reload_changes_what_may_change_and_refuses_what_is_invalid() {
         Some(SqlState::TOO_MANY_CONNECTIONS)
     );
 
-    // Back to many: a new client gets in.
-    *next.lock().unwrap() = Ok(base.clone());
+    // Back to many, with a metrics endpoint: a new client gets in, and
+    // the endpoint answers.
+    let mut with_metrics = base.clone();
+    with_metrics.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    *next.lock().unwrap() = Ok(with_metrics);
+    assert_eq!(env.proxy().metrics_addr(), None);
     let (_, errors) = run(&mut console, "RELOAD").await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_serving(&env.proxy_dsn()).await;
+    let addr = env.proxy().metrics_addr().expect("metrics listening");
+    let mut http = TcpStream::connect(addr).await.unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    let read = tokio::io::AsyncReadExt::read_to_string(&mut http, &mut body);
+    tokio::time::timeout(WAIT, read).await.unwrap().unwrap();
+    assert!(body.contains("onetrip_sessions_active"), "{body}");
+    *next.lock().unwrap() = Ok(base.clone());
+    run(&mut console, "RELOAD").await;
+    assert_eq!(env.proxy().metrics_addr(), None, "stopped by the reload");
 }
 
 /// RELOAD is for admin users marked for it; a proxy with no source to read
