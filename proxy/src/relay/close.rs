@@ -21,10 +21,11 @@ use crate::{
 };
 
 /// Ready with how the session must end: `End::Shutdown` or
-/// `End::IdleTimeout`. Not to be polled again once ready.
+/// `End::IdleTimeout` (again, if polled again).
 pub(crate) struct Closer {
-    /// Fired when the grace period is over (`Shared::closer`).
-    forced: oneshot::Receiver<()>,
+    /// Fired when the grace period is over (`Shared::closer`); `None` once
+    /// it has (a oneshot must not be polled after it is done).
+    forced: Option<oneshot::Receiver<()>>,
     idle: Option<Idle>,
 }
 
@@ -50,7 +51,10 @@ impl Closer {
             limit: idle_limit,
             seen: None,
         });
-        Self { forced, idle }
+        Self {
+            forced: Some(forced),
+            idle,
+        }
     }
 }
 
@@ -87,7 +91,12 @@ impl Future for Closer {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<End> {
         // Fired, or its sender dropped (shutdown forced already): either way
         // the session is to close.
-        if Pin::new(&mut self.forced).poll(cx).is_ready() {
+        let fired = match self.forced.as_mut() {
+            Some(rx) => Pin::new(rx).poll(cx).is_ready(),
+            None => true,
+        };
+        if fired {
+            self.forced = None;
             return Poll::Ready(End::Shutdown);
         }
         let Some(idle) = self.idle.as_mut() else {
