@@ -255,3 +255,64 @@ async fn wait_refused(port: u16) {
     }
     panic!("a second client was never refused after the reload");
 }
+
+/// A certificate renewed in place is served from the next handshake after
+/// RELOAD; a key that does not load is refused and the old one served on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_serves_a_renewed_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    // Each CA file holds one generation of the certificate, to verify by.
+    let issue = |generation: &str| {
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+        let ca = dir.path().join(format!("{generation}.crt"));
+        std::fs::write(&ca, ck.cert.pem()).unwrap();
+        ca
+    };
+    let first = issue("first");
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.tls.cert_file = Some(cert.clone());
+        c.tls.key_file = Some(key.clone());
+    })
+    .await;
+    let base: Config = (*env.proxy().config()).clone();
+    env.proxy().set_config_source(move || Ok(base.clone()));
+    let verified_by = |ca: &std::path::Path| {
+        let out = env
+            .pg
+            .tool("psql")
+            .args([
+                "-X",
+                "-At",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-p", &env.proxy_port().to_string(), "-c", "select 1"])
+            .env("PGSSLMODE", "verify-full")
+            .env("PGSSLROOTCERT", ca)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .expect("run psql");
+        out.status.success()
+    };
+    assert!(verified_by(&first));
+    let second = issue("second");
+    assert!(verified_by(&first), "the old one until a reload");
+    let mut console = admin(env.proxy_port()).await;
+    let (_, errors) = run(&mut console, "RELOAD").await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(verified_by(&second));
+    assert!(!verified_by(&first));
+
+    std::fs::write(&key, "not a key").unwrap();
+    let (_, errors) = run(&mut console, "RELOAD").await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].1.contains("TLS configuration"), "{errors:?}");
+    assert!(verified_by(&second), "the running certificate stays");
+}
