@@ -118,6 +118,13 @@ async fn admin_reload_changes_what_may_change_and_refuses_what_is_invalid() {
     let mut invalid = tight.clone();
     invalid.limits.max_client_connections = 0;
     *next.lock().unwrap() = Ok(invalid);
+    // Like PostgreSQL, the error ends the query string.
+    console
+        .write_all(&raw::query("RELOAD; SHOW VERSION"))
+        .await
+        .unwrap();
+    let got = raw::read_to_z(&mut console).await;
+    assert!(!got.iter().any(|(t, _)| *t == b'T'), "{got:?}");
     let (_, errors) = run(&mut console, "RELOAD").await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].0, "F0000");

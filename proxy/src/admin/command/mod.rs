@@ -161,7 +161,12 @@ pub fn run_all(sql: &str, shared: &Arc<Shared>, caller: Caller, out: &mut BytesM
         match statement.parse::<Command>() {
             Ok(command) => {
                 let Some(mark) = command.needs(caller) else {
+                    let at = out.len();
                     command.run(shared, out);
+                    // A command that failed (RELOAD refused) ends it too.
+                    if out.get(at) == Some(&b'E') {
+                        return;
+                    }
                     continue;
                 };
                 let msg = format!(
