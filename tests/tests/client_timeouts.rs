@@ -20,6 +20,7 @@ async fn envs() -> Vec<Env> {
             Env::start_with(PgOptions::default(), |c| {
                 c.limits.client_idle_timeout = IDLE;
                 c.upstream.rtt = rtt;
+                c.upstream.reuse = true;
             })
             .await,
         );
