@@ -97,7 +97,7 @@ impl ReloadError {
 
 /// Keys that only a restart changes: sockets bound, threads and the
 /// embedded server started, the upstream connector and the kept-connection
-/// housekeeping set up, the statistics sized, the log output built.
+/// housekeeping set up, the statistics sized.
 fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
     let mut kept = Vec::new();
     macro_rules! keep {
@@ -117,7 +117,6 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
         upstream.embedded_data_dir,
         upstream.reuse,
         limits.max_stats_rows,
-        log.format,
     );
     kept
 }

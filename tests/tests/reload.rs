@@ -194,10 +194,10 @@ async fn reload_needs_a_marked_user_and_a_source() {
     );
 }
 
-/// SIGHUP makes the binary read its file again: a lower client limit and a
-/// louder log level take effect, an invalid file is refused with an error
-/// line and the running configuration stays, and a restart-only key is
-/// warned about.
+/// SIGHUP makes the binary read its file again: a lower client limit, a
+/// louder log level and another log format take effect, an invalid file is
+/// refused with an error line and the running configuration stays, and a
+/// restart-only key is warned about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_binarys_config_file() {
     let pg = start_pg(Default::default()).await;
@@ -232,12 +232,22 @@ async fn sighup_reloads_the_binarys_config_file() {
         Some(SqlState::TOO_MANY_CONNECTIONS)
     );
 
-    write("[listen]\nthreads = 3\n[limits]\nmax_client_connections = 1\n");
+    write(
+        "[listen]\nthreads = 3\n[limits]\nmax_client_connections = 1\n\
+         [log]\nlevel = \"info\"\nformat = \"json\"\n",
+    );
     proxy.hangup();
     let out = proxy.wait_for_stderr("configuration reloaded", 2, WAIT);
+    let last = &out[out.find("new configuration refused").unwrap()..];
+    assert!(last.contains("listen.threads"), "{last}");
     assert!(
-        out.contains("\"listen.threads\" cannot be changed"),
-        "{out}"
+        last.contains("cannot be changed without restarting"),
+        "{last}"
+    );
+    // The lines after this reload are JSON.
+    assert!(
+        last.contains("\"message\":\"configuration reloaded\""),
+        "{last}"
     );
     drop(a);
     // A place freed: the next client gets in.

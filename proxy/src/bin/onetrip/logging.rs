@@ -1,14 +1,18 @@
-//! Log lines on stderr, as text or JSON, filtered by target; the filter
-//! changes on a reload.
+//! Log lines on stderr, as text or JSON, filtered by target; a reload
+//! changes both.
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{
+    Arc, OnceLock, RwLock,
+    atomic::{AtomicBool, Ordering::Relaxed},
+};
 
 use onetrip::config::{Config, LogFormat};
-use tracing::{Metadata, Subscriber, subscriber::Interest};
+use tracing::{Event, Metadata, Subscriber, span, subscriber::Interest};
 use tracing_subscriber::{
     Layer,
     filter::{LevelFilter, Targets},
     layer::Context,
+    registry::LookupSpan,
 };
 
 /// The log filter: `ONETRIP_LOG` if set, else `[log] level` (which
@@ -24,6 +28,70 @@ pub fn targets(cfg: &Config) -> Result<Targets, String> {
 
 /// The filter in force, replaced by `reload`.
 static FILTER: OnceLock<Arc<RwLock<Targets>>> = OnceLock::new();
+/// Whether events are written as JSON now, switched by `reload`.
+static JSON: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+type Boxed<S> = Box<dyn Layer<S> + Send + Sync>;
+
+/// Both outputs, each kept up to date with every span (each stores its
+/// own formatting of the span's fields), and each event written by the
+/// one `log.format` names now: a reload switches with one atomic store,
+/// and nothing is locked per event.
+struct Output<S> {
+    json: Arc<AtomicBool>,
+    text: Boxed<S>,
+    as_json: Boxed<S>,
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Output<S> {
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.text.on_layer(subscriber);
+        self.as_json.on_layer(subscriber);
+    }
+
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        self.text.on_new_span(attrs, id, ctx.clone());
+        self.as_json.on_new_span(attrs, id, ctx);
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, ctx: Context<'_, S>) {
+        self.text.on_record(id, values, ctx.clone());
+        self.as_json.on_record(id, values, ctx);
+    }
+
+    fn on_follows_from(&self, id: &span::Id, follows: &span::Id, ctx: Context<'_, S>) {
+        self.text.on_follows_from(id, follows, ctx.clone());
+        self.as_json.on_follows_from(id, follows, ctx);
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        if self.json.load(Relaxed) {
+            self.as_json.on_event(event, ctx);
+        } else {
+            self.text.on_event(event, ctx);
+        }
+    }
+
+    fn on_enter(&self, id: &span::Id, ctx: Context<'_, S>) {
+        self.text.on_enter(id, ctx.clone());
+        self.as_json.on_enter(id, ctx);
+    }
+
+    fn on_exit(&self, id: &span::Id, ctx: Context<'_, S>) {
+        self.text.on_exit(id, ctx.clone());
+        self.as_json.on_exit(id, ctx);
+    }
+
+    fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
+        self.text.on_close(id.clone(), ctx.clone());
+        self.as_json.on_close(id, ctx);
+    }
+
+    fn on_id_change(&self, old: &span::Id, new: &span::Id, ctx: Context<'_, S>) {
+        self.text.on_id_change(old, new, ctx.clone());
+        self.as_json.on_id_change(old, new, ctx);
+    }
+}
 
 /// A `Targets` filter that a reload may replace. It answers each call site
 /// once, always or never, and tracing caches that: the lock is taken when
@@ -64,20 +132,24 @@ pub fn init(cfg: &Config) {
     let targets =
         targets(cfg).unwrap_or_else(|_| Targets::new().with_default(tracing::Level::INFO));
     let filter = FILTER.get_or_init(|| Arc::new(RwLock::new(targets.clone())));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = match cfg.log.format {
-        LogFormat::Json => fmt.json().boxed(),
-        LogFormat::Text => fmt.boxed(),
+    let json = JSON.get_or_init(|| Arc::new(AtomicBool::new(cfg.log.format == LogFormat::Json)));
+    let fmt = || tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let output = Output {
+        json: json.clone(),
+        text: fmt().boxed(),
+        as_json: fmt().json().boxed(),
     };
     let _ = tracing_subscriber::registry()
         .with(LiveTargets(filter.clone()))
-        .with(fmt)
+        .with(output)
         .try_init();
 }
 
-/// Puts the filter of a reloaded configuration in force. The output format
-/// stays (`log.format` needs a restart).
+/// Puts the filter and the format of a reloaded configuration in force.
 pub fn reload(cfg: &Config) {
+    if let Some(json) = JSON.get() {
+        json.store(cfg.log.format == LogFormat::Json, Relaxed);
+    }
     let Some(filter) = FILTER.get() else { return };
     match targets(cfg) {
         Ok(t) => {
