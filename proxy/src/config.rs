@@ -229,8 +229,10 @@ pub struct AdminUser {
     pub name: String,
     #[serde(skip_serializing)]
     pub password: String,
-    /// May run `RESET STATS` (the only command that changes anything).
+    /// May run `RESET STATS`.
     pub reset_stats: bool,
+    /// May run `RELOAD` (the configuration read again).
+    pub reload: bool,
 }
 
 // By hand: a derived Debug would print the password into logs and panics.
@@ -245,6 +247,7 @@ impl std::fmt::Debug for AdminUser {
             .field("name", &self.name)
             .field("password", &password)
             .field("reset_stats", &self.reset_stats)
+            .field("reload", &self.reload)
             .finish()
     }
 }
@@ -272,6 +275,7 @@ impl Default for Admin {
                 name: "postgres".into(),
                 password: String::new(),
                 reset_stats: true,
+                reload: true,
             }],
             allow_remote_trust: false,
         }
@@ -303,6 +307,15 @@ pub struct Limits {
     pub buffer_bytes: usize,
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
+    /// A client idle this long outside a transaction (nothing in flight)
+    /// is closed with PostgreSQL's 57P05, as `idle_session_timeout` does;
+    /// zero: never.
+    #[serde(with = "duration")]
+    pub client_idle_timeout: Duration,
+    /// How long a client's last words (a FATAL at its end, at shutdown)
+    /// may wait for a client that has stopped reading.
+    #[serde(with = "duration")]
+    pub client_write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -315,6 +328,8 @@ impl Default for Limits {
             startup_timeout: Duration::from_secs(60),
             buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_secs(30),
+            client_idle_timeout: Duration::ZERO,
+            client_write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -461,6 +476,9 @@ impl Config {
         }
         if self.limits.buffer_bytes < 8192 {
             return Err(key("limits.buffer_bytes", "must be at least 8192"));
+        }
+        if self.limits.client_write_timeout.is_zero() {
+            return Err(key("limits.client_write_timeout", "must be more than zero"));
         }
         if self.admin.database.is_empty() {
             return Err(key("admin.database", "must not be empty"));

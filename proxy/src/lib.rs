@@ -23,6 +23,7 @@ pub mod net;
 pub mod pool;
 pub mod protocol;
 pub mod relay;
+pub mod reload;
 mod server;
 pub mod session;
 pub mod shared;

@@ -8,11 +8,12 @@ use std::{
     time::Duration,
 };
 
+use tokio::sync::oneshot;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
 };
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     shared::Shared,
@@ -23,20 +24,46 @@ use crate::{
 const MAX_REQUEST: usize = 8192;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Binds `addr`, serves scrapes in the background, and returns the bound
-/// address. The server stops once the proxy it reports on is gone.
-pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    info!(listen = %local, "metrics endpoint ready");
-    // A weak reference: the endpoint must not keep a stopped proxy alive.
-    let weak = Arc::downgrade(&shared);
-    drop(shared);
-    tokio::spawn(accept_loop(listener, weak));
-    Ok(local)
+/// A metrics endpoint serving scrapes in the background; it stops when
+/// dropped (a reload that moves it), or once the proxy it reports on is
+/// gone.
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
 }
 
-async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
+impl Endpoint {
+    /// Binds `addr` and serves on `runtime` (the current one when `None`).
+    pub fn start(
+        addr: SocketAddr,
+        shared: &Arc<Shared>,
+        runtime: Option<&tokio::runtime::Handle>,
+    ) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let runtime = match runtime {
+            Some(r) => r.clone(),
+            None => tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?,
+        };
+        let (stop_tx, stop) = oneshot::channel();
+        // A weak reference: the endpoint must not keep a stopped proxy alive.
+        let weak = Arc::downgrade(shared);
+        runtime.spawn(async move {
+            match TcpListener::from_std(listener) {
+                Ok(l) => accept_loop(l, weak, stop).await,
+                Err(e) => warn!(listen = %local, "metrics endpoint failed: {e}"),
+            }
+        });
+        info!(listen = %local, "metrics endpoint ready");
+        Ok(Self {
+            addr: local,
+            _stop: stop_tx,
+        })
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Weak<Shared>, mut stop: oneshot::Receiver<()>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -55,6 +82,7 @@ async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
+            _ = &mut stop => return,
             _ = tick.tick() => if shared.strong_count() == 0 { return },
         }
     }

@@ -39,7 +39,6 @@ pub struct Proxy {
     force_close: watch::Sender<bool>,
     /// Taken by `shutdown`; aborted on drop otherwise.
     accept_task: Option<tokio::task::JoinHandle<JoinSet<()>>>,
-    metrics_addr: Option<SocketAddr>,
     embedded: Option<PgServer>,
 }
 
@@ -116,14 +115,22 @@ impl Proxy {
             force_rx,
             workers.clone(),
         ));
-        let metrics_addr = match shared.config.metrics.listen {
-            Some(a) => Some(
-                crate::metrics::serve(a, shared.clone())
-                    .await
-                    .map_err(StartError::Metrics)?,
-            ),
-            None => None,
-        };
+        // Kept for reloads: the metrics endpoint runs here, as at start.
+        let runtime = tokio::runtime::Handle::current();
+        *shared
+            .reload
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(runtime.clone());
+        if let Some(a) = shared.config().metrics.listen {
+            let endpoint = crate::metrics::Endpoint::start(a, &shared, Some(&runtime))
+                .map_err(StartError::Metrics)?;
+            *shared
+                .reload
+                .metrics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(endpoint);
+        }
         let accept_task = match workers.first().cloned() {
             None => tokio::spawn(accept_loop(listener, shared.clone(), stop_rx)),
             Some(first) => {
@@ -145,7 +152,7 @@ impl Proxy {
                 })
             }
         };
-        if shared.config.upstream.reuse {
+        if shared.config().upstream.reuse {
             tokio::spawn(expire_kept(Arc::downgrade(&shared)));
         }
         info!(listen = %local_addr, upstream = %shared.upstream_addr, "onetrip ready");
@@ -155,7 +162,6 @@ impl Proxy {
             stop_accepting,
             force_close,
             accept_task: Some(accept_task),
-            metrics_addr,
             embedded,
         })
     }
@@ -164,8 +170,32 @@ impl Proxy {
         self.local_addr
     }
 
+    /// Where the metrics endpoint listens now (a reload may move it).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_addr
+        self.shared.reload.metrics_addr()
+    }
+
+    /// Where `reload` (SIGHUP in the command, `RELOAD` in the admin
+    /// console) reads the new configuration; without one, a reload is
+    /// refused.
+    pub fn set_config_source(
+        &self,
+        source: impl Fn() -> Result<Config, String> + Send + Sync + 'static,
+    ) {
+        self.shared.reload.set_source(Arc::new(source));
+    }
+
+    /// `listener` is told each configuration a reload puts in force, before
+    /// sessions see it (the command sets its log filter from it).
+    pub fn on_reload(&self, listener: impl Fn(&Config) + Send + Sync + 'static) {
+        self.shared.reload.add_listener(Arc::new(listener));
+    }
+
+    /// Reads the configuration again from the source given to
+    /// `set_config_source` and puts in force what may change while running
+    /// (see `reload`); the rest keeps its old value and is named.
+    pub fn reload(&self) -> Result<crate::reload::Reloaded, crate::reload::ReloadError> {
+        crate::reload::reload(&self.shared)
     }
 
     /// `host:port` of the upstream sessions are forwarded to.
@@ -193,8 +223,9 @@ impl Proxy {
         self.shared.stats.clone()
     }
 
-    pub fn config(&self) -> &Config {
-        &self.shared.config
+    /// The configuration in force now (a reload may replace it).
+    pub fn config(&self) -> Arc<Config> {
+        self.shared.config()
     }
 
     /// The embedded server, when the proxy runs one.
@@ -264,14 +295,14 @@ impl Drop for Proxy {
 /// for a client, until the proxy is gone.
 async fn expire_kept(shared: std::sync::Weak<Shared>) {
     let every = match shared.upgrade() {
-        Some(s) => (s.config.upstream.reuse_idle_timeout / 4)
+        Some(s) => (s.config().upstream.reuse_idle_timeout / 4)
             .clamp(Duration::from_millis(50), Duration::from_secs(5)),
         None => return,
     };
     loop {
         tokio::time::sleep(every).await;
         let Some(s) = shared.upgrade() else { return };
-        s.reuse.expire(s.config.upstream.reuse_idle_timeout);
+        s.reuse.expire(s.config().upstream.reuse_idle_timeout);
     }
 }
 

@@ -4,7 +4,7 @@
 //! server and the sessions; read-mostly, no lock on the forwarding path.
 
 use std::sync::{
-    Arc,
+    Arc, RwLock,
     atomic::{AtomicUsize, Ordering},
 };
 
@@ -25,10 +25,14 @@ use crate::{
 
 /// State shared by every session: read-mostly, no lock on the forwarding path.
 pub struct Shared {
-    pub config: Arc<Config>,
+    /// What a reload replaces (`reload.rs`). Read once or a few times per
+    /// session as it starts, never per message: a session keeps what it
+    /// read, so no lock is shared on the forwarding path.
+    live: RwLock<Arc<Live>>,
+    /// Where a reload gets its configuration, and whom it tells.
+    pub(crate) reload: crate::reload::Hooks,
     pub(crate) upstream_addr: String,
     pub stats: Arc<Stats>,
-    pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     pub upstream_tls: Option<tokio_rustls::TlsConnector>,
     /// The cancel keys handed to clients, each with its backend's key: a
     /// cancel is forwarded only for a client of ours that is still here.
@@ -41,8 +45,6 @@ pub struct Shared {
     closers: DashMap<u64, oneshot::Sender<()>>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: Arc<CypherCache>,
-    /// The planner, with the configured read-only functions.
-    pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: Pool,
     /// Sessions that would busy-poll for their answer now
@@ -54,6 +56,28 @@ pub struct Shared {
     /// (`limits.max_client_connections`).
     clients: AtomicUsize,
     refusing: AtomicUsize,
+}
+
+/// The configuration in force and what is built from it, replaced whole
+/// by a reload.
+pub struct Live {
+    pub config: Arc<Config>,
+    /// The planner, with the configured read-only functions.
+    pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
+    /// Clients' TLS (`[tls]`), when configured.
+    pub tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Live {
+    pub(crate) fn new(config: Config, tls_acceptor: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        let analyzer =
+            onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
+        Self {
+            config: Arc::new(config),
+            analyzer: Arc::new(analyzer),
+            tls_acceptor,
+        }
+    }
 }
 
 /// A client connection's place under `limits.max_client_connections`,
@@ -73,19 +97,36 @@ impl Drop for ClientSlot<'_> {
 impl Shared {
     /// What a session's protocol state uses of this.
     pub fn services(&self) -> crate::protocol::Services {
+        let live = self.live();
         crate::protocol::Services {
-            config: self.config.clone(),
+            config: live.config.clone(),
             stats: self.stats.clone(),
             cypher: self.cypher.clone(),
-            analyzer: self.analyzer.clone(),
+            analyzer: live.analyzer.clone(),
         }
+    }
+
+    /// The configuration in force now, and what is built from it.
+    pub fn live(&self) -> Arc<Live> {
+        // A panic while the lock was held left the old value whole.
+        self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The configuration in force now.
+    pub fn config(&self) -> Arc<Config> {
+        self.live().config.clone()
+    }
+
+    /// Puts `live` in force for whatever reads it from now on.
+    pub(crate) fn replace_live(&self, live: Live) {
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
     }
 
     /// A place for a new client connection: within the limit, or among
     /// those being refused. `None` when as many are being refused as the
     /// limit allows in all: such a connection is closed at once.
     pub fn client_slot(&self) -> Option<ClientSlot<'_>> {
-        let max = self.config.limits.max_client_connections;
+        let max = self.config().limits.max_client_connections;
         for (count, refused) in [(&self.clients, false), (&self.refusing, true)] {
             if count.fetch_add(1, Ordering::Relaxed) < max {
                 return Some(ClientSlot { count, refused });
@@ -133,15 +174,12 @@ impl Shared {
         force_close: watch::Receiver<bool>,
         workers: Vec<tokio::runtime::Handle>,
     ) -> Self {
-        let analyzer =
-            onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
         let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
         Self {
-            analyzer: Arc::new(analyzer),
-            config: Arc::new(config),
+            live: RwLock::new(Arc::new(Live::new(config, tls_acceptor))),
+            reload: Default::default(),
             upstream_addr,
             stats,
-            tls_acceptor,
             upstream_tls,
             cancel: CancelKeys::default(),
             force_close,
@@ -190,7 +228,7 @@ impl Shared {
         let addr = self.upstream_addr();
         let result = async {
             let mut s = crate::timers::timeout(
-                self.config.upstream.connect_timeout,
+                self.config().upstream.connect_timeout,
                 tokio::net::TcpStream::connect(&addr),
             )
             .await

@@ -22,14 +22,18 @@ pub(super) struct Client {
     /// Largest message read now: PostgreSQL's own limit until the user is
     /// authenticated, `MAX_MESSAGE` after.
     limit: usize,
+    /// How long a write may wait for a client that has stopped reading
+    /// (`limits.client_write_timeout`).
+    write_timeout: std::time::Duration,
 }
 
 impl Client {
-    pub(super) fn new(stream: Stream) -> Self {
+    pub(super) fn new(stream: Stream, write_timeout: std::time::Duration) -> Self {
         Self {
             stream,
             unread: BytesMut::new(),
             limit: MAX_AUTH_MESSAGE,
+            write_timeout,
         }
     }
 
@@ -50,6 +54,11 @@ impl Client {
     }
 
     pub(super) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes).await
+        crate::timers::timeout(self.write_timeout, self.stream.write_all(bytes))
+            .await
+            .unwrap_or_else(|_| {
+                let why = format!("client took nothing for {:?}", self.write_timeout);
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
+            })
     }
 }

@@ -34,21 +34,24 @@ pub async fn serve(
     peer: SocketAddr,
     mut deadline: crate::timers::Sleep,
 ) {
-    let mut client = Client::new(stream);
+    // The admin users in force when the client comes, for all its login.
+    let config = shared.config();
+    let mut client = Client::new(stream, config.limits.client_write_timeout);
     let user = StartupMessage::param(&params, "user")
         .unwrap_or("")
         .to_owned();
     // Authentication shares the startup deadline: a client that stops
     // answering must not hold a task forever.
-    let limit = shared.config.limits.startup_timeout;
+    let limit = config.limits.startup_timeout;
     let authenticated = deadline
-        .bound(auth::authenticate(&mut client, &shared.config.admin, &user))
+        .bound(auth::authenticate(&mut client, &config.admin, &user))
         .await
         .unwrap_or(Err(AuthError::Timeout(limit)));
     drop(deadline);
     let caller = match authenticated {
         Ok(u) => command::Caller {
             reset_stats: u.reset_stats,
+            reload: u.reload,
         },
         Err(e) => {
             info!(%peer, user = %user, "admin console login refused: {e}");

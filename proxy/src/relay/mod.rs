@@ -4,6 +4,7 @@
 //! simulated round-trip time, busy polling). This file holds what both
 //! share: a session's buffers, how a loop ends, and each turn's decisions.
 
+mod close;
 pub mod epoll;
 mod spin;
 pub mod task;
@@ -28,6 +29,8 @@ pub(crate) enum End {
     UpstreamClosed(Option<String>),
     Error(String),
     Shutdown,
+    /// The client was idle past `limits.client_idle_timeout`.
+    IdleTimeout,
     /// To go on relaying on worker N.
     Move(usize),
 }
@@ -57,8 +60,9 @@ pub(crate) struct Outcome {
     pub bufs: Bufs,
 }
 
-/// The session has been told to close (shutdown's grace period is over).
-pub(crate) type Closer = tokio::sync::oneshot::Receiver<()>;
+/// Ready when the session must close: shutdown's grace period is over,
+/// or its client has been idle too long.
+pub(crate) use close::Closer;
 
 /// Works through whatever is buffered. What the upstream sent goes first:
 /// with nothing in flight it is unasked (a FATAL from a killed backend, a

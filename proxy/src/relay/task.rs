@@ -34,7 +34,8 @@ struct Events {
     upstream_write: Option<std::io::Result<()>>,
     timer: bool,
     catalog: bool,
-    shutdown: bool,
+    /// The session is to close (`Closer`).
+    shutdown: Option<End>,
 }
 
 /// Sources whose last poll, with their own waker, found nothing: the waker
@@ -54,7 +55,7 @@ impl Events {
             || self.upstream_write.is_some()
             || self.timer
             || self.catalog
-            || self.shutdown
+            || self.shutdown.is_some()
     }
 }
 
@@ -78,7 +79,7 @@ pub(crate) async fn relay(
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut armed = Armed::default();
-    let mut spin = Spin::new(shared.config.upstream.busy_poll, &shared.spinning);
+    let mut spin = Spin::new(proto.services.config.upstream.busy_poll, &shared.spinning);
     let wakers = Wakers::new();
     let mut turns = 0u32;
     let end = loop {
@@ -184,7 +185,7 @@ pub(crate) async fn relay(
             if !armed.shutdown {
                 let mut scx = Context::from_waker(&wakers.shutdown);
                 match Pin::new(&mut *forced).poll(&mut scx) {
-                    Poll::Ready(_) => ev.shutdown = true,
+                    Poll::Ready(end) => ev.shutdown = Some(end),
                     Poll::Pending => armed.shutdown = true,
                 }
             }
@@ -199,8 +200,8 @@ pub(crate) async fn relay(
             Poll::Pending
         })
         .await;
-        if ev.shutdown {
-            break End::Shutdown;
+        if let Some(end) = ev.shutdown {
+            break end;
         }
         if let Some(Err(e)) = ev.upstream_write {
             break End::UpstreamClosed(Some(format!("upstream write: {e}")));

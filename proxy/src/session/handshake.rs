@@ -48,7 +48,7 @@ pub enum ConnectError {
 /// Opens a connection to the upstream, negotiating TLS as configured.
 pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
     let addr = shared.upstream_addr();
-    let timeout = shared.config.upstream.connect_timeout;
+    let timeout = shared.config().upstream.connect_timeout;
     let connect = TcpStream::connect(addr.as_str());
     let tcp = match crate::timers::timeout(timeout, connect).await {
         Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
@@ -70,7 +70,7 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
     let mut answer = [0u8; 1];
     tcp.read_exact(&mut answer).await.map_err(io_err)?;
     if answer[0] != b'S' {
-        if shared.config.upstream.tls == crate::config::UpstreamTls::Require {
+        if shared.config().upstream.tls == crate::config::UpstreamTls::Require {
             return Err(ConnectError::TlsRefused { addr });
         }
         return Ok(Stream::Plain(tcp));
@@ -178,7 +178,7 @@ pub async fn relay_auth(
     info: &SessionInfo,
     client_tls: bool,
 ) -> Result<Authed, HandshakeEnd> {
-    let max = shared.config.limits.max_message_bytes;
+    let max = shared.config().limits.max_message_bytes;
     let addr = shared.upstream_addr();
     let c = &info.counters;
     let mut cin = BytesMut::with_capacity(8192);

@@ -17,7 +17,7 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use bytes::{Bytes, BytesMut};
@@ -34,6 +34,7 @@ use crate::{
     },
     shared::Shared,
     stats::{Counters, Relay, SessionState},
+    timers::timeout,
     wire::queue::WriteQueue,
     wire::{
         backend,
@@ -177,7 +178,8 @@ fn relay_to_the_end(
     // its awaits at once, and is copied whole each time it is boxed.
     Box::pin(async move {
         let id = proto.info.id;
-        let mut forced = s.shared.closer(id);
+        let idle_limit = proto.services.config.limits.client_idle_timeout;
+        let mut forced = Closer::new(s.shared.closer(id), proto.info.clone(), idle_limit);
         let relayed = if fast::may_relay(&proto) {
             match streams.unregistered() {
                 Ok(Ok((c, u))) => {
@@ -203,7 +205,8 @@ fn relay_to_the_end(
                 let keep = s
                     .span
                     .in_scope(|| farewells(&proto, end.end, &mut bufs, &s.shared));
-                match write_farewells(streams, &mut bufs, keep).await {
+                let limit = proto.services.config.limits.client_write_timeout;
+                match write_farewells(streams, &mut bufs, keep, limit).await {
                     Ok(upstream) => upstream,
                     Err(why) => {
                         s.span.in_scope(|| warn!("session closed: {why}"));
@@ -267,14 +270,16 @@ async fn relay_fast(
     let (parts, stop) = match fast::enter(parts, &s.span) {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
-            let shutdown = tokio::select! {
+            let closed = tokio::select! {
                 biased;
-                _ = &mut *forced => true,
-                () = &mut relaying => false,
+                end = &mut *forced => Some(end),
+                () = &mut relaying => None,
             };
-            match relaying.take()? {
-                (parts, _) if shutdown => (parts, Some(fast::Stop::End(End::Shutdown))),
-                (parts, stop) => (parts, stop),
+            match (relaying.take()?, closed) {
+                // Idle, but relaying ended meanwhile: as it ended.
+                ((parts, Some(stop)), Some(End::IdleTimeout)) => (parts, Some(stop)),
+                ((parts, _), Some(end)) => (parts, Some(fast::Stop::End(end))),
+                ((parts, stop), None) => (parts, stop),
             }
         }
         Err(refused) => {
@@ -428,16 +433,16 @@ async fn connect_and_authenticate(
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let client_tls = client.is_tls();
-    let reuse = shared.config.upstream.reuse && shared.upstream_tls.is_none();
+    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none();
     let kept = match reuse {
         true => {
-            let max_age = shared.config.upstream.reuse_idle_timeout;
+            let max_age = shared.config().upstream.reuse_idle_timeout;
             shared.reuse.take_or_wait(&startup_raw, max_age).await
         }
         false => None,
     };
     let mut proto = Protocol::new(shared.services(), info.clone());
-    let limit = shared.config.limits.startup_timeout;
+    let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
         let greet = reuse::adopt(kept, client, shared, &info);
@@ -451,7 +456,9 @@ async fn connect_and_authenticate(
                 warn!("{e}");
                 let mut c = client;
                 let msg = write::error(Severity::Fatal, "08006", &e.to_string());
-                let _ = tokio::io::AsyncWriteExt::write_all(&mut c, &msg).await;
+                let limit = shared.config().limits.client_write_timeout;
+                let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
+                let _ = timeout(limit, write).await;
                 Counters::add(&info.counters.errors, 1);
                 shared.stats.close_session(&info, Default::default());
                 return None;
@@ -538,6 +545,22 @@ fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bo
         End::Error(e) => debug!("session ended: {e}"),
         // Never finished: the session goes on elsewhere.
         End::Move(_) => {}
+        End::IdleTimeout => {
+            info!("client idle past limits.client_idle_timeout: closed");
+            // PostgreSQL's own, from its idle_session_timeout.
+            let text = "terminating connection due to idle-session timeout";
+            bufs.to_client
+                .push(write::error(Severity::Fatal, "57P05", text));
+            // Idle and quiet: its upstream may serve the next client.
+            if proto.keep_upstream
+                && bufs.uin.is_empty()
+                && !bufs.to_up.wants_write()
+                && proto.quiet()
+            {
+                return true;
+            }
+            bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
+        }
         End::Shutdown => {
             bufs.to_client.push(write::error(
                 Severity::Fatal,
@@ -550,22 +573,25 @@ fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bo
     false
 }
 
-/// Writes the last words. Plain sockets from the worker's own relay get
-/// them straight, and nearly always take them at once; only a socket that
-/// would block goes back to the runtime to be waited for. Returns the
-/// upstream connection when it is to be kept, with the runtime, which
+/// Writes the last words, each side's within `limit`: a peer that has
+/// stopped reading must not hold the session (and its upstream) forever.
+/// Plain sockets from the worker's own relay get them straight, and nearly
+/// always take them at once; only a socket that would block goes back to
+/// the runtime to be waited for. Returns the upstream connection when it
+/// is to be kept (and took its last words whole), with the runtime, which
 /// resets it. The client is closed before that: it is gone already, and
 /// sees its socket close now, not after the reset.
 async fn write_farewells(
     streams: Streams,
     bufs: &mut Bufs,
     keep: bool,
+    limit: Duration,
 ) -> Result<Option<Stream>, String> {
     let (client, upstream) = match streams {
         Streams::Runtime(mut io) => {
-            let _ = bufs.to_client.write_all(&mut io.client).await;
-            let _ = bufs.to_up.write_all(&mut io.upstream).await;
-            return Ok(keep.then_some(io.upstream));
+            let _ = timeout(limit, bufs.to_client.write_all(&mut io.client)).await;
+            let up = timeout(limit, bufs.to_up.write_all(&mut io.upstream)).await;
+            return Ok((keep && matches!(up, Ok(Ok(_)))).then_some(io.upstream));
         }
         Streams::Std(c, u) => (c, u),
     };
@@ -578,13 +604,13 @@ async fn write_farewells(
     // A socket that closes now leaves the epoll by closing.
     if !matches!(bufs.to_client.write_to(&client), Ok(true) | Err(_)) {
         let mut c = runtime(client)?;
-        let _ = bufs.to_client.write_all(&mut c).await;
+        let _ = timeout(limit, bufs.to_client.write_all(&mut c)).await;
     }
     let written = bufs.to_up.write_to(&upstream);
     if !keep && matches!(written, Ok(true) | Err(_)) {
         return Ok(None);
     }
     let mut u = runtime(upstream)?;
-    let _ = bufs.to_up.write_all(&mut u).await;
-    Ok(keep.then_some(u))
+    let up = timeout(limit, bufs.to_up.write_all(&mut u)).await;
+    Ok((keep && matches!(up, Ok(Ok(_)))).then_some(u))
 }

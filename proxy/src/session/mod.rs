@@ -36,7 +36,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
     // Startup and authentication share one deadline. When it passes during
     // startup the connection just closes, as PostgreSQL's does: there is no
     // protocol state in which an error message would be understood.
-    let limit = shared.config.limits.startup_timeout;
+    let limit = shared.config().limits.startup_timeout;
     let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
     let negotiated = deadline
         .bound(Box::pin(negotiate(tcp, &shared, peer)))
@@ -48,19 +48,19 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
             // As PostgreSQL: refused once the client has said who it is,
             // so it gets the error in the protocol it speaks.
             span.in_scope(|| {
-                let max = shared.config.limits.max_client_connections;
+                let max = shared.config().limits.max_client_connections;
                 warn!("client refused: {TOO_MANY} (limits.max_client_connections = {max})")
             });
-            let _ = stream
-                .write_all(&write::error(Severity::Fatal, "53300", TOO_MANY))
-                .await;
+            let limit = shared.config().limits.client_write_timeout;
+            let refusal = write::error(Severity::Fatal, "53300", TOO_MANY);
+            let _ = crate::timers::timeout(limit, stream.write_all(&refusal)).await;
         }
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
                 .or(StartupMessage::param(&params, "user"))
                 .unwrap_or("")
                 .to_owned();
-            if database == shared.config.admin.database {
+            if database == shared.config().admin.database {
                 let admin = crate::admin::serve(stream, params, &shared, peer, deadline);
                 Box::pin(admin.instrument(span)).await;
             } else {
@@ -123,7 +123,8 @@ async fn negotiate(
         };
         round_trips += 1;
         match startup::decode(raw) {
-            Ok(StartupMessage::SslRequest) => match (&shared.tls_acceptor, stream) {
+            // Read at each request: a reload may change the certificate.
+            Ok(StartupMessage::SslRequest) => match (&shared.live().tls_acceptor, stream) {
                 (Some(acceptor), Stream::Plain(mut tcp)) => {
                     tcp.write_all(b"S").await?;
                     let tls = acceptor.accept(tcp).await.map_err(StartupFailure::Tls)?;
@@ -140,7 +141,7 @@ async fn negotiate(
                 return Ok(None);
             }
             Ok(StartupMessage::Startup { params, .. })
-                if shared.config.tls.require && !stream.is_tls() =>
+                if shared.config().tls.require && !stream.is_tls() =>
             {
                 // PostgreSQL's own words for a client that only `hostssl`
                 // lines would admit; the detail says who refused it.

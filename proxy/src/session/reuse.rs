@@ -75,18 +75,18 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let Stream::Plain(mut tcp) = upstream else {
         return Err(ParkError::Tls);
     };
-    let lifetime = shared.config.upstream.reuse_lifetime;
+    let lifetime = shared.config().upstream.reuse_lifetime;
     if opened.elapsed() >= lifetime {
         let _ = tcp.write_all(&write::TERMINATE).await;
         return Err(ParkError::Old(lifetime));
     }
     // Until it is kept (or given up), a new client for it waits for it.
     let _resetting = shared.reuse.start_reset(&startup);
-    let limit = shared.config.upstream.connect_timeout;
+    let limit = shared.config().upstream.connect_timeout;
     let reset = reset(
         &mut tcp,
         &mut params,
-        shared.config.limits.max_message_bytes,
+        shared.config().limits.max_message_bytes,
         owed,
     );
     let result = match crate::timers::timeout(limit, reset).await {
@@ -108,7 +108,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
         opened,
         since: Instant::now(),
     };
-    let max = shared.config.upstream.reuse_max_idle;
+    let max = shared.config().upstream.reuse_max_idle;
     if shared.reuse.put(startup, kept, max) {
         Ok(())
     } else {

@@ -126,6 +126,19 @@ fn error_detail_into(
     });
 }
 
+/// A NoticeResponse of severity WARNING: told to the client, who goes on.
+pub fn warning_into(out: &mut BytesMut, sqlstate: &str, text: &str) {
+    message(out, b'N', |b| {
+        for (code, value) in [(b'S', "WARNING"), (b'V', "WARNING"), (b'C', sqlstate)] {
+            b.put_u8(code);
+            cstr(b, value);
+        }
+        b.put_u8(b'M');
+        cstr(b, text);
+        b.put_u8(0);
+    });
+}
+
 pub fn ready_for_query(out: &mut BytesMut, status: u8) {
     message(out, b'Z', |b| b.put_u8(status));
 }

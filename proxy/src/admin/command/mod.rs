@@ -1,8 +1,10 @@
 //! The admin console's commands, one file each. A statement's words (in
 //! any case, spaced freely) name a [`Command`]; each answers with one result
 //! set or a command tag, built from a read of the shared statistics. Only
-//! `RESET STATS` writes anything.
+//! `RESET STATS` and `RELOAD` change anything, and only for users marked
+//! for them.
 
+mod reload;
 mod reset_stats;
 mod show_clients;
 mod show_config;
@@ -13,6 +15,8 @@ mod show_servers;
 mod show_stats;
 mod show_version;
 mod table;
+
+use std::sync::Arc;
 
 use bytes::BytesMut;
 
@@ -51,7 +55,7 @@ macro_rules! commands {
             }
 
             /// Appends its answer to `out`.
-            pub fn run(self, shared: &Shared, out: &mut BytesMut) {
+            pub fn run(self, shared: &Arc<Shared>, out: &mut BytesMut) {
                 match self {
                     $(Command::$variant => $file::run(shared, out),)*
                 }
@@ -70,6 +74,7 @@ commands! {
     ShowRewrites => show_rewrites,
     ShowVersion => show_version,
     ResetStats => reset_stats,
+    Reload => reload,
 }
 
 /// A statement that names no command; SHOW HELP lists them.
@@ -122,19 +127,27 @@ impl std::str::FromStr for Command {
 pub struct Caller {
     /// `[admin] users` marks the user `reset_stats = true`.
     pub reset_stats: bool,
+    /// `[admin] users` marks the user `reload = true`.
+    pub reload: bool,
 }
 
 impl Command {
     /// Whether `caller` may run it: anyone may read; `RESET STATS` wipes
-    /// what every operator reads, so it takes a user marked for it.
-    fn allowed(self, caller: Caller) -> bool {
-        self != Command::ResetStats || caller.reset_stats
+    /// what every operator reads and `RELOAD` changes what every client
+    /// gets, so each takes a user marked for it. `None`: allowed; else the
+    /// mark it needs.
+    fn needs(self, caller: Caller) -> Option<&'static str> {
+        match self {
+            Command::ResetStats if !caller.reset_stats => Some("reset_stats"),
+            Command::Reload if !caller.reload => Some("reload"),
+            _ => None,
+        }
     }
 }
 
 /// Runs every `;`-separated command of a simple query, in order. Like
 /// PostgreSQL, the first error ends the query string.
-pub fn run_all(sql: &str, shared: &Shared, caller: Caller, out: &mut BytesMut) {
+pub fn run_all(sql: &str, shared: &Arc<Shared>, caller: Caller, out: &mut BytesMut) {
     let statements: Vec<&str> = sql
         .split(';')
         .map(str::trim)
@@ -146,10 +159,18 @@ pub fn run_all(sql: &str, shared: &Shared, caller: Caller, out: &mut BytesMut) {
     }
     for statement in statements {
         match statement.parse::<Command>() {
-            Ok(command) if command.allowed(caller) => command.run(shared, out),
             Ok(command) => {
+                let Some(mark) = command.needs(caller) else {
+                    let at = out.len();
+                    command.run(shared, out);
+                    // A command that failed (RELOAD refused) ends it too.
+                    if out.get(at) == Some(&b'E') {
+                        return;
+                    }
+                    continue;
+                };
                 let msg = format!(
-                    "permission denied for {}: the admin user needs reset_stats = true in [admin] users",
+                    "permission denied for {}: the admin user needs {mark} = true in [admin] users",
                     command.syntax()
                 );
                 write::error_into(out, Severity::Error, "42501", &msg);

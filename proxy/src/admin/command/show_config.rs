@@ -10,7 +10,7 @@ pub const ABOUT: &str = "effective configuration (passwords never shown)";
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
     let mut rows = Vec::new();
-    match toml::Value::try_from(&*shared.config) {
+    match toml::Value::try_from(&*shared.config()) {
         Ok(toml::Value::Table(t)) => flatten("", &toml::Value::Table(t), &mut rows),
         Ok(_) | Err(_) => rows.push(vec![cell("error"), cell("configuration cannot be shown")]),
     }

@@ -98,8 +98,32 @@ impl From<AgtypeMode> for agtype::lines::LineMode {
 impl Cli {
     /// The config file, `ONETRIP_*` variables and flags, in that order.
     pub fn load_config(&self) -> Result<Config, String> {
+        self.config_source().load()
+    }
+
+    /// What the configuration is made from, to read again on a reload.
+    pub fn config_source(&self) -> ConfigSource {
+        ConfigSource {
+            file: self.config.clone(),
+            listen: self.listen,
+            upstream: self.upstream.clone(),
+        }
+    }
+}
+
+/// The config file and the flags that override it.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    file: Option<PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+    upstream: Option<String>,
+}
+
+impl ConfigSource {
+    /// The config file, `ONETRIP_*` variables and flags, in that order.
+    pub fn load(&self) -> Result<Config, String> {
         let env = std::env::vars();
-        let mut cfg = Config::load(self.config.as_deref(), env).map_err(|e| e.to_string())?;
+        let mut cfg = Config::load(self.file.as_deref(), env).map_err(|e| e.to_string())?;
         if let Some(l) = self.listen {
             cfg.listen.address = l;
         }

@@ -35,6 +35,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let source = cli.config_source();
     let command = cli.command.unwrap_or(Command::Run);
     if matches!(command, Command::Measure { .. }) && std::env::var_os("ONETRIP_LOG").is_none() {
         // Per-session log lines would bury the report.
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Run => match onetrip::workers(cfg.listen.threads) {
-            Ok(workers) => rt.block_on(run(cfg, workers.handles())),
+            Ok(workers) => rt.block_on(run(cfg, source, workers.handles())),
             Err(e) => {
                 eprintln!("onetrip: cannot start worker threads: {e}");
                 ExitCode::FAILURE
@@ -66,8 +67,19 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cfg: Config, workers: Vec<tokio::runtime::Handle>) -> ExitCode {
-    let grace = cfg.limits.shutdown_grace;
+async fn run(
+    cfg: Config,
+    source: args::ConfigSource,
+    workers: Vec<tokio::runtime::Handle>,
+) -> ExitCode {
+    // Before the proxy listens: SIGHUP's default action ends the process.
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("onetrip: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let proxy = match Proxy::start_on(cfg, workers).await {
         Ok(p) => p,
         Err(e) => {
@@ -75,6 +87,8 @@ async fn run(cfg: Config, workers: Vec<tokio::runtime::Handle>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    proxy.set_config_source(move || source.load());
+    proxy.on_reload(logging::reload);
     if let Some(pg) = proxy.embedded() {
         tracing::info!(port = pg.port(), data_dir = %pg.data_dir().display(), "embedded PostgreSQL running");
     }
@@ -84,23 +98,46 @@ async fn run(cfg: Config, workers: Vec<tokio::runtime::Handle>) -> ExitCode {
         addr.ip(),
         addr.port()
     );
-    wait_for_signal().await;
+    while signals.next().await == Signal::Reload {
+        tracing::info!("SIGHUP: reloading the configuration");
+        // Logs its outcome, a refusal as an error.
+        let _ = proxy.reload();
+    }
     tracing::info!("shutdown requested");
+    // As reloaded: shutdown_grace may change while running.
+    let grace = proxy.config().limits.shutdown_grace;
     proxy.shutdown(grace).await;
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! { _ = i.recv() => {}, _ = t.recv() => {} }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+#[derive(Debug, PartialEq, Eq)]
+enum Signal {
+    Stop,
+    Reload,
+}
+
+/// SIGINT and SIGTERM stop the proxy; SIGHUP reloads its configuration.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::Stop,
+            _ = self.terminate.recv() => Signal::Stop,
+            _ = self.hangup.recv() => Signal::Reload,
         }
     }
 }
