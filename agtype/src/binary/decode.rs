@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use super::container::utf8;
 use super::error::{DecodeError, DecodeErrorKind as K};
 use super::*;
+use crate::key::Key;
 use crate::numeric::binary as numeric_bin;
 use crate::scratch::{Scratch, take_tail, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
@@ -46,7 +47,7 @@ pub(crate) fn decode_at(bytes: &[u8], at: usize) -> Result<Value, DecodeError> {
 /// allocations the children need.
 const DIRECT_MAX_BYTES: usize = 1024;
 const DIRECT_MAX_ITEMS: usize = DIRECT_MAX_BYTES / size_of::<Value>();
-const DIRECT_MAX_PAIRS: usize = DIRECT_MAX_BYTES / size_of::<(String, Value)>();
+const DIRECT_MAX_PAIRS: usize = DIRECT_MAX_BYTES / size_of::<(Key, Value)>();
 
 struct Decoder<'a> {
     buf: &'a [u8],
@@ -150,10 +151,11 @@ impl<'a> Decoder<'a> {
         c: &Container<'a>,
         depth: usize,
         mut val_off: usize,
-        out: &mut Vec<(String, Value)>,
+        out: &mut Vec<(Key, Value)>,
     ) -> Result<bool, DecodeError> {
         let mut off = 0;
         let mut ordered = true;
+        let mut prev = None;
         for i in 0..c.count {
             let (e, start, len, next) = locate(c, i, off)?;
             let key = match e & E_TYPE_MASK {
@@ -164,9 +166,10 @@ impl<'a> Decoder<'a> {
                 _ => return Err(DecodeError::new(c.entries_at + 4 * i, K::BadEntry)),
             };
             off = next;
-            if let Some((prev, _)) = out.last() {
-                ordered &= key_before(prev, &key);
+            if let Some(prev) = prev {
+                ordered &= key_before(prev, key);
             }
+            prev = Some(key);
             val_off = self.child(c, c.count + i, val_off, depth + 1, Pair { out, key })?;
         }
         Ok(ordered)
@@ -182,7 +185,7 @@ impl<'a> Decoder<'a> {
         len: usize,
         extra: usize,
         spent_at: usize,
-    ) -> Result<String, DecodeError> {
+    ) -> Result<&'a str, DecodeError> {
         let truncated = DecodeError::new(start, K::Truncated);
         let end = start.checked_add(len).ok_or(truncated.clone())?;
         let bytes = self.buf.get(start..end).ok_or(truncated)?;
@@ -190,12 +193,12 @@ impl<'a> Decoder<'a> {
             self.spend(extra + bytes.len(), spent_at)?;
             // SAFETY: `plain_ascii` checked that every byte is below 0x80,
             // and a sequence of ASCII bytes is valid UTF-8.
-            return Ok(unsafe { String::from_utf8_unchecked(bytes.to_vec()) });
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
         }
         let cut = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         let bytes = &bytes[..cut];
         self.spend(extra + bytes.len(), spent_at)?;
-        Ok(utf8(bytes, start)?.to_owned())
+        utf8(bytes, start)
     }
 
     /// Decodes child `j`, which starts `off` bytes into the data area, into
@@ -214,7 +217,7 @@ impl<'a> Decoder<'a> {
         match e & E_TYPE_MASK {
             E_STRING => {
                 let s = self.string(start, len, 0, start)?;
-                slot.put(Value::String(s));
+                slot.put(Value::String(s.to_owned()));
             }
             E_NULL => slot.put(Value::Null),
             E_FALSE => slot.put(Value::Bool(false)),
@@ -343,16 +346,18 @@ impl Slot for &mut Vec<Value> {
     }
 }
 
-/// An object's value, pushed with its key.
-struct Pair<'v> {
-    out: &'v mut Vec<(String, Value)>,
-    key: String,
+/// An object's value, pushed with its key. The key is built only then,
+/// in its place: built before the value and moved, it would be read back
+/// soon after its bytes were written piecewise, a stall on every key.
+struct Pair<'v, 'a> {
+    out: &'v mut Vec<(Key, Value)>,
+    key: &'a str,
 }
 
-impl Slot for Pair<'_> {
+impl Slot for Pair<'_, '_> {
     #[inline(always)]
     fn put(self, v: Value) {
-        self.out.push((self.key, v));
+        self.out.push((Key::new(self.key), v));
     }
 }
 
