@@ -357,7 +357,21 @@ struct Pair<'v, 'a> {
 impl Slot for Pair<'_, '_> {
     #[inline(always)]
     fn put(self, v: Value) {
-        self.out.push((Key::new(self.key), v));
+        let out = self.out;
+        let len = out.len();
+        match out.spare_capacity_mut().first_mut() {
+            Some(slot) => {
+                let p = slot.as_mut_ptr();
+                // SAFETY: `p` points to the first spare slot, allocated and
+                // unused; both fields are written before the length covers it.
+                unsafe {
+                    std::ptr::addr_of_mut!((*p).0).write(Key::new(self.key));
+                    std::ptr::addr_of_mut!((*p).1).write(v);
+                    out.set_len(len + 1);
+                }
+            }
+            None => out.push((Key::new(self.key), v)),
+        }
     }
 }
 
