@@ -5,45 +5,74 @@ use std::borrow::{Borrow, Cow};
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU64;
 use std::ops::Deref;
 
-/// Bytes kept inline: with the length and the tag, a key is no larger
-/// than a `String`.
-const INLINE: usize = 22;
+/// Bytes kept inline: with the length byte, a key is as large as a
+/// `String`.
+const INLINE: usize = 23;
 
-/// An object key: a string, kept inline up to 22 bytes and on the heap
+/// An object key: a string, kept inline up to 23 bytes and on the heap
 /// beyond. It reads as a `&str` (`Deref`, `as_str`) and compares, hashes
 /// and orders as one.
 #[derive(Clone)]
 pub struct Key(Repr);
 
+/// `Heap` is told apart by a zero `tail`, which no inline key has, so a
+/// key needs no separate tag and an inline one is written as three whole
+/// words: written piecewise and copied soon after, as keys are, its
+/// words would each wait for the pieces to reach the cache.
 #[derive(Clone)]
 enum Repr {
-    /// `bytes[..len]` is always valid UTF-8, copied from a `&str`.
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE],
-    },
+    Inline(Inline),
     Heap(Box<str>),
 }
 
+/// 24 bytes without padding: the key's bytes, zero-padded to 23, then its
+/// length plus one.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Inline {
+    head: [u8; 16],
+    /// Bytes 16..24 in memory order, as `from_ne_bytes` gives them.
+    tail: NonZeroU64,
+}
+
+impl Inline {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `Inline` is `repr(C)`, 16 bytes then a `u64` at offset
+        // 16: 24 initialised bytes without padding, readable as an array.
+        let all = unsafe { &*(self as *const Inline).cast::<[u8; 24]>() };
+        let len = usize::from(all[INLINE]).wrapping_sub(1);
+        all.get(..len).unwrap_or_default()
+    }
+}
+
 impl Key {
-    #[inline]
+    /// Inlined into the decoder and parsers, so that a short key's words
+    /// are stored straight into its slot rather than returned through
+    /// memory and copied over.
+    #[inline(always)]
     pub fn new(s: &str) -> Self {
         match inline(s) {
             Some(k) => k,
-            None => Key(Repr::Heap(s.into())),
+            None => Key::heap(s),
         }
+    }
+
+    #[inline(never)]
+    fn heap(s: &str) -> Self {
+        Key(Repr::Heap(s.into()))
     }
 
     #[inline]
     pub fn as_str(&self) -> &str {
         match &self.0 {
-            Repr::Inline { len, bytes } => {
-                let b = bytes.get(..usize::from(*len)).unwrap_or_default();
-                // SAFETY: `Repr::Inline` holds a copy of a `&str`'s bytes
+            Repr::Inline(k) => {
+                // SAFETY: an `Inline` holds a copy of a `&str`'s bytes
                 // (see `inline`), which are valid UTF-8.
-                unsafe { std::str::from_utf8_unchecked(b) }
+                unsafe { std::str::from_utf8_unchecked(k.bytes()) }
             }
             Repr::Heap(s) => s,
         }
@@ -52,22 +81,23 @@ impl Key {
     pub fn into_string(self) -> String {
         match self.0 {
             Repr::Heap(s) => s.into_string(),
-            Repr::Inline { .. } => self.as_str().to_owned(),
+            Repr::Inline(_) => self.as_str().to_owned(),
         }
     }
 }
 
-#[inline]
+#[inline(always)]
 fn inline(s: &str) -> Option<Key> {
-    let len = u8::try_from(s.len())
+    let len = u64::try_from(s.len())
         .ok()
-        .filter(|&n| usize::from(n) <= INLINE)?;
+        .filter(|&n| n <= INLINE as u64)?;
     let [w0, w1, w2] = words(s.as_bytes());
-    let mut bytes = [0u8; INLINE];
-    bytes[..8].copy_from_slice(&w0.to_le_bytes());
-    bytes[8..16].copy_from_slice(&w1.to_le_bytes());
-    bytes[16..].copy_from_slice(&w2.to_le_bytes()[..INLINE - 16]);
-    Some(Key(Repr::Inline { len, bytes }))
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&w0.to_le_bytes());
+    head[8..].copy_from_slice(&w1.to_le_bytes());
+    // The length goes in the last byte, above the key's bytes 16..23.
+    let tail = NonZeroU64::new(u64::from_ne_bytes((w2 | (len + 1) << 56).to_le_bytes()))?;
+    Some(Key(Repr::Inline(Inline { head, tail })))
 }
 
 /// The bytes of `b` (up to 24) as three little-endian words, zero-padded,
