@@ -39,7 +39,25 @@ struct Inline {
 }
 
 impl Inline {
-    #[inline(always)]
+    /// `b` is at most `INLINE` bytes, as callers check: a longer one would
+    /// be cut, perhaps inside a character.
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn new(b: &[u8]) -> Self {
+        let [w0, w1, w2] = words(b);
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&w0.to_le_bytes());
+        head[8..].copy_from_slice(&w1.to_le_bytes());
+        let len = b.len().min(INLINE) as u64;
+        // The length goes in the last byte, above the key's bytes 16..23;
+        // being at least 1 it keeps `tail` nonzero.
+        let tail = u64::from_ne_bytes((w2 & !(0xFF << 56) | (len + 1) << 56).to_le_bytes());
+        Inline {
+            head,
+            tail: NonZeroU64::new(tail).unwrap_or(NonZeroU64::MAX),
+        }
+    }
+
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn bytes(&self) -> &[u8] {
         // SAFETY: `Inline` is `repr(C)`, 16 bytes then a `u64` at offset
         // 16: 24 initialised bytes without padding, readable as an array.
@@ -53,11 +71,12 @@ impl Key {
     /// Inlined into the decoder and parsers, so that a short key's words
     /// are stored straight into its slot rather than returned through
     /// memory and copied over.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn new(s: &str) -> Self {
-        match inline(s) {
-            Some(k) => k,
-            None => Key::heap(s),
+        if s.len() <= INLINE {
+            Key(Repr::Inline(Inline::new(s.as_bytes())))
+        } else {
+            Key::heap(s)
         }
     }
 
@@ -86,25 +105,11 @@ impl Key {
     }
 }
 
-#[inline(always)]
-fn inline(s: &str) -> Option<Key> {
-    let len = u64::try_from(s.len())
-        .ok()
-        .filter(|&n| n <= INLINE as u64)?;
-    let [w0, w1, w2] = words(s.as_bytes());
-    let mut head = [0u8; 16];
-    head[..8].copy_from_slice(&w0.to_le_bytes());
-    head[8..].copy_from_slice(&w1.to_le_bytes());
-    // The length goes in the last byte, above the key's bytes 16..23.
-    let tail = NonZeroU64::new(u64::from_ne_bytes((w2 | (len + 1) << 56).to_le_bytes()))?;
-    Some(Key(Repr::Inline(Inline { head, tail })))
-}
-
 /// The bytes of `b` (up to 24) as three little-endian words, zero-padded,
 /// gathered with a few fixed-width loads that may overlap. A copy of a
 /// variable length goes through `memcpy`, whose masked stores a read of
 /// the key soon after cannot forward from: a stall on every key.
-#[inline(always)]
+#[cfg_attr(not(debug_assertions), inline(always))]
 fn words(b: &[u8]) -> [u64; 3] {
     let n = b.len();
     let byte = |i: usize| b.get(i).copied().map_or(0, u64::from);
@@ -233,18 +238,20 @@ impl From<&String> for Key {
 
 impl From<String> for Key {
     fn from(s: String) -> Self {
-        match inline(&s) {
-            Some(k) => k,
-            None => Key(Repr::Heap(s.into_boxed_str())),
+        if s.len() <= INLINE {
+            Key::new(&s)
+        } else {
+            Key(Repr::Heap(s.into_boxed_str()))
         }
     }
 }
 
 impl From<Box<str>> for Key {
     fn from(s: Box<str>) -> Self {
-        match inline(&s) {
-            Some(k) => k,
-            None => Key(Repr::Heap(s)),
+        if s.len() <= INLINE {
+            Key::new(&s)
+        } else {
+            Key(Repr::Heap(s))
         }
     }
 }
