@@ -472,6 +472,22 @@ mod tests {
     }
 
     #[test]
+    fn pairs_and_items_are_written_in_place() {
+        // Short and long keys, out of order, nested containers and a large
+        // array (through the scratch stack): as the text parser builds them.
+        let long = "k".repeat(40);
+        let items: Vec<String> = (0..40)
+            .map(|i| format!("{{\"b{i}\": [{i}, \"s\"]}}"))
+            .collect();
+        let text = format!(
+            r#"{{"zz": [1, "two", {{"{long}": null, "a": 1.5}}], "a": "é", "big": [{}]}}"#,
+            items.join(", ")
+        );
+        let v = crate::parse(&text).unwrap();
+        assert_eq!(decode(&crate::encode(&v)), Ok(v));
+    }
+
+    #[test]
     fn plain_ascii_means_every_byte_in_1_to_0x7f() {
         // Every length up to three words, with each kind of byte at each
         // position, so that every word and tail path sees each.
