@@ -196,6 +196,7 @@
 mod binary;
 mod float;
 mod inline_stack;
+mod key;
 pub mod lines;
 mod numeric;
 mod pg;
@@ -216,6 +217,7 @@ pub use binary::{
     DecodeError, DecodeErrorKind, EncodeError, decode, encode, is_quirk_shape, try_encode,
 };
 pub use float::format_float;
+pub use key::Key;
 pub use numeric::Numeric;
 pub use text::{ParseError, parse, to_text};
 #[cfg(feature = "serde")]

@@ -10,12 +10,12 @@
 
 use std::cell::Cell;
 
-use crate::Value;
+use crate::{Key, Value};
 
 #[derive(Default)]
 pub(crate) struct Scratch {
     pub(crate) items: Vec<Value>,
-    pub(crate) pairs: Vec<(String, Value)>,
+    pub(crate) pairs: Vec<(Key, Value)>,
 }
 
 /// Stacks larger than this (in elements) are not kept, to bound what an

@@ -2,6 +2,7 @@
 
 use std::cmp::Ordering;
 
+use crate::key::Key;
 use crate::numeric::Numeric;
 
 /// One agtype value of any kind.
@@ -162,7 +163,7 @@ fn word(bytes: &[u8]) -> u64 {
 /// An object: keys unique and kept in AGE's storage order (see [`key_cmp`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Object {
-    pairs: Vec<(String, Value)>,
+    pairs: Vec<(Key, Value)>,
 }
 
 impl Object {
@@ -172,7 +173,13 @@ impl Object {
 
     /// Builds an object from pairs in input order; a later duplicate key
     /// replaces an earlier one, as in `agtype_in`.
-    pub fn from_pairs(mut pairs: Vec<(String, Value)>) -> Self {
+    pub fn from_pairs<K: Into<Key>>(pairs: Vec<(K, Value)>) -> Self {
+        // With `K = Key` this reuses the vector's allocation.
+        let pairs = pairs.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        Self::from_key_pairs(pairs)
+    }
+
+    fn from_key_pairs(mut pairs: Vec<(Key, Value)>) -> Self {
         if pairs.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()) {
             return Object { pairs };
         }
@@ -196,7 +203,7 @@ impl Object {
 
     /// Pairs whose keys the caller has checked are in AGE's order without
     /// repeats, as [`Object::from_pairs`] would leave them.
-    pub(crate) fn from_ordered_pairs(pairs: Vec<(String, Value)>) -> Self {
+    pub(crate) fn from_ordered_pairs(pairs: Vec<(Key, Value)>) -> Self {
         debug_assert!(pairs.windows(2).all(|w| key_cmp(&w[0].0, &w[1].0).is_lt()));
         Object { pairs }
     }
@@ -205,7 +212,7 @@ impl Object {
     /// which it removes. Small unsorted objects are put in order through
     /// an index permutation, so each pair moves once, straight into the
     /// object's storage.
-    pub(crate) fn take_from(scratch: &mut Vec<(String, Value)>, start: usize) -> Self {
+    pub(crate) fn take_from(scratch: &mut Vec<(Key, Value)>, start: usize) -> Self {
         const MAX: usize = 32;
         let tail = scratch.get_mut(start..).unwrap_or_default();
         let n = tail.len();
@@ -215,7 +222,7 @@ impl Object {
             };
         }
         if n > MAX {
-            return Object::from_pairs(crate::scratch::take_tail(scratch, start));
+            return Object::from_key_pairs(crate::scratch::take_tail(scratch, start));
         }
         let mut order = [0u8; MAX];
         for (i, slot) in order.iter_mut().enumerate().take(n) {
@@ -239,14 +246,14 @@ impl Object {
         let mut pairs = Vec::with_capacity(n);
         for (&i, _) in order.iter().zip(shadowed).filter(|(_, hidden)| !hidden) {
             let slot = &mut tail[usize::from(i)];
-            pairs.push(std::mem::replace(slot, (String::new(), Value::Null)));
+            pairs.push(std::mem::replace(slot, (Key::default(), Value::Null)));
         }
         scratch.truncate(start);
         Object { pairs }
     }
 
     /// Inserts or replaces; returns the previous value.
-    pub fn insert(&mut self, key: impl Into<String>, value: Value) -> Option<Value> {
+    pub fn insert(&mut self, key: impl Into<Key>, value: Value) -> Option<Value> {
         let key = key.into();
         match self.search(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.pairs[i].1, value)),
@@ -282,11 +289,11 @@ impl Object {
         self.pairs.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub fn pairs(&self) -> &[(String, Value)] {
+    pub fn pairs(&self) -> &[(Key, Value)] {
         &self.pairs
     }
 
-    pub fn into_pairs(self) -> Vec<(String, Value)> {
+    pub fn into_pairs(self) -> Vec<(Key, Value)> {
         self.pairs
     }
 
@@ -298,14 +305,14 @@ impl Object {
     }
 }
 
-impl<K: Into<String>> FromIterator<(K, Value)> for Object {
+impl<K: Into<Key>> FromIterator<(K, Value)> for Object {
     fn from_iter<I: IntoIterator<Item = (K, Value)>>(iter: I) -> Self {
-        Object::from_pairs(iter.into_iter().map(|(k, v)| (k.into(), v)).collect())
+        Object::from_key_pairs(iter.into_iter().map(|(k, v)| (k.into(), v)).collect())
     }
 }
 
 /// Stable and allocation-free; objects are usually small.
-fn insertion_sort(pairs: &mut [(String, Value)]) {
+fn insertion_sort(pairs: &mut [(Key, Value)]) {
     for i in 1..pairs.len() {
         let mut j = i;
         while j > 0 && key_cmp(&pairs[j - 1].0, &pairs[j].0).is_gt() {
@@ -361,7 +368,7 @@ pub struct Vertex(Object);
 
 impl Vertex {
     pub fn new(id: i64, label: impl Into<String>, properties: Object) -> Self {
-        Vertex(Object::from_pairs(vec![
+        Vertex(Object::from_key_pairs(vec![
             ("id".into(), Value::Integer(id)),
             ("label".into(), Value::String(label.into())),
             ("properties".into(), Value::Object(properties)),
@@ -410,7 +417,7 @@ impl Edge {
         end_id: i64,
         properties: Object,
     ) -> Self {
-        Edge(Object::from_pairs(vec![
+        Edge(Object::from_key_pairs(vec![
             ("id".into(), Value::Integer(id)),
             ("label".into(), Value::String(label.into())),
             ("start_id".into(), Value::Integer(start_id)),

@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use super::container::utf8;
 use super::error::{DecodeError, DecodeErrorKind as K};
 use super::*;
+use crate::key::Key;
 use crate::numeric::binary as numeric_bin;
 use crate::scratch::{Scratch, take_tail, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
@@ -32,9 +33,10 @@ pub(crate) fn decode_at(bytes: &[u8], at: usize) -> Result<Value, DecodeError> {
             wrappers: 0,
             scratch: std::mem::take(scratch),
         };
-        let out = d.container(at, 0);
+        let mut root = None;
+        let out = d.container(at, 0, &mut root);
         *scratch = d.scratch;
-        out
+        out.and_then(|()| root.ok_or(DecodeError::new(at, K::BadEntry)))
     })
 }
 
@@ -46,7 +48,7 @@ pub(crate) fn decode_at(bytes: &[u8], at: usize) -> Result<Value, DecodeError> {
 /// allocations the children need.
 const DIRECT_MAX_BYTES: usize = 1024;
 const DIRECT_MAX_ITEMS: usize = DIRECT_MAX_BYTES / size_of::<Value>();
-const DIRECT_MAX_PAIRS: usize = DIRECT_MAX_BYTES / size_of::<(String, Value)>();
+const DIRECT_MAX_PAIRS: usize = DIRECT_MAX_BYTES / size_of::<(Key, Value)>();
 
 struct Decoder<'a> {
     buf: &'a [u8],
@@ -69,39 +71,26 @@ impl<'a> Decoder<'a> {
         Ok(())
     }
 
-    /// Decodes the container at `at`; `depth` counts enclosing containers.
-    fn container(&mut self, at: usize, depth: usize) -> Result<Value, DecodeError> {
+    /// Decodes the container at `at` into `slot`; `depth` counts enclosing
+    /// containers. The value goes straight into its slot: returned, it
+    /// would be written and read back at once, which stalls.
+    fn container(&mut self, at: usize, depth: usize, slot: impl Slot) -> Result<(), DecodeError> {
         let c = Container::parse(self.buf, at)?;
         if c.is_scalar() {
-            if depth > 0 {
-                return Err(DecodeError::new(at, K::BadHeader));
-            }
-            if self.wrappers >= crate::MAX_DEPTH {
-                return Err(DecodeError::new(at, K::TooDeep));
-            }
-            self.wrappers += 1;
-            let mut one = None;
-            self.child(&c, 0, 0, depth, &mut one)?;
-            self.wrappers -= 1;
-            return one.ok_or(DecodeError::new(at, K::BadEntry));
+            return self.scalar(&c, at, depth, slot);
         }
         if depth >= crate::MAX_DEPTH {
             return Err(DecodeError::new(at, K::TooDeep));
         }
         if !c.is_object() {
-            if c.count <= DIRECT_MAX_ITEMS {
-                let mut items = Vec::with_capacity(c.count);
-                self.items(&c, depth, &mut items)?;
-                return Ok(Value::Array(items));
+            if c.count > DIRECT_MAX_ITEMS {
+                slot.put(Value::Array(self.large_array(&c, depth)?));
+                return Ok(());
             }
-            let mut stack = std::mem::take(&mut self.scratch.items);
-            let start = stack.len();
-            let out = self
-                .items(&c, depth, &mut stack)
-                .map(|()| take_tail(&mut stack, start));
-            stack.truncate(start);
-            self.scratch.items = stack;
-            return out.map(Value::Array);
+            let mut items = Vec::with_capacity(c.count);
+            self.items(&c, depth, &mut items)?;
+            slot.put(Value::Array(items));
+            return Ok(());
         }
         // Keys come first in the data, values after them: walk both at
         // once, so that each pair is pushed whole.
@@ -109,23 +98,72 @@ impl<'a> Decoder<'a> {
         for j in 0..c.count {
             val_off = c.span(j, val_off)?.1;
         }
-        if c.count <= DIRECT_MAX_PAIRS {
-            let mut pairs = Vec::with_capacity(c.count);
-            let ordered = self.pairs(&c, depth, val_off, &mut pairs)?;
-            return Ok(Value::Object(if ordered {
-                Object::from_ordered_pairs(pairs)
-            } else {
-                Object::from_pairs(pairs)
-            }));
+        if c.count > DIRECT_MAX_PAIRS {
+            slot.put(Value::Object(self.large_object(&c, depth, val_off)?));
+            return Ok(());
         }
+        let mut pairs = Vec::with_capacity(c.count);
+        let ordered = self.pairs(&c, depth, val_off, &mut pairs)?;
+        slot.put(Value::Object(if ordered {
+            Object::from_ordered_pairs(pairs)
+        } else {
+            unordered(pairs)
+        }));
+        Ok(())
+    }
+
+    /// The value in a scalar wrapper at `at`.
+    #[inline(never)]
+    fn scalar(
+        &mut self,
+        c: &Container<'a>,
+        at: usize,
+        depth: usize,
+        slot: impl Slot,
+    ) -> Result<(), DecodeError> {
+        if depth > 0 {
+            return Err(DecodeError::new(at, K::BadHeader));
+        }
+        if self.wrappers >= crate::MAX_DEPTH {
+            return Err(DecodeError::new(at, K::TooDeep));
+        }
+        self.wrappers += 1;
+        self.child(c, 0, 0, depth, slot)?;
+        self.wrappers -= 1;
+        Ok(())
+    }
+
+    /// The elements of a large array, collected on the scratch stack. Out
+    /// of line, as are the other rare paths, to keep the frames of the
+    /// recursion small.
+    #[inline(never)]
+    fn large_array(&mut self, c: &Container<'a>, depth: usize) -> Result<Vec<Value>, DecodeError> {
+        let mut stack = std::mem::take(&mut self.scratch.items);
+        let start = stack.len();
+        let out = self
+            .items(c, depth, &mut stack)
+            .map(|()| take_tail(&mut stack, start));
+        stack.truncate(start);
+        self.scratch.items = stack;
+        out
+    }
+
+    /// The pairs of a large object, collected on the scratch stack.
+    #[inline(never)]
+    fn large_object(
+        &mut self,
+        c: &Container<'a>,
+        depth: usize,
+        val_off: usize,
+    ) -> Result<Object, DecodeError> {
         let mut stack = std::mem::take(&mut self.scratch.pairs);
         let start = stack.len();
         let out = self
-            .pairs(&c, depth, val_off, &mut stack)
+            .pairs(c, depth, val_off, &mut stack)
             .map(|_| Object::take_from(&mut stack, start));
         stack.truncate(start);
         self.scratch.pairs = stack;
-        out.map(Value::Object)
+        out
     }
 
     /// Decodes the elements of array `c` onto `out`.
@@ -150,10 +188,11 @@ impl<'a> Decoder<'a> {
         c: &Container<'a>,
         depth: usize,
         mut val_off: usize,
-        out: &mut Vec<(String, Value)>,
+        out: &mut Vec<(Key, Value)>,
     ) -> Result<bool, DecodeError> {
         let mut off = 0;
         let mut ordered = true;
+        let mut prev = None;
         for i in 0..c.count {
             let (e, start, len, next) = locate(c, i, off)?;
             let key = match e & E_TYPE_MASK {
@@ -164,9 +203,10 @@ impl<'a> Decoder<'a> {
                 _ => return Err(DecodeError::new(c.entries_at + 4 * i, K::BadEntry)),
             };
             off = next;
-            if let Some((prev, _)) = out.last() {
-                ordered &= key_before(prev, &key);
+            if let Some(prev) = prev {
+                ordered &= key_before(prev, key);
             }
+            prev = Some(key);
             val_off = self.child(c, c.count + i, val_off, depth + 1, Pair { out, key })?;
         }
         Ok(ordered)
@@ -182,7 +222,7 @@ impl<'a> Decoder<'a> {
         len: usize,
         extra: usize,
         spent_at: usize,
-    ) -> Result<String, DecodeError> {
+    ) -> Result<&'a str, DecodeError> {
         let truncated = DecodeError::new(start, K::Truncated);
         let end = start.checked_add(len).ok_or(truncated.clone())?;
         let bytes = self.buf.get(start..end).ok_or(truncated)?;
@@ -190,12 +230,12 @@ impl<'a> Decoder<'a> {
             self.spend(extra + bytes.len(), spent_at)?;
             // SAFETY: `plain_ascii` checked that every byte is below 0x80,
             // and a sequence of ASCII bytes is valid UTF-8.
-            return Ok(unsafe { String::from_utf8_unchecked(bytes.to_vec()) });
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
         }
         let cut = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         let bytes = &bytes[..cut];
         self.spend(extra + bytes.len(), spent_at)?;
-        Ok(utf8(bytes, start)?.to_owned())
+        utf8(bytes, start)
     }
 
     /// Decodes child `j`, which starts `off` bytes into the data area, into
@@ -214,7 +254,7 @@ impl<'a> Decoder<'a> {
         match e & E_TYPE_MASK {
             E_STRING => {
                 let s = self.string(start, len, 0, start)?;
-                slot.put(Value::String(s));
+                slot.put(Value::String(s.to_owned()));
             }
             E_NULL => slot.put(Value::Null),
             E_FALSE => slot.put(Value::Bool(false)),
@@ -225,10 +265,7 @@ impl<'a> Decoder<'a> {
                 let n = numeric_bin::read(data).map_err(|_| DecodeError::new(at, K::BadNumeric))?;
                 slot.put(Value::Numeric(n));
             }
-            E_CONTAINER => {
-                let v = self.container(align4(start), depth)?;
-                slot.put(v);
-            }
+            E_CONTAINER => self.container(align4(start), depth, slot)?,
             E_EXTENDED => self.extended(align4(start), depth, slot)?,
             _ => return Err(DecodeError::new(c.entries_at + 4 * j, K::BadEntry)),
         }
@@ -262,7 +299,9 @@ impl<'a> Decoder<'a> {
     #[inline(never)]
     fn entity(&mut self, sub: u32, at: usize, depth: usize) -> Result<Value, DecodeError> {
         let bad_entity = DecodeError::new(at, K::BadEntity);
-        match (sub, self.container(at + 4, depth)?) {
+        let mut one = None;
+        self.container(at + 4, depth, &mut one)?;
+        match (sub, one.ok_or(bad_entity.clone())?) {
             (EXT_VERTEX, Value::Object(o)) => Vertex::try_from_object(o).map(Value::Vertex),
             (EXT_EDGE, Value::Object(o)) => Edge::try_from_object(o).map(Value::Edge),
             (EXT_PATH, Value::Array(items)) => Path::try_from_values(items).map(Value::Path),
@@ -270,6 +309,12 @@ impl<'a> Decoder<'a> {
         }
         .map_err(|_| bad_entity)
     }
+}
+
+/// Pairs whose keys are out of order or repeated, which AGE never writes.
+#[inline(never)]
+fn unordered(pairs: Vec<(Key, Value)>) -> Object {
+    Object::from_pairs(pairs)
 }
 
 /// Entry `j` of `c`, whose data starts `off` bytes into the data area: the
@@ -337,28 +382,60 @@ trait Slot {
 }
 
 impl Slot for &mut Vec<Value> {
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn put(self, v: Value) {
-        self.push(v);
+        let len = self.len();
+        match self.spare_capacity_mut().first_mut() {
+            Some(slot) => {
+                slot.write(v);
+                // SAFETY: the first spare slot was just written.
+                unsafe { self.set_len(len + 1) };
+            }
+            None => push_cold(self, v),
+        }
     }
 }
 
-/// An object's value, pushed with its key.
-struct Pair<'v> {
-    out: &'v mut Vec<(String, Value)>,
-    key: String,
+/// Never taken for AGE's data: every container is allocated at its
+/// stored count.
+#[cold]
+#[inline(never)]
+fn push_cold<T>(out: &mut Vec<T>, v: T) {
+    out.push(v);
 }
 
-impl Slot for Pair<'_> {
-    #[inline(always)]
+/// An object's value, pushed with its key. The key is built only then,
+/// in its place: built before the value and moved, it would be read back
+/// soon after its bytes were written piecewise, a stall on every key.
+struct Pair<'v, 'a> {
+    out: &'v mut Vec<(Key, Value)>,
+    key: &'a str,
+}
+
+impl Slot for Pair<'_, '_> {
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn put(self, v: Value) {
-        self.out.push((self.key, v));
+        let out = self.out;
+        let len = out.len();
+        match out.spare_capacity_mut().first_mut() {
+            Some(slot) => {
+                let p = slot.as_mut_ptr();
+                // SAFETY: `p` points to the first spare slot, allocated and
+                // unused; both fields are written before the length covers it.
+                unsafe {
+                    std::ptr::addr_of_mut!((*p).0).write(Key::new(self.key));
+                    std::ptr::addr_of_mut!((*p).1).write(v);
+                    out.set_len(len + 1);
+                }
+            }
+            None => push_cold(out, (Key::new(self.key), v)),
+        }
     }
 }
 
 /// A top-level scalar.
 impl Slot for &mut Option<Value> {
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     fn put(self, v: Value) {
         *self = Some(v);
     }
@@ -392,6 +469,22 @@ mod tests {
         };
         let big_stack = std::thread::Builder::new().stack_size(64 << 20);
         big_stack.spawn(run).unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn pairs_and_items_are_written_in_place() {
+        // Short and long keys, out of order, nested containers and a large
+        // array (through the scratch stack): as the text parser builds them.
+        let long = "k".repeat(40);
+        let items: Vec<String> = (0..40)
+            .map(|i| format!("{{\"b{i}\": [{i}, \"s\"]}}"))
+            .collect();
+        let text = format!(
+            r#"{{"zz": [1, "two", {{"{long}": null, "a": 1.5}}], "a": "é", "big": [{}]}}"#,
+            items.join(", ")
+        );
+        let v = crate::parse(&text).unwrap();
+        assert_eq!(decode(&crate::encode(&v)), Ok(v));
     }
 
     #[test]

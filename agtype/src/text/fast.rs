@@ -12,6 +12,7 @@
 use super::lex::skip_plain;
 use crate::float::{float8in, parse_float_token};
 use crate::inline_stack::InlineStack;
+use crate::key::Key;
 use crate::numeric::Numeric;
 use crate::scratch::{Scratch, take_tail, with_scratch};
 use crate::value::{Edge, Object, Path, Value, Vertex};
@@ -174,11 +175,11 @@ impl<'a> Fast<'a> {
     }
 
     /// `"key"` then `:`.
-    fn key(&mut self) -> Option<String> {
+    fn key(&mut self) -> Option<Key> {
         if self.b.get(self.pos) != Some(&b'"') {
             return None;
         }
-        let k = self.string()?;
+        let k = self.string_as(Key::new, Key::from)?;
         self.ws();
         if self.b.get(self.pos) != Some(&b':') || self.b.get(self.pos + 1) == Some(&b':') {
             return None;
@@ -338,12 +339,23 @@ impl<'a> Fast<'a> {
 
     /// A string at `"`, unescaped.
     fn string(&mut self) -> Option<String> {
+        self.string_as(str::to_owned, |s| s)
+    }
+
+    /// A string at `"`, unescaped, built by `plain` from the input when it
+    /// has no escapes, else by `unescaped` from a copy.
+    #[inline(always)]
+    fn string_as<T>(
+        &mut self,
+        plain: impl FnOnce(&str) -> T,
+        unescaped: impl FnOnce(String) -> T,
+    ) -> Option<T> {
         let (b, s) = (self.b, self.s);
         let body = self.pos + 1;
         let mut p = skip_plain(b, body);
         if b.get(p) == Some(&b'"') {
             self.pos = p + 1;
-            return s.get(body..p).map(str::to_owned);
+            return s.get(body..p).map(plain);
         }
         let mut out = String::with_capacity(p - body + 8);
         out.push_str(s.get(body..p)?);
@@ -351,7 +363,7 @@ impl<'a> Fast<'a> {
             match *b.get(p)? {
                 b'"' => {
                     self.pos = p + 1;
-                    return Some(out);
+                    return Some(unescaped(out));
                 }
                 b'\\' => {
                     let c = match *b.get(p + 1)? {

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use super::error::ParseError;
 use super::lex::{Lexer, Tok};
 use crate::float::{float8in, parse_float_token};
+use crate::key::Key;
 use crate::numeric::Numeric;
 use crate::value::{Edge, Object, Path, Value, Vertex};
 
@@ -31,7 +32,7 @@ pub(crate) fn parse_reference(input: &str) -> Result<Value, ParseError> {
 /// container closes, so no container's storage is ever reallocated.
 enum Frame {
     Array { start: usize },
-    Object { start: usize, key: String },
+    Object { start: usize, key: Key },
 }
 
 struct Parser<'a> {
@@ -76,7 +77,7 @@ impl<'a> Parser<'a> {
     fn run(mut self) -> Result<Value, ParseError> {
         let mut stack: Vec<Frame> = Vec::new();
         let mut items: Vec<Value> = Vec::new();
-        let mut pairs: Vec<(String, Value)> = Vec::new();
+        let mut pairs: Vec<(Key, Value)> = Vec::new();
         'value: loop {
             let (tok, at, text) = self.next()?;
             let mut value = match tok {
@@ -102,7 +103,7 @@ impl<'a> Parser<'a> {
                             self.expect_colon()?;
                             stack.push(Frame::Object {
                                 start: pairs.len(),
-                                key: key.into_owned(),
+                                key: Key::from(key),
                             });
                             continue 'value;
                         }
@@ -153,7 +154,7 @@ impl<'a> Parser<'a> {
                             Tok::Comma => {
                                 let (t, at, text) = self.next()?;
                                 match t {
-                                    Tok::String(k) => *key = k.into_owned(),
+                                    Tok::String(k) => *key = Key::from(k),
                                     Tok::End => return Err(ParseError::ended(at)),
                                     _ => return Err(ParseError::expected(at, "string", text)),
                                 }
@@ -162,7 +163,7 @@ impl<'a> Parser<'a> {
                             }
                             Tok::RBrace => {
                                 stack.pop();
-                                let own: Vec<(String, Value)> = pairs.drain(start..).collect();
+                                let own: Vec<(Key, Value)> = pairs.drain(start..).collect();
                                 value = self.finish_object(own)?;
                             }
                             Tok::End => return Err(ParseError::ended(at)),
@@ -193,7 +194,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn finish_object(&mut self, pairs: Vec<(String, Value)>) -> Result<Value, ParseError> {
+    fn finish_object(&mut self, pairs: Vec<(Key, Value)>) -> Result<Value, ParseError> {
         let annotation = self.annotation()?;
         let object = Object::from_pairs(pairs);
         let shape = |e: crate::ShapeError, at| ParseError::other(at, "22023", e.message());

@@ -8,7 +8,7 @@ use serde::de::{
 use serde::forward_to_deserialize_any;
 
 use super::{EDGE_MARKER, Error, Segment, VERTEX_MARKER, kind_name};
-use crate::{Numeric, Object, Value};
+use crate::{Key, Numeric, Object, Value};
 
 pub(super) struct ValueDeserializer(pub(super) Value);
 
@@ -153,7 +153,10 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer {
             Value::Object(o) if o.len() == 1 => {
                 let mut pairs = o.into_pairs();
                 match pairs.pop() {
-                    Some((variant, content)) => visitor.visit_enum(Enum { variant, content }),
+                    Some((variant, content)) => visitor.visit_enum(Enum {
+                        variant: variant.into_string(),
+                        content,
+                    }),
                     None => Err(Error::new("expected an enum variant")),
                 }
             }
@@ -237,7 +240,7 @@ fn visit_seq<'de, V: Visitor<'de>>(items: Vec<Value>, visitor: V) -> Result<V::V
 }
 
 fn visit_map<'de, V: Visitor<'de>>(
-    pairs: Vec<(String, Value)>,
+    pairs: Vec<(Key, Value)>,
     visitor: V,
 ) -> Result<V::Value, Error> {
     visitor.visit_map(Map {
@@ -274,8 +277,8 @@ impl<'de> SeqAccess<'de> for &mut Seq {
 }
 
 struct Map {
-    pairs: std::vec::IntoIter<(String, Value)>,
-    pending: Option<(String, Value)>,
+    pairs: std::vec::IntoIter<(Key, Value)>,
+    pending: Option<(Key, Value)>,
 }
 
 impl<'de> MapAccess<'de> for Map {
@@ -290,7 +293,7 @@ impl<'de> MapAccess<'de> for Map {
         };
         let key = seed
             .deserialize(KeyDeserializer(&k))
-            .map_err(|e| e.inside(Segment::Key(k.clone())))?;
+            .map_err(|e| e.inside(Segment::Key(k.to_string())))?;
         self.pending = Some((k, v));
         Ok(Some(key))
     }
@@ -300,7 +303,7 @@ impl<'de> MapAccess<'de> for Map {
             return Err(Error::new("a map value was asked for before its key"));
         };
         seed.deserialize(ValueDeserializer(v))
-            .map_err(|e| e.inside(Segment::Key(k)))
+            .map_err(|e| e.inside(Segment::Key(k.into_string())))
     }
 
     fn size_hint(&self) -> Option<usize> {

@@ -3,7 +3,7 @@
 use serde::ser::{self, Impossible, Serialize};
 
 use super::{EDGE_MARKER, Error, PATH_MARKER, Segment, VERTEX_MARKER, kind_name};
-use crate::{Edge, Numeric, Object, Path, Value, Vertex};
+use crate::{Edge, Key, Numeric, Object, Path, Value, Vertex};
 
 pub(super) struct ValueSerializer;
 
@@ -135,7 +135,7 @@ impl ser::Serializer for ValueSerializer {
             .serialize(self)
             .map_err(|e| e.inside(Segment::Key(variant.into())))?;
         Ok(Value::Object(Object::from_pairs(vec![(
-            variant.into(),
+            Key::from(variant),
             inner,
         )])))
     }
@@ -307,7 +307,7 @@ impl<T> Variant<T> {
     fn wrap(name: &'static str, content: Result<Value>) -> Result<Value> {
         let content = content.map_err(|e| e.inside(Segment::Key(name.into())))?;
         Ok(Value::Object(Object::from_pairs(vec![(
-            name.into(),
+            Key::from(name),
             content,
         )])))
     }
