@@ -242,6 +242,38 @@ impl Raw {
         Some(self.next().await)
     }
 
+    /// Queues a Terminate, the connection kept open to read what comes.
+    pub fn goodbye(&mut self) -> &mut Self {
+        self.msg(b'X', |_| {})
+    }
+
+    /// Reads every message until the other side closes the connection.
+    pub async fn until_closed(&mut self) -> Vec<Msg> {
+        let mut v = Vec::new();
+        loop {
+            if self.buf.len() >= 5 {
+                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
+                    as usize;
+                if self.buf.len() > len {
+                    let m = self.buf.split_to(len + 1);
+                    v.push(Msg {
+                        tag: m[0] as char,
+                        body: m[5..].to_vec(),
+                    });
+                    continue;
+                }
+            }
+            let read = self.stream.read_buf(&mut self.buf);
+            let n = tokio::time::timeout(std::time::Duration::from_secs(30), read)
+                .await
+                .expect("closed within 30 s");
+            // A reset after the last message counts as closed too.
+            if !matches!(n, Ok(n) if n > 0) {
+                return v;
+            }
+        }
+    }
+
     pub async fn terminate(mut self) {
         self.msg(b'X', |_| {});
         self.send().await;

@@ -403,3 +403,24 @@ async fn answers_past_the_held_bound_are_run_again_not_held() {
         "{reasons:?}"
     );
 }
+
+/// A Terminate sent behind a query is read by the server only after the
+/// query has run: the client gets the query's answers, then the connection
+/// closes, as it does from PostgreSQL itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goodbye_behind_a_query_waits_for_its_answers() {
+    let s = Sides::start().await;
+    let mut seen = Vec::new();
+    for t in s.targets() {
+        let mut raw = onetrip_tests::transcript::Raw::connect(t.port, &[]).await;
+        raw.query("select pg_sleep(0.2), 1").goodbye().send().await;
+        let got = raw.until_closed().await;
+        let tokens: Vec<String> = got.iter().map(onetrip_tests::script::token).collect();
+        seen.push((t.name.clone(), tokens));
+    }
+    let (reference, want) = &seen[0];
+    assert_eq!(want.len(), 4, "{reference}: {want:?}");
+    for (name, got) in &seen[1..] {
+        assert_eq!(got, want, "{name} against {reference}");
+    }
+}

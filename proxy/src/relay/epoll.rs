@@ -24,10 +24,7 @@ use bytes::BytesMut;
 use tracing::Span;
 
 use super::{Bufs, End};
-use crate::{
-    protocol::{Flow, Protocol},
-    worker::seats::Seat,
-};
+use crate::{protocol::Protocol, worker::seats::Seat};
 use crate::{
     stats::Counters,
     worker::{self, epoll::Event, thread_mark},
@@ -428,7 +425,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             Err(err) => return Err(Stop::End(End::Error(format!("client write: {err}")))),
         }
     }
-    if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
+    if super::client_done(proto, b) {
         return Err(Stop::End(End::ClientClosed));
     }
     if let Some(j) = super::move_due(proto, b, seat) {

@@ -86,6 +86,14 @@ pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
     })
 }
 
+/// The client has said goodbye and the session may end: its Terminate is
+/// written, and the server owes nothing it was asked to answer. A server
+/// reads a Terminate only after the query it runs, so a client whose
+/// goodbye came mid-query sees its connection close then, not at once.
+pub(crate) fn client_done(proto: &Protocol, b: &Bufs) -> bool {
+    proto.flow == Flow::Terminated && !b.to_up.wants_write() && !proto.flight.awaiting_ready()
+}
+
 /// Whether to read the client and the upstream now: not while the other
 /// side's queue is over `limits.buffer_bytes` (backpressure), nor while
 /// the protocol holds that side back.

@@ -17,13 +17,7 @@ use super::{
     wake::{self, Wakers},
     wants_reads,
 };
-use crate::{
-    net::Pair,
-    protocol::{Flow, Protocol},
-    shared::Shared,
-    stats::Counters,
-    worker::seats::Seat,
-};
+use crate::{net::Pair, protocol::Protocol, shared::Shared, stats::Counters, worker::seats::Seat};
 
 /// What became ready in one wait of the relay loop.
 #[derive(Default)]
@@ -112,7 +106,7 @@ pub(crate) async fn relay(
         if let (_, Poll::Ready(Err(e))) = wrote {
             break End::Error(format!("client write: {e}"));
         }
-        if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
+        if super::client_done(proto, &b) {
             break End::ClientClosed;
         }
         if timer.is_none()
