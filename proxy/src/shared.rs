@@ -45,6 +45,8 @@ pub struct Shared {
     pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: Pool,
+    /// Transaction pooling's pools (`[pool] mode = "transaction"`).
+    pub pools: crate::pooling::Pools,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -136,6 +138,7 @@ impl Shared {
         let analyzer =
             onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
         let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
+        let pool_size = config.pool.pool_size;
         Self {
             analyzer: Arc::new(analyzer),
             config: Arc::new(config),
@@ -148,6 +151,7 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
+            pools: crate::pooling::Pools::new(pool_size),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),

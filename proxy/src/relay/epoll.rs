@@ -431,6 +431,9 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
     if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
         return Err(Stop::End(End::ClientClosed));
     }
+    if super::release_due(proto, b) {
+        return Err(Stop::End(End::Release));
+    }
     if let Some(j) = super::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
     }

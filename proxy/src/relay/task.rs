@@ -12,7 +12,7 @@ use std::{
 use tokio_util::io::poll_read_buf;
 
 use super::{
-    Bufs, Closer, End, Outcome, move_due, process, reserve,
+    Bufs, Closer, End, Outcome, move_due, process, release_due, reserve,
     spin::Spin,
     wake::{self, Wakers},
     wants_reads,
@@ -113,6 +113,9 @@ pub(crate) async fn relay(
         }
         if proto.flow == Flow::Terminated && !b.to_up.wants_write() {
             break End::ClientClosed;
+        }
+        if release_due(proto, &b) {
+            break End::Release;
         }
         if timer.is_none()
             && let Some(j) = move_due(proto, &b, seat)
