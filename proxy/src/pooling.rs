@@ -384,7 +384,8 @@ mod tests {
         }
         let (i, _peer) = idle(&pool, a);
         pool.give_back(i);
-        assert!(matches!(waiter.await.unwrap(), Ok(Grant::Idle(_))));
+        let first = waiter.await.unwrap();
+        assert!(matches!(first, Ok(Grant::Idle(_))));
         // A place freed goes to a waiter to open a new connection in.
         let p2 = pool.clone();
         let waiter = tokio::spawn(async move { p2.acquire(long, long, long).await });
@@ -392,8 +393,11 @@ mod tests {
             tokio::task::yield_now().await;
         }
         drop(b);
-        assert!(matches!(waiter.await.unwrap(), Ok(Grant::Open(_))));
+        let second = waiter.await.unwrap();
+        assert!(matches!(second, Ok(Grant::Open(_))));
         assert_eq!(pool.row().active, 2);
+        drop((first, second));
+        assert_eq!(pool.row().active, 0, "every place freed");
     }
 
     #[tokio::test]
