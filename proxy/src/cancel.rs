@@ -46,7 +46,9 @@ impl Key {
 
 /// The keys handed to clients, each with the backend it cancels now.
 pub struct CancelKeys {
-    map: DashMap<Key, Key>,
+    /// `None`: the client runs nothing now (transaction pooling, between
+    /// two server connections), and its cancel goes nowhere.
+    map: DashMap<Key, Option<Key>>,
     rng: SystemRandom,
 }
 
@@ -75,7 +77,7 @@ impl CancelKeys {
                 secret: Bytes::copy_from_slice(&secret),
             };
             if let Entry::Vacant(e) = self.map.entry(key.clone()) {
-                e.insert(backend);
+                e.insert(Some(backend));
                 return Some(key);
             }
         }
@@ -85,7 +87,15 @@ impl CancelKeys {
     /// Points a client's key at the backend that runs its queries now.
     pub fn point(&self, key: &Key, backend: Key) {
         if let Some(mut target) = self.map.get_mut(key) {
-            *target = backend;
+            *target = Some(backend);
+        }
+    }
+
+    /// The client has given its backend back to the pool: its key cancels
+    /// nothing until it has another (that backend now runs other clients').
+    pub fn detach(&self, key: &Key) {
+        if let Some(mut target) = self.map.get_mut(key) {
+            *target = None;
         }
     }
 
@@ -96,7 +106,7 @@ impl CancelKeys {
 
     /// The backend a client's key cancels now.
     pub fn backend(&self, key: &Key) -> Option<Key> {
-        self.map.get(key).map(|b| b.clone())
+        self.map.get(key).and_then(|b| b.clone())
     }
 
     pub fn len(&self) -> usize {
@@ -138,6 +148,8 @@ mod tests {
         assert_eq!(keys.backend(&a), None, "a departed client's key is dead");
         keys.point(&b, key(43, b"wxyz"));
         assert_eq!(keys.backend(&b), Some(key(43, b"wxyz")));
+        keys.detach(&b);
+        assert_eq!(keys.backend(&b), None, "between two backends");
         assert_eq!(Key::from_message(&b.message()), Some(b));
     }
 

@@ -13,6 +13,7 @@ pub struct Config {
     pub tls: Tls,
     pub coalesce: Coalesce,
     pub transactions: Transactions,
+    pub pool: PoolConfig,
     pub planner: Planner,
     pub metrics: Metrics,
     pub admin: Admin,
@@ -187,6 +188,38 @@ impl Default for Transactions {
         Self {
             defer_begin: true,
             lazy_reads: false,
+        }
+    }
+}
+
+/// Whether a client keeps its server connection for its whole session or
+/// only while a transaction runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    Session,
+    Transaction,
+}
+
+/// `[pool]`: transaction pooling.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    pub mode: PoolMode,
+    /// Server connections per pool (one pool per startup packet) at most.
+    pub pool_size: usize,
+    /// How long a client waits for a server connection of its pool before
+    /// it gets an error.
+    #[serde(with = "duration")]
+    pub query_wait_timeout: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            mode: PoolMode::Session,
+            pool_size: 20,
+            query_wait_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -480,6 +513,12 @@ impl Config {
         if self.limits.client_write_timeout.is_zero() {
             return Err(key("limits.client_write_timeout", "must be more than zero"));
         }
+        if self.pool.pool_size == 0 {
+            return Err(key("pool.pool_size", "must be at least 1"));
+        }
+        if self.pool.query_wait_timeout.is_zero() {
+            return Err(key("pool.query_wait_timeout", "must be more than zero"));
+        }
         if self.admin.database.is_empty() {
             return Err(key("admin.database", "must not be empty"));
         }
@@ -520,12 +559,13 @@ fn apply_env(
     rest: &str,
     value: &str,
 ) -> Result<(), ConfigError> {
-    const SECTIONS: [&str; 10] = [
+    const SECTIONS: [&str; 11] = [
         "listen",
         "upstream",
         "tls",
         "coalesce",
         "transactions",
+        "pool",
         "planner",
         "metrics",
         "admin",

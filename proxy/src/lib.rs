@@ -21,6 +21,7 @@ pub mod cypher_cache;
 pub mod metrics;
 pub mod net;
 pub mod pool;
+pub mod pooling;
 pub mod protocol;
 pub mod relay;
 pub mod reload;

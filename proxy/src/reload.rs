@@ -117,6 +117,8 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
         upstream.embedded_data_dir,
         upstream.reuse,
         limits.max_stats_rows,
+        pool.mode,
+        pool.pool_size,
     );
     kept
 }

@@ -152,7 +152,9 @@ impl Proxy {
                 })
             }
         };
-        if shared.config().upstream.reuse {
+        if shared.config().upstream.reuse
+            || shared.config().pool.mode == crate::config::PoolMode::Transaction
+        {
             tokio::spawn(expire_kept(Arc::downgrade(&shared)));
         }
         info!(listen = %local_addr, upstream = %shared.upstream_addr, "onetrip ready");
@@ -274,6 +276,7 @@ impl Proxy {
         }
         // Kept connections say goodbye before any embedded server stops.
         self.shared.reuse.clear();
+        self.shared.pools.clear();
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }
@@ -303,6 +306,7 @@ async fn expire_kept(shared: std::sync::Weak<Shared>) {
         tokio::time::sleep(every).await;
         let Some(s) = shared.upgrade() else { return };
         s.reuse.expire(s.config().upstream.reuse_idle_timeout);
+        s.pools.expire(s.config().upstream.reuse_idle_timeout);
     }
 }
 

@@ -47,6 +47,8 @@ pub struct Shared {
     pub cypher: Arc<CypherCache>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: Pool,
+    /// Transaction pooling's pools (`[pool] mode = "transaction"`).
+    pub pools: crate::pooling::Pools,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -175,6 +177,7 @@ impl Shared {
         workers: Vec<tokio::runtime::Handle>,
     ) -> Self {
         let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
+        let pool_size = config.pool.pool_size;
         Self {
             live: RwLock::new(Arc::new(Live::new(config, tls_acceptor))),
             reload: Default::default(),
@@ -186,6 +189,7 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
+            pools: crate::pooling::Pools::new(pool_size),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),

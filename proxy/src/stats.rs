@@ -222,6 +222,10 @@ pub struct SessionInfo {
     pub application_name: String,
     pub started: SystemTime,
     pub upstream_pid: AtomicU64,
+    /// Why a pooled session keeps its server connection (`SHOW CLIENTS`).
+    pub pin: std::sync::OnceLock<&'static str>,
+    /// It is in transaction pooling.
+    pub pooled: std::sync::atomic::AtomicBool,
     state: AtomicU8,
     relay: AtomicU8,
     /// Which row of the per-(database, user) totals it counts in (`Row`);
@@ -400,6 +404,8 @@ impl Stats {
             application_name: application_name.into(),
             started: SystemTime::now(),
             upstream_pid: AtomicU64::new(0),
+            pin: std::sync::OnceLock::new(),
+            pooled: std::sync::atomic::AtomicBool::new(false),
             state: AtomicU8::new(SessionState::Startup as u8),
             relay: AtomicU8::new(Relay::NotYet as u8),
             row: AtomicU8::new(Row::None as u8),

@@ -33,6 +33,7 @@ mod fallback;
 mod functions;
 mod isolation;
 use crate::lexer;
+mod pins;
 mod prepared;
 mod query;
 mod statement;
@@ -48,6 +49,7 @@ use crate::cypher::effect::CypherEffect;
 use sqlparser::parser::Parser;
 
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
+pub use pins::session_pin;
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a

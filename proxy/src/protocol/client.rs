@@ -211,6 +211,9 @@ impl Protocol {
             }
         }
         let msg = rewritten.as_ref().unwrap_or(msg);
+        if self.pooled {
+            self.watch_for_pins(t, msg);
+        }
         if wire::is_flush_request(t) {
             self.client_rt = true;
         }
@@ -233,7 +236,7 @@ impl Protocol {
             }
             tag::TERMINATE => {
                 self.flow = Flow::Terminated;
-                if self.keep_upstream && self.quiet() {
+                if (self.keep_upstream && self.quiet()) || self.releasable() {
                     self.terminate_withheld = true;
                     return false;
                 }

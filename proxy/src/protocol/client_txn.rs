@@ -30,6 +30,9 @@ pub(super) enum UnnamedFix {
     Drop,
     /// The extended form of a COMMIT or ROLLBACK parsed it: this Parse.
     Parse(Bytes),
+    /// The session moved to another server connection (transaction
+    /// pooling): the client's own unnamed Parse, made again and recorded.
+    Reparse(Bytes),
 }
 
 impl Protocol {
@@ -43,6 +46,7 @@ impl Protocol {
         to_client: &mut WriteQueue,
     ) -> TxnStep {
         if !self.txn.defer_begin {
+            self.fix_unnamed_before(chunk, at, t, to_up);
             return TxnStep::Go;
         }
         if self.txn_group {
@@ -324,6 +328,11 @@ impl Protocol {
         }
         let frame = match self.unnamed_fix.take() {
             Some(UnnamedFix::Parse(p)) => p,
+            Some(UnnamedFix::Reparse(p)) => {
+                let sql = frontend::parse(&p).map(|(_, text)| Sql::within(&p, text, None));
+                self.send_own_up_parsing(to_up, p, Own::Rerun, false, sql);
+                return;
+            }
             _ => super::own::close_statement(""),
         };
         self.send_own_up(to_up, frame, Own::Rerun, false);

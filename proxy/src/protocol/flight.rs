@@ -271,7 +271,6 @@ impl Flight {
     }
 
     /// Nothing sent is unanswered.
-    #[cfg(test)]
     pub fn answered(&self) -> bool {
         self.items.is_empty()
     }
@@ -421,6 +420,11 @@ impl Flight {
             }
         }
         self.prepared.get(name)
+    }
+
+    /// The server holds named prepared statements of the client's.
+    pub fn holds_named(&self) -> bool {
+        self.prepared.any_named()
     }
 
     /// A Close or `DEALLOCATE` of `name` went upstream.

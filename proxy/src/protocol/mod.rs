@@ -9,6 +9,7 @@ pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
 mod own;
+mod pooled;
 pub mod settings;
 mod statements;
 pub mod text;
@@ -145,6 +146,16 @@ pub struct Protocol {
     pub client_key: Option<crate::cancel::Key>,
     /// When the upstream connection was opened (`upstream.reuse_lifetime`).
     pub upstream_opened: Instant,
+    /// Transaction pooling: the session gives its server connection back
+    /// at each release point (`pooled.rs`).
+    pub pooled: bool,
+    /// Why the session keeps its server connection anyway.
+    pub pin: Option<&'static str>,
+    /// Its pool's count of pinned sessions.
+    pool_pins: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// The client's last unnamed Parse, to make its statement again on the
+    /// next server connection.
+    unnamed_parse: bytes::BytesMut,
 }
 
 /// A Query or Parse after routing.
@@ -198,6 +209,10 @@ impl Protocol {
             upstream_key: None,
             client_key: None,
             upstream_opened: Instant::now(),
+            pooled: false,
+            pin: None,
+            pool_pins: None,
+            unnamed_parse: bytes::BytesMut::new(),
         }
     }
 

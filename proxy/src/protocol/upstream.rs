@@ -204,7 +204,7 @@ impl Protocol {
                 Counters::add(&self.info.counters.errors, 1);
                 self.fatal_relayed |= backend::is_fatal(msg);
             }
-            tag::PARAMETER_STATUS if self.keep_upstream => {
+            tag::PARAMETER_STATUS if self.keep_upstream || self.pooled => {
                 if let Some((k, v)) = backend::parameter_status(msg) {
                     set_param(&mut self.server_params, k, v);
                 }

@@ -428,6 +428,9 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
     if super::client_done(proto, b) {
         return Err(Stop::End(End::ClientClosed));
     }
+    if super::release_due(proto, b) {
+        return Err(Stop::End(End::Release));
+    }
     if let Some(j) = super::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
     }

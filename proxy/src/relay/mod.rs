@@ -33,6 +33,9 @@ pub(crate) enum End {
     IdleTimeout,
     /// To go on relaying on worker N.
     Move(usize),
+    /// Transaction pooling: the session is at a release point, and its
+    /// server connection goes back to its pool.
+    Release,
 }
 
 /// A relaying session's read buffers and write queues.
@@ -120,6 +123,18 @@ pub(crate) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<us
         return seat.move_to(round_trips());
     }
     None
+}
+
+/// A pooled session may give its server connection back now: nothing is
+/// buffered either way and its protocol state is at a release point. One
+/// test per turn for sessions that are not pooled.
+pub(crate) fn release_due(proto: &Protocol, b: &Bufs) -> bool {
+    proto.pooled
+        && b.cin.is_empty()
+        && b.uin.is_empty()
+        && !b.to_up.wants_write()
+        && !b.to_client.wants_write()
+        && proto.releasable()
 }
 
 /// Keeps room for the next read without growing past what one read needs.

@@ -12,7 +12,7 @@ use std::{
 use tokio_util::io::poll_read_buf;
 
 use super::{
-    Bufs, Closer, End, Outcome, move_due, process, reserve,
+    Bufs, Closer, End, Outcome, move_due, process, release_due, reserve,
     spin::Spin,
     wake::{self, Wakers},
     wants_reads,
@@ -108,6 +108,9 @@ pub(crate) async fn relay(
         }
         if super::client_done(proto, &b) {
             break End::ClientClosed;
+        }
+        if release_due(proto, &b) {
+            break End::Release;
         }
         if timer.is_none()
             && let Some(j) = move_due(proto, &b, seat)

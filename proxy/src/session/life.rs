@@ -23,9 +23,16 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tracing::{Instrument, Span, debug, info, warn};
 
-use super::{handshake, reuse};
+use super::{
+    handshake,
+    pooled::{self, Next, Pooled},
+    reuse,
+};
 use crate::{
+    config::PoolMode,
     net::{Pair, Stream},
+    pool::Kept,
+    pooling::Grant,
     protocol::{Flow, Protocol},
     relay::{
         Bufs, Closer, End, Outcome,
@@ -61,7 +68,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     let opened = connect_and_authenticate(client, start, shared)
         .instrument(span.clone())
         .await;
-    let Some((proto, ready)) = opened else {
+    let Some((proto, ready, pooled)) = opened else {
         return;
     };
     let info = proto.info.clone();
@@ -78,6 +85,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 startup_raw,
                 shared: shared.clone(),
                 span: span.clone(),
+                pooled,
             };
             relay_to_the_end(Streams::Runtime(io), proto, bufs, seat, s).await
         }
@@ -88,6 +96,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         let mut statements = Default::default();
         if let Some(mut proto) = proto {
             forget_key(&mut proto, shared);
+            proto.uncount_pin();
             proto.cypher.close(&proto.services);
             statements = proto.statements.take().await;
         }
@@ -104,6 +113,9 @@ struct Session {
     startup_raw: Bytes,
     shared: Arc<Shared>,
     span: Span,
+    /// Transaction pooling: the session's pool and the slot of the
+    /// connection it holds (dropped last, after the connection closed).
+    pooled: Option<Pooled>,
 }
 
 type Lived = Pin<Box<dyn Future<Output = Option<Protocol>> + Send>>;
@@ -177,25 +189,61 @@ fn relay_to_the_end(
     // The two ways of relaying are boxed: a future holds the state of all
     // its awaits at once, and is copied whole each time it is boxed.
     Box::pin(async move {
+        let (mut streams, mut proto, mut bufs, mut seat, mut s) = (streams, proto, bufs, seat, s);
         let id = proto.info.id;
         let idle_limit = proto.services.config.limits.client_idle_timeout;
         let mut forced = Closer::new(s.shared.closer(id), proto.info.clone(), idle_limit);
-        let relayed = if fast::may_relay(&proto) {
-            match streams.unregistered() {
-                Ok(Ok((c, u))) => {
-                    Box::pin(relay_fast(c, u, proto, bufs, seat, &mut forced, &s)).await
+        // Each turn relays over one server connection; a pooled session
+        // turns again after each release point, on the connection it takes.
+        let relayed = loop {
+            let relayed = if fast::may_relay(&proto) {
+                match streams.unregistered() {
+                    Ok(Ok((c, u))) => {
+                        Box::pin(relay_fast(c, u, proto, bufs, seat, &mut forced, &s)).await
+                    }
+                    Ok(Err(e)) => {
+                        let why = format!("it could not leave the runtime: {e}");
+                        Some((Relayed::Lost(why), proto, seat))
+                    }
+                    Err(io) => {
+                        let io = Streams::Runtime(io);
+                        Some(Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s)).await)
+                    }
                 }
-                Ok(Err(e)) => {
-                    let why = format!("it could not leave the runtime: {e}");
-                    Some((Relayed::Lost(why), proto, seat))
+            } else {
+                Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
+            };
+            let released = match relayed {
+                Some((Relayed::Done(st, out), p, se)) if matches!(out.end, End::Release) => {
+                    (st, out.bufs, p, se)
                 }
-                Err(io) => {
-                    let io = Streams::Runtime(io);
-                    Some(Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s)).await)
+                other => break other,
+            };
+            let (st, b, p, se) = released;
+            (proto, seat) = (p, se);
+            let next = match (s.pooled.as_mut(), released_sockets(st)) {
+                (Some(pooled), Ok((c, u))) => {
+                    let between = pooled::between(c, u, &mut proto, pooled, &s.shared, &mut forced);
+                    between.instrument(s.span.clone()).await
+                }
+                (_, Err(why)) => {
+                    s.span.in_scope(|| warn!("session closed: {why}"));
+                    Next::End
+                }
+                // Never released without a pool.
+                (None, Ok(_)) => Next::End,
+            };
+            match next {
+                Next::Go(pair) => {
+                    streams = Streams::Runtime(pair);
+                    bufs = b;
+                }
+                Next::End => {
+                    s.shared.forget_closer(id);
+                    drop(seat);
+                    return Some(proto);
                 }
             }
-        } else {
-            Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
         };
         s.shared.forget_closer(id);
         let (relayed, mut proto, seat) = relayed?;
@@ -228,6 +276,24 @@ fn relay_to_the_end(
         // Forgotten before the connection is kept: from then on the
         // backend may run another client's queries.
         let key = forget_key(&mut proto, shared);
+        let upstream = match (upstream, s.pooled.as_mut()) {
+            // A pooled session that ended cleanly: its connection stays in
+            // the pool, as after any transaction.
+            (Some(Stream::Plain(t)), Some(pooled)) => {
+                match t
+                    .into_std()
+                    .and_then(|t| t.set_nonblocking(true).map(|()| t))
+                {
+                    Ok(tcp) => {
+                        proto.upstream_key = key;
+                        pooled.give_back(tcp, &mut proto);
+                    }
+                    Err(e) => debug!("pooled connection not given back: {e}"),
+                }
+                return Some(proto);
+            }
+            (u, _) => u,
+        };
         if let Some(upstream) = upstream {
             let leaving = reuse::Leaving {
                 upstream,
@@ -245,6 +311,19 @@ fn relay_to_the_end(
         }
         Some(proto)
     })
+}
+
+/// The plain sockets of a session that released its connection, out of
+/// the worker's epoll or the runtime.
+fn released_sockets(
+    streams: Streams,
+) -> Result<(std::net::TcpStream, std::net::TcpStream), String> {
+    streams.release();
+    match streams.unregistered() {
+        Ok(Ok(pair)) => Ok(pair),
+        Ok(Err(e)) => Err(format!("its sockets could not leave the runtime: {e}")),
+        Err(_) => Err("a TLS session was released (never pooled)".into()),
+    }
 }
 
 /// Relays through this worker's own epoll (`fast`) until relaying stops;
@@ -417,7 +496,7 @@ async fn connect_and_authenticate(
     client: Stream,
     start: Start,
     shared: &Arc<Shared>,
-) -> Option<(Protocol, Option<Ready>)> {
+) -> Option<(Protocol, Option<Ready>, Option<Pooled>)> {
     let Start {
         startup_raw,
         params,
@@ -433,7 +512,43 @@ async fn connect_and_authenticate(
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let client_tls = client.is_tls();
-    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none();
+    let limit = shared.config().limits.startup_timeout;
+    // Transaction pooling, for plain TCP both ways (a TLS client's stream
+    // can't wait between transactions here yet) and never replication.
+    let pooling = shared.config().pool.mode == PoolMode::Transaction
+        && shared.upstream_tls.is_none()
+        && !client_tls
+        && StartupMessage::param(&params, "replication").is_none();
+    let mut pool = None;
+    let mut grant = None;
+    if pooling {
+        // Logins take their connection from the pool too, so its size
+        // bounds them as well.
+        let p = shared.pools.pool(&startup_raw);
+        let up = &shared.config().upstream;
+        let wait = shared.config().pool.query_wait_timeout;
+        match p
+            .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
+            .await
+        {
+            Ok(g) => grant = Some(g),
+            Err(e) => {
+                warn!("{e}");
+                let mut c = client;
+                let msg = write::error(Severity::Fatal, "08P01", &e.to_string());
+                let limit = shared.config().limits.client_write_timeout;
+                let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
+                let _ = timeout(limit, write).await;
+                Counters::add(&info.counters.errors, 1);
+                shared.stats.close_session(&info, Default::default());
+                return None;
+            }
+        }
+        pool = Some(p);
+        // The wait is the pool's; the handshake gets its own time.
+        deadline = crate::timers::sleep_until(crate::timers::after(limit));
+    }
+    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none() && !pooling;
     let kept = match reuse {
         true => {
             let max_age = shared.config().upstream.reuse_idle_timeout;
@@ -441,6 +556,22 @@ async fn connect_and_authenticate(
         }
         false => None,
     };
+    let (kept, slot) = match grant {
+        Some(Grant::Idle(i)) => {
+            let kept = Kept {
+                tcp: i.tcp,
+                params: i.params,
+                key: i.key,
+                settings: i.settings,
+                opened: i.opened,
+                since: i.since,
+            };
+            (Some(kept), Some(i.slot))
+        }
+        Some(Grant::Open(slot)) => (kept, Some(slot)),
+        None => (kept, None),
+    };
+    let startup_for_pool = startup_raw.clone();
     let mut proto = Protocol::new(shared.services(), info.clone());
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
@@ -488,7 +619,26 @@ async fn connect_and_authenticate(
                 && a.plain_trust
                 && !io.upstream.is_tls()
                 && StartupMessage::param(&params, "replication").is_none();
-            if proto.keep_upstream {
+            let pooled = match (pool, slot) {
+                (Some(pool), Some(slot)) if a.plain_trust && !io.upstream.is_tls() => {
+                    Some(Pooled::new(pool, slot, startup_for_pool))
+                }
+                (Some(_), _) => {
+                    info!(
+                        "session mode: the upstream asked for a password (only trust connections are pooled)"
+                    );
+                    None
+                }
+                _ => None,
+            };
+            if let Some(p) = &pooled {
+                proto.pooled = true;
+                proto.keep_upstream = false;
+                proto.count_pins_in(p.pool.pinned.clone());
+                info.pooled
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if proto.keep_upstream || proto.pooled {
                 proto.server_params = a.params;
             }
             // Counted under its (database, user) only now: names sent by
@@ -496,11 +646,11 @@ async fn connect_and_authenticate(
             shared.stats.admit(&info);
             info.set_state(SessionState::Idle);
             debug!(database = %database, user = %user, "session ready");
-            Some((proto, Some((io, a.cin, a.uin))))
+            Some((proto, Some((io, a.cin, a.uin)), pooled))
         }
         Err(e) => {
             info!("{e}");
-            Some((proto, None))
+            Some((proto, None, None))
         }
     }
 }
@@ -514,11 +664,11 @@ fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bo
     match end {
         End::ClientClosed => {
             bufs.to_client = gone();
-            if proto.keep_upstream
-                && bufs.uin.is_empty()
-                && !bufs.to_up.wants_write()
-                && proto.quiet()
-            {
+            let clean = match proto.pooled {
+                true => proto.releasable(),
+                false => proto.keep_upstream && proto.quiet(),
+            };
+            if clean && bufs.uin.is_empty() && !bufs.to_up.wants_write() {
                 return true;
             }
             if proto.flow != Flow::Terminated || proto.terminate_withheld {
@@ -543,8 +693,9 @@ fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bo
             }
         }
         End::Error(e) => debug!("session ended: {e}"),
-        // Never finished: the session goes on elsewhere.
-        End::Move(_) => {}
+        // Never finished: the session goes on elsewhere, or over another
+        // connection of its pool.
+        End::Move(_) | End::Release => {}
         End::IdleTimeout => {
             info!("client idle past limits.client_idle_timeout: closed");
             // PostgreSQL's own, from its idle_session_timeout.

@@ -10,6 +10,7 @@ mod show_clients;
 mod show_config;
 mod show_fallbacks;
 mod show_help;
+mod show_pools;
 mod show_rewrites;
 mod show_servers;
 mod show_stats;
@@ -69,6 +70,7 @@ commands! {
     ShowStats => show_stats,
     ShowClients => show_clients,
     ShowServers => show_servers,
+    ShowPools => show_pools,
     ShowConfig => show_config,
     ShowFallbacks => show_fallbacks,
     ShowRewrites => show_rewrites,

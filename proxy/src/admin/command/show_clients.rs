@@ -25,6 +25,8 @@ const COLUMNS: &[&str] = &[
     "upstream_pid",
     "connect_time",
     "relay",
+    "pool_mode",
+    "pin",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -50,6 +52,11 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 (pid != 0).then(|| pid.to_string()),
                 cell(timestamp(si.started)),
                 si.relay().as_str().map(str::to_owned),
+                cell(match si.pooled.load(Ordering::Relaxed) {
+                    true => "transaction",
+                    false => "session",
+                }),
+                si.pin.get().map(|p| p.to_string()),
             ]
         })
         .collect();

@@ -1,0 +1,45 @@
+//! SHOW POOLS: one row per pool of transaction pooling (one per startup
+//! packet of a pooled session), with PgBouncer's columns.
+
+use bytes::BytesMut;
+
+use super::table::{cell, table};
+use crate::shared::Shared;
+
+pub const SYNTAX: &str = "SHOW POOLS";
+pub const ABOUT: &str = "one row per pool of server connections (transaction pooling)";
+
+const COLUMNS: &[&str] = &[
+    "database",
+    "user",
+    "cl_active",
+    "cl_waiting",
+    "sv_active",
+    "sv_idle",
+    "sv_pinned",
+    "maxwait_us",
+    "pool_mode",
+];
+
+pub fn run(shared: &Shared, out: &mut BytesMut) {
+    let rows = shared
+        .pools
+        .rows()
+        .into_iter()
+        .map(|p| {
+            vec![
+                cell(&p.database),
+                cell(&p.user),
+                // Clients waiting for a connection are not active.
+                cell(p.clients.saturating_sub(p.waiting)),
+                cell(p.waiting),
+                cell(p.active),
+                cell(p.idle),
+                cell(p.pinned),
+                cell(p.max_wait.as_micros()),
+                cell("transaction"),
+            ]
+        })
+        .collect();
+    table(out, COLUMNS, rows);
+}

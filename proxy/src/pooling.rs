@@ -1,0 +1,422 @@
+//! Transaction pooling's pools (`[pool] mode = "transaction"`): per startup
+//! packet, at most `pool_size` server connections, idle ones waiting for a
+//! client, and clients waiting in order for one. The lock is taken when a
+//! session takes or gives back a connection, never while it forwards.
+//! What a session does with a connection is the session's
+//! (`session::pooled`).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io::Write,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicUsize, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::{
+    protocol::settings::Settings,
+    wire::{
+        startup::{self, StartupMessage},
+        write,
+    },
+};
+
+/// A server connection of a pool, idle between two clients. It holds its
+/// place in the pool's count.
+pub struct Idle {
+    pub tcp: std::net::TcpStream,
+    /// The greeting's ParameterStatus values, for a client that logs in on it.
+    pub params: Vec<(String, String)>,
+    /// The backend's BackendKeyData message.
+    pub key: Option<Bytes>,
+    pub settings: Option<Settings>,
+    pub opened: Instant,
+    pub since: Instant,
+    pub slot: Slot,
+}
+
+impl Idle {
+    /// Nothing unread waits in it and the server has not closed it, as far
+    /// as the socket can tell now (one syscall).
+    fn alive(&self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.tcp.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Says goodbye and closes the connection; its place stays with the
+    /// slot returned.
+    fn close(self) -> Slot {
+        let _ = (&self.tcp).write(&write::TERMINATE);
+        self.slot
+    }
+}
+
+/// A place among a pool's `pool_size` connections: held by a connection
+/// (idle, in use, or being opened). Dropped, it goes to the first waiting
+/// client, or the pool's count goes down.
+pub struct Slot {
+    pool: Option<Arc<Pool>>,
+}
+
+impl Slot {
+    fn new(pool: &Arc<Pool>) -> Self {
+        Slot {
+            pool: Some(pool.clone()),
+        }
+    }
+
+    /// Leaves the count as it is (the place moves to another slot).
+    fn disarm(mut self) {
+        self.pool = None;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.place_freed();
+        }
+    }
+}
+
+/// What a waiting client is given.
+pub enum Grant {
+    /// An idle connection.
+    Idle(Idle),
+    /// A place to open a new connection in.
+    Open(Slot),
+}
+
+/// Why no connection was given.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "query_wait_timeout: no server connection of pool {database}/{user} came free within {timeout:?} ([pool] pool_size = {size})"
+)]
+pub struct WaitTimeout {
+    pub database: String,
+    pub user: String,
+    pub timeout: Duration,
+    pub size: usize,
+}
+
+/// One pool: the connections of one startup packet.
+pub struct Pool {
+    pub database: String,
+    pub user: String,
+    size: usize,
+    inner: Mutex<Inner>,
+    /// Pooled sessions of this startup packet now.
+    pub clients: AtomicUsize,
+    /// Of them, pinned to their connection.
+    pub pinned: Arc<AtomicUsize>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Connections open or being opened, idle ones included.
+    places: usize,
+    idle: Vec<Idle>,
+    waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
+}
+
+/// A pool's figures for `SHOW POOLS`.
+pub struct PoolRow {
+    pub database: String,
+    pub user: String,
+    pub clients: usize,
+    pub waiting: usize,
+    pub active: usize,
+    pub idle: usize,
+    pub pinned: usize,
+    pub max_wait: Duration,
+}
+
+impl Pool {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Each change under the lock is a push or a pop: a panic elsewhere
+        // can leave nothing half done here.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection for a client: an idle one, a place to open one, or the
+    /// first of either that comes free within `timeout`. Idle ones past
+    /// `max_idle`, past `lifetime` or not clean are replaced (their place
+    /// is given to open a new one).
+    pub async fn acquire(
+        self: &Arc<Self>,
+        timeout: Duration,
+        max_idle: Duration,
+        lifetime: Duration,
+    ) -> Result<Grant, WaitTimeout> {
+        let rx = {
+            let mut g = self.lock();
+            if let Some(idle) = g.idle.pop() {
+                drop(g);
+                return Ok(Self::checked(idle, max_idle, lifetime));
+            }
+            if g.places < self.size {
+                g.places += 1;
+                return Ok(Grant::Open(Slot::new(self)));
+            }
+            let (tx, rx) = oneshot::channel();
+            g.waiters.push_back((Instant::now(), tx));
+            rx
+        };
+        let mut rx = rx;
+        let got = match crate::timers::timeout(timeout, &mut rx).await {
+            Ok(Ok(grant)) => Some(grant),
+            _ => {
+                // A grant sent as the wait ended is taken, not lost.
+                rx.close();
+                rx.try_recv().ok()
+            }
+        };
+        match got {
+            Some(Grant::Idle(idle)) => Ok(Self::checked(idle, max_idle, lifetime)),
+            Some(open) => Ok(open),
+            None => Err(WaitTimeout {
+                database: self.database.clone(),
+                user: self.user.clone(),
+                timeout,
+                size: self.size,
+            }),
+        }
+    }
+
+    fn checked(idle: Idle, max_idle: Duration, lifetime: Duration) -> Grant {
+        if idle.since.elapsed() < max_idle && idle.opened.elapsed() < lifetime && idle.alive() {
+            Grant::Idle(idle)
+        } else {
+            Grant::Open(idle.close())
+        }
+    }
+
+    /// A connection comes back clean: to the first waiting client, or idle.
+    pub fn give_back(&self, idle: Idle) {
+        let mut idle = idle;
+        let mut g = self.lock();
+        while let Some((_, tx)) = g.waiters.pop_front() {
+            match tx.send(Grant::Idle(idle)) {
+                Ok(()) => return,
+                Err(Grant::Idle(back)) => idle = back,
+                Err(Grant::Open(slot)) => {
+                    slot.disarm();
+                    return unreachable_open();
+                }
+            }
+        }
+        g.idle.push(idle);
+    }
+
+    /// A connection's place is free (it closed, or was never opened): to
+    /// the first waiting client, to open one in, or off the count.
+    fn place_freed(self: Arc<Self>) {
+        let mut g = self.lock();
+        while let Some((_, tx)) = g.waiters.pop_front() {
+            match tx.send(Grant::Open(Slot::new(&self))) {
+                Ok(()) => return,
+                // The client stopped waiting: the new slot must not free
+                // the place again (this lock is held).
+                Err(Grant::Open(slot)) => slot.disarm(),
+                Err(Grant::Idle(_)) => {}
+            }
+        }
+        g.places = g.places.saturating_sub(1);
+    }
+
+    /// Closes idle connections that waited `max_idle`.
+    fn expire(&self, max_idle: Duration) -> Vec<Idle> {
+        let mut g = self.lock();
+        let (keep, old): (Vec<_>, Vec<_>) = std::mem::take(&mut g.idle)
+            .into_iter()
+            .partition(|i| i.since.elapsed() < max_idle);
+        g.idle = keep;
+        old
+    }
+
+    fn row(&self) -> PoolRow {
+        let g = self.lock();
+        let waiting: Vec<Instant> = g
+            .waiters
+            .iter()
+            .filter(|(_, tx)| !tx.is_closed())
+            .map(|(t, _)| *t)
+            .collect();
+        PoolRow {
+            database: self.database.clone(),
+            user: self.user.clone(),
+            clients: self.clients.load(Relaxed),
+            waiting: waiting.len(),
+            active: g.places - g.idle.len(),
+            idle: g.idle.len(),
+            pinned: self.pinned.load(Relaxed),
+            max_wait: waiting.first().map(|t| t.elapsed()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A sender gives back what it was given: an idle connection is never
+/// returned as a place.
+fn unreachable_open() {
+    debug_assert!(false, "a grant came back changed");
+}
+
+/// The pools, by startup packet.
+pub struct Pools {
+    size: usize,
+    map: Mutex<HashMap<Bytes, Arc<Pool>>>,
+}
+
+impl Pools {
+    pub fn new(size: usize) -> Self {
+        Self {
+            size,
+            map: Mutex::default(),
+        }
+    }
+
+    /// The pool of `startup`, made when first asked for. Pools stay while
+    /// the proxy runs (one per distinct startup packet of a pooled session).
+    pub fn pool(&self, startup: &Bytes) -> Arc<Pool> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(startup.clone())
+            .or_insert_with(|| {
+                let params = match startup::decode(startup.clone()) {
+                    Ok(StartupMessage::Startup { params, .. }) => params,
+                    _ => Vec::new(),
+                };
+                let (user, database) = StartupMessage::user_and_database(&params);
+                Arc::new(Pool {
+                    database,
+                    user,
+                    size: self.size,
+                    inner: Mutex::default(),
+                    clients: AtomicUsize::new(0),
+                    pinned: Arc::new(AtomicUsize::new(0)),
+                })
+            })
+            .clone()
+    }
+
+    fn all(&self) -> Vec<Arc<Pool>> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.values().cloned().collect()
+    }
+
+    pub fn rows(&self) -> Vec<PoolRow> {
+        let mut rows: Vec<PoolRow> = self.all().iter().map(|p| p.row()).collect();
+        rows.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
+        rows
+    }
+
+    /// Closes idle connections that waited `max_idle` for a client.
+    pub fn expire(&self, max_idle: Duration) {
+        for pool in self.all() {
+            for idle in pool.expire(max_idle) {
+                drop(idle.close());
+            }
+        }
+    }
+
+    /// Closes every idle connection (shutdown).
+    pub fn clear(&self) {
+        self.expire(Duration::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle(pool: &Arc<Pool>, slot: Slot) -> (Idle, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let _ = pool;
+        let now = Instant::now();
+        let i = Idle {
+            tcp,
+            params: Vec::new(),
+            key: None,
+            settings: None,
+            opened: now,
+            since: now,
+            slot,
+        };
+        (i, peer)
+    }
+
+    fn startup() -> Bytes {
+        let body = b"user\0u\0database\0d\0\0";
+        let mut b = Vec::new();
+        b.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
+        b.extend_from_slice(&196608u32.to_be_bytes());
+        b.extend_from_slice(body);
+        Bytes::from(b)
+    }
+
+    #[tokio::test]
+    async fn places_never_pass_the_size_and_waiters_go_in_order() {
+        let pools = Pools::new(2);
+        let pool = pools.pool(&startup());
+        let long = Duration::from_secs(60);
+        let Ok(Grant::Open(a)) = pool.acquire(long, long, long).await else {
+            panic!("first place")
+        };
+        let Ok(Grant::Open(b)) = pool.acquire(long, long, long).await else {
+            panic!("second place")
+        };
+        let short = Duration::from_millis(20);
+        let e = pool.acquire(short, long, long).await.err().unwrap();
+        assert!(e.to_string().contains("query_wait_timeout"), "{e}");
+        assert!(e.to_string().contains("d/u"), "{e}");
+        // A waiting client gets the connection given back.
+        let p2 = pool.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(long, long, long).await });
+        while pool.row().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        let (i, _peer) = idle(&pool, a);
+        pool.give_back(i);
+        let first = waiter.await.unwrap();
+        assert!(matches!(first, Ok(Grant::Idle(_))));
+        // A place freed goes to a waiter to open a new connection in.
+        let p2 = pool.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(long, long, long).await });
+        while pool.row().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(b);
+        let second = waiter.await.unwrap();
+        assert!(matches!(second, Ok(Grant::Open(_))));
+        assert_eq!(pool.row().active, 2);
+        drop((first, second));
+        assert_eq!(pool.row().active, 0, "every place freed");
+    }
+
+    #[tokio::test]
+    async fn a_dead_idle_connection_is_replaced() {
+        let pools = Pools::new(1);
+        let pool = pools.pool(&startup());
+        let long = Duration::from_secs(60);
+        let Ok(Grant::Open(a)) = pool.acquire(long, long, long).await else {
+            panic!()
+        };
+        let (i, peer) = idle(&pool, a);
+        pool.give_back(i);
+        assert_eq!(pool.row().idle, 1);
+        drop(peer);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(matches!(
+            pool.acquire(long, long, long).await,
+            Ok(Grant::Open(_))
+        ));
+        assert_eq!(pool.row().idle, 0);
+    }
+}

@@ -1,0 +1,119 @@
+//! A session in transaction pooling (`[pool] mode = "transaction"`): when
+//! it may give its server connection back, what pins it to the one it has,
+//! and what it must redo on the next connection it gets.
+
+use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
+
+use bytes::Bytes;
+use onetrip_planner::classify::session_pin;
+
+use super::*;
+
+/// Why a session gets no new server connection (its pin), for the client
+/// that can't be read.
+const PARSE_NOT_READ: &str = "Parse message not read";
+
+impl Protocol {
+    /// Looks at a client message going upstream for what would tie the
+    /// session to its server connection. Once pinned, nothing is looked at.
+    pub(super) fn watch_for_pins(&mut self, t: u8, msg: &[u8]) {
+        if self.pin.is_some() {
+            return;
+        }
+        match t {
+            tag::QUERY => {
+                // A simple Query drops the server's unnamed statement.
+                self.unnamed_parse.clear();
+                if let Some(why) = frontend::query_text(msg).and_then(session_pin) {
+                    self.pin_session(why);
+                }
+            }
+            tag::PARSE => match frontend::parse(msg) {
+                // Named statements hold the connection while they live
+                // (`Flight::holds_named`); their text pins like a Query's.
+                Some((name, text)) => {
+                    if let Some(why) = session_pin(text) {
+                        self.pin_session(why);
+                    } else if name.is_empty() {
+                        // Kept to make it again on the next connection; the
+                        // buffer is reused, so this allocates only to grow.
+                        self.unnamed_parse.clear();
+                        self.unnamed_parse.extend_from_slice(msg);
+                    }
+                }
+                None => self.pin_session(PARSE_NOT_READ),
+            },
+            tag::FUNCTION_CALL => self.pin_session("FunctionCall message"),
+            _ => {}
+        }
+    }
+
+    /// The session keeps its server connection until it ends.
+    pub fn pin_session(&mut self, why: &'static str) {
+        if self.pin.is_some() {
+            return;
+        }
+        self.pin = Some(why);
+        let _ = self.info.pin.set(why);
+        if let Some(pins) = &self.pool_pins {
+            pins.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The pool's count of pinned sessions, told when this one pins.
+    pub fn count_pins_in(&mut self, pins: Arc<AtomicUsize>) {
+        if self.pin.is_some() {
+            pins.fetch_add(1, Relaxed);
+        }
+        self.pool_pins = Some(pins);
+    }
+
+    /// The session ends: it no longer counts as pinned.
+    pub fn uncount_pin(&mut self) {
+        if let (Some(pins), Some(_)) = (self.pool_pins.take(), self.pin) {
+            pins.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// The server connection could go to another client now: not pinned,
+    /// the server idle outside a transaction block, nothing in flight or
+    /// half sent, nothing of the proxy's own under way. (The relay also
+    /// needs its buffers empty.) A BEGIN held here, not sent, is no reason
+    /// to stay: it goes up with the next statement, wherever that runs.
+    pub fn releasable(&self) -> bool {
+        self.pooled
+            && self.pin.is_none()
+            && self.quiet()
+            && self.flight.answered()
+            && !self.flight.begin_on_its_way()
+            && !self.flight.holds_named()
+            && !self.fatal_relayed
+            && !self.held_for_settings
+            && !self.lazy_next
+            && !self.txn_group
+            && !self.cypher.holds_message()
+    }
+
+    /// The session goes on over another server connection of its pool
+    /// (same startup packet, so the same defaults; nothing of the old one's
+    /// state mattered, or the session would be pinned). The client's
+    /// unnamed statement is made again before a message uses it, or closed
+    /// if it was not held: the new connection may hold another client's.
+    pub fn switched_upstream(&mut self, key: Option<Bytes>, opened: Instant) {
+        self.upstream_key = key;
+        self.upstream_opened = opened;
+        let held = frontend::parse(&self.unnamed_parse).is_some_and(|(_, text)| {
+            self.flight
+                .statement("")
+                .is_some_and(|s| s.as_str() == text)
+        });
+        self.flight.forget("");
+        if self.unnamed_fix.is_none() {
+            // One copy per connection switch, not per message.
+            self.unnamed_fix = Some(match held {
+                true => UnnamedFix::Reparse(Bytes::copy_from_slice(&self.unnamed_parse)),
+                false => UnnamedFix::Drop,
+            });
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! A session in transaction pooling, between two transactions: its server
+//! connection goes back to its pool, it waits for its client's next bytes,
+//! then takes a connection of the pool (an idle one, or one it opens with
+//! the trust handshake) and relaying goes on over it.
+
+use std::{
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tracing::{debug, warn};
+
+use super::handshake::{ConnectError, connect_upstream};
+use crate::{
+    cancel::Key,
+    net::{Pair, Stream},
+    pooling::{Grant, Idle, Pool, Slot, WaitTimeout},
+    protocol::Protocol,
+    relay::{Closer, End},
+    shared::Shared,
+    stats::{Counters, SessionState},
+    wire::{
+        backend,
+        read::{ReadError, read_message},
+        tag,
+        write::{self, Severity},
+    },
+};
+
+/// A pooled session's place in its pool: counted among its clients while
+/// it lives, with the slot of the connection it holds now, if any.
+pub struct Pooled {
+    pub pool: Arc<Pool>,
+    pub slot: Option<Slot>,
+    pub startup: Bytes,
+}
+
+impl Pooled {
+    pub fn new(pool: Arc<Pool>, slot: Slot, startup: Bytes) -> Self {
+        pool.clients.fetch_add(1, Relaxed);
+        Self {
+            pool,
+            slot: Some(slot),
+            startup,
+        }
+    }
+
+    /// Gives the session's clean connection back to the pool.
+    pub fn give_back(&mut self, tcp: std::net::TcpStream, proto: &mut Protocol) {
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        let idle = Idle {
+            tcp,
+            params: proto.server_params.clone(),
+            key: proto.upstream_key.take(),
+            settings: proto.settings.after_reset(),
+            opened: proto.upstream_opened,
+            since: Instant::now(),
+            slot,
+        };
+        self.pool.give_back(idle);
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.pool.clients.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Why a pooled session could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Wait(#[from] WaitTimeout),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("opening a pooled upstream connection failed: {0}")]
+    Read(#[from] ReadError),
+    #[error("opening a pooled upstream connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("upstream asked for a password for a pooled connection (only trust is pooled)")]
+    Password,
+    #[error("upstream refused a pooled connection: {0}")]
+    Refused(String),
+    #[error("upstream answered a pooled connection's startup with message type '{}'", char::from(*.0))]
+    Unexpected(u8),
+    #[error("opening a pooled upstream connection took longer than {0:?}")]
+    Timeout(Duration),
+}
+
+impl PoolError {
+    /// What the client is told: PgBouncer's 08P01 for a wait that ran
+    /// out, the class-08 code of a failed connection otherwise.
+    fn sqlstate(&self) -> &'static str {
+        match self {
+            PoolError::Wait(_) => "08P01",
+            _ => "08006",
+        }
+    }
+}
+
+/// A fresh server connection for a pool: the startup packet, trust
+/// authentication, the greeting read to its ReadyForQuery.
+pub struct Opened {
+    pub tcp: tokio::net::TcpStream,
+    pub key: Option<Bytes>,
+}
+
+pub async fn open(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError> {
+    let limit = shared.config().upstream.connect_timeout;
+    match crate::timers::timeout(limit, open_now(shared, startup)).await {
+        Ok(r) => r,
+        Err(_) => Err(PoolError::Timeout(limit)),
+    }
+}
+
+async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError> {
+    let Stream::Plain(mut tcp) = connect_upstream(shared).await? else {
+        return Err(PoolError::Refused("the connection is TLS".into()));
+    };
+    tcp.write_all(startup).await?;
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut key = None;
+    let max = crate::wire::frame::MAX_AUTH_MESSAGE;
+    loop {
+        let msg = read_message(&mut tcp, &mut buf, max).await?;
+        match msg[0] {
+            tag::AUTHENTICATION if backend::auth_code(&msg) == Some(backend::auth::OK) => {}
+            tag::AUTHENTICATION => return Err(PoolError::Password),
+            // The same startup packet as the session's: the same values
+            // its client was told at login.
+            tag::PARAMETER_STATUS | tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
+            tag::BACKEND_KEY_DATA => key = Some(msg),
+            tag::ERROR_RESPONSE => {
+                let text = backend::error_field(&msg, b'M').unwrap_or("error");
+                return Err(PoolError::Refused(text.to_owned()));
+            }
+            tag::READY_FOR_QUERY if buf.is_empty() => {
+                return Ok(Opened { tcp, key });
+            }
+            t => return Err(PoolError::Unexpected(t)),
+        }
+    }
+}
+
+/// What the session does after giving its connection back.
+pub enum Next {
+    /// Relaying goes on over this pair.
+    Go(Pair),
+    /// The session is over (its client left, or shutdown, or no connection
+    /// came; the client was told why).
+    End,
+}
+
+/// Between two transactions: gives the connection back, waits for the
+/// client, takes a connection of the pool and points the client's cancel
+/// key at it.
+pub async fn between(
+    client: std::net::TcpStream,
+    upstream: std::net::TcpStream,
+    proto: &mut Protocol,
+    pooled: &mut Pooled,
+    shared: &Shared,
+    forced: &mut Closer,
+) -> Next {
+    let info = proto.info.clone();
+    // The backend is about to run other clients' queries: this client's
+    // key cancels nothing until it has another.
+    if let Some(key) = &proto.client_key {
+        shared.cancel.detach(key);
+    }
+    info.upstream_pid.store(0, Relaxed);
+    pooled.give_back(upstream, proto);
+    let mut client = match tokio::net::TcpStream::from_std(client) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("session closed: its client socket could not wait: {e}");
+            return Next::End;
+        }
+    };
+    // The client's next bytes, its close, or shutdown.
+    let mut first = [0u8; 5];
+    let peeked = tokio::select! {
+        biased;
+        end = &mut *forced => {
+            let msg = match end {
+                // PostgreSQL's own, from its idle_session_timeout.
+                End::IdleTimeout => write::error(
+                    Severity::Fatal,
+                    "57P05",
+                    "terminating connection due to idle-session timeout",
+                ),
+                _ => write::error(
+                    Severity::Fatal,
+                    "57P01",
+                    "terminating connection due to administrator command (onetrip is shutting down)",
+                ),
+            };
+            let limit = proto.services.config.limits.client_write_timeout;
+            let _ = crate::timers::timeout(limit, client.write_all(&msg)).await;
+            return Next::End;
+        }
+        r = client.peek(&mut first) => r,
+    };
+    match peeked {
+        // Gone, or saying goodbye: no connection is taken for that.
+        Ok(0) | Err(_) => return Next::End,
+        Ok(5) if first == write::TERMINATE => return Next::End,
+        Ok(_) => {}
+    }
+    // The session's own configuration, as it started: no shared lock here.
+    let config = proto.services.config.clone();
+    let wait = config.pool.query_wait_timeout;
+    let up = &config.upstream;
+    let grant = pooled
+        .pool
+        .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
+        .await;
+    let got = match grant {
+        Ok(Grant::Idle(idle)) => {
+            let Idle {
+                tcp,
+                key,
+                opened,
+                slot,
+                ..
+            } = idle;
+            tokio::net::TcpStream::from_std(tcp)
+                .map(|tcp| (tcp, key, opened, slot))
+                .map_err(PoolError::from)
+        }
+        Ok(Grant::Open(slot)) => open(shared, &pooled.startup)
+            .await
+            .map(|o| (o.tcp, o.key, Instant::now(), slot)),
+        Err(e) => Err(e.into()),
+    };
+    let (tcp, key, opened, slot) = match got {
+        Ok(g) => g,
+        Err(e) => {
+            warn!("{e}");
+            Counters::add(&info.counters.errors, 1);
+            let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
+            let _ = client.write_all(&msg).await;
+            return Next::End;
+        }
+    };
+    let _ = tcp.set_nodelay(true);
+    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
+        info.upstream_pid.store(pid as u64, Relaxed);
+        if let Some(ck) = &proto.client_key {
+            shared.cancel.point(ck, Key { pid, secret });
+        }
+    }
+    proto.switched_upstream(key, opened);
+    pooled.slot = Some(slot);
+    info.set_state(SessionState::Idle);
+    debug!("pooled session took a server connection");
+    Next::Go(Pair {
+        client: Stream::Plain(client),
+        upstream: Stream::Plain(tcp),
+    })
+}

@@ -1,0 +1,340 @@
+//! `[pool] mode = "transaction"`: many clients share a few server
+//! connections, each holding one only while its transaction runs; state a
+//! connection can't carry to another pins its session; no client sees
+//! another's state.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use onetrip_tests::{Env, PgOptions, connect, raw, simple_rows};
+use tokio::io::AsyncWriteExt;
+use tokio_postgres::{NoTls, error::SqlState};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn pooled(size: usize) -> Env {
+    Env::start_with(PgOptions::default(), move |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = size;
+    })
+    .await
+}
+
+/// Client backends on the server, besides the asker's own.
+async fn server_backends(direct: &tokio_postgres::Client) -> i64 {
+    let sql = "SELECT count(*) FROM pg_stat_activity \
+               WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    direct.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+async fn one(c: &tokio_postgres::Client, sql: &str) -> Option<String> {
+    let rows = simple_rows(&c.simple_query(sql).await.unwrap());
+    rows[0][0].clone()
+}
+
+async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let c = connect(&dsn).await;
+    simple_rows(&c.simple_query(sql).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_clients_share_five_connections() {
+    let env = pooled(5).await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute("CREATE TABLE pool_t (client int, i int)")
+        .await
+        .unwrap();
+    let most = Arc::new(AtomicI64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let (most, done) = (most.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let n = server_backends(&direct).await;
+                most.fetch_max(n, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            direct
+        })
+    };
+    let dsn = env.proxy_dsn();
+    let mut clients = Vec::new();
+    for client in 0..50i32 {
+        let dsn = dsn.clone();
+        clients.push(tokio::spawn(async move {
+            let mut c = connect(&dsn).await;
+            for i in 0..10i32 {
+                // A transaction, extended protocol (named statements, closed
+                // after use).
+                let tx = c.transaction().await.unwrap();
+                tx.execute("INSERT INTO pool_t VALUES ($1, $2)", &[&client, &i])
+                    .await
+                    .unwrap();
+                let n: i64 = tx
+                    .query_one("SELECT count(*) FROM pool_t WHERE client = $1", &[&client])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(n, i64::from(i) + 1, "its own rows, in its transaction");
+                tx.commit().await.unwrap();
+                // Autocommit statements, both protocols.
+                let v: i32 = c
+                    .query_one("SELECT $1::int * 2", &[&i])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(v, i * 2);
+                let sql = format!("SELECT {client} + {i}");
+                assert_eq!(one(&c, &sql).await, Some((client + i).to_string()));
+                // A transaction that rolls back leaves nothing.
+                c.batch_execute("BEGIN; INSERT INTO pool_t VALUES (-1, -1); ROLLBACK")
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let direct = watch.await.unwrap();
+    let rows: i64 = direct
+        .query_one("SELECT count(*) FROM pool_t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 500);
+    let most = most.load(Ordering::Relaxed);
+    assert!(
+        (1..=5).contains(&most),
+        "server connections at most pool_size: {most}"
+    );
+    let pools = admin(&env, "SHOW POOLS").await;
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0][8].as_deref(), Some("transaction"));
+}
+
+#[tokio::test]
+async fn a_session_set_pins_and_stays_its_own() {
+    let env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    a.batch_execute("SET statement_timeout = '12345'")
+        .await
+        .unwrap();
+    let others = [connect(&dsn).await, connect(&dsn).await];
+    for round in 0..10 {
+        for o in &others {
+            assert_eq!(one(o, "SHOW statement_timeout").await.as_deref(), Some("0"));
+        }
+        assert_eq!(
+            one(&a, "SHOW statement_timeout").await.as_deref(),
+            Some("12345ms"),
+            "round {round}"
+        );
+    }
+    let pools = admin(&env, "SHOW POOLS").await;
+    assert_eq!(pools[0][6].as_deref(), Some("1"), "sv_pinned: {pools:?}");
+    let clients = admin(&env, "SHOW CLIENTS").await;
+    assert!(
+        clients
+            .iter()
+            .any(|r| r.last().cloned().flatten().as_deref() == Some("session SET")),
+        "{clients:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_temp_table_pins() {
+    let env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    a.batch_execute("CREATE TEMP TABLE tt (x int); INSERT INTO tt VALUES (7)")
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        assert_eq!(one(&a, "SELECT x FROM tt").await.as_deref(), Some("7"));
+        let theirs = one(&b, "SELECT to_regclass('pg_temp.tt')::text").await;
+        assert_eq!(theirs, None, "another client sees no temp table");
+    }
+}
+
+#[tokio::test]
+async fn listen_pins_and_the_notification_arrives() {
+    let env = pooled(2).await;
+    let mut a = raw::connect_ready(env.proxy_port()).await;
+    a.write_all(&raw::query("LISTEN pool_chan")).await.unwrap();
+    raw::read_to_z(&mut a).await;
+    let b = connect(&env.proxy_dsn()).await;
+    for _ in 0..5 {
+        b.batch_execute("SELECT 1").await.unwrap();
+    }
+    b.batch_execute("NOTIFY pool_chan, 'hello'").await.unwrap();
+    let (t, body) = raw::read_message(&mut a, WAIT).await.expect("notification");
+    assert_eq!(t, b'A', "NotificationResponse");
+    assert!(body.windows(5).any(|w| w == b"hello"));
+}
+
+#[tokio::test]
+async fn a_held_pool_makes_the_next_client_wait_then_fail() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.pool.query_wait_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    a.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let err = match tokio_postgres::connect(&dsn, NoTls).await {
+        Ok(_) => panic!("the pool's one connection is in a transaction"),
+        Err(e) => e,
+    };
+    let db = err.as_db_error().expect("the proxy's error");
+    assert_eq!(db.code(), &SqlState::PROTOCOL_VIOLATION);
+    assert!(db.message().contains("query_wait_timeout"), "{db}");
+    assert!(db.message().contains("postgres/postgres"), "{db}");
+    a.batch_execute("COMMIT").await.unwrap();
+    let c = connect(&dsn).await;
+    assert_eq!(one(&c, "SELECT 1").await.as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn a_client_that_dies_mid_transaction_leaves_nothing() {
+    let env = pooled(1).await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute("CREATE TABLE die_t (x int)")
+        .await
+        .unwrap();
+    let mut a = raw::connect_ready(env.proxy_port()).await;
+    a.write_all(&raw::query("BEGIN; INSERT INTO die_t VALUES (1)"))
+        .await
+        .unwrap();
+    let answer = raw::read_to_z(&mut a).await;
+    assert_eq!(answer.last().map(|(_, b)| b.as_slice()), Some(&b"T"[..]));
+    drop(a);
+    // The same startup packet: the pool's one connection, once freed.
+    let mut b = raw::connect_ready(env.proxy_port()).await;
+    for _ in 0..3 {
+        b.write_all(&raw::query("SELECT count(*) FROM die_t"))
+            .await
+            .unwrap();
+        let got = raw::read_to_z(&mut b).await;
+        assert_eq!(rows_of(&got), ["0"], "{got:?}");
+        let status = got.last().map(|(_, b)| b.clone());
+        assert_eq!(
+            status.as_deref(),
+            Some(&b"I"[..]),
+            "no transaction left open"
+        );
+    }
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM die_t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_the_right_query() {
+    let env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    // Both move between the pool's connections a few times.
+    for _ in 0..5 {
+        a.batch_execute("SELECT 1").await.unwrap();
+        b.batch_execute("SELECT 1").await.unwrap();
+    }
+    let token = a.cancel_token();
+    let b_runs = tokio::spawn(async move { b.batch_execute("SELECT pg_sleep(1.5)").await });
+    let a_runs = tokio::spawn(async move { a.batch_execute("SELECT pg_sleep(30)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let a_err = a_runs.await.unwrap().expect_err("a's query is cancelled");
+    assert_eq!(a_err.code(), Some(&SqlState::QUERY_CANCELED));
+    b_runs.await.unwrap().expect("b's query is not");
+}
+
+/// Parse, Bind, Execute, Sync of the unnamed statement, or parts of it.
+fn parse(sql: &str) -> Vec<u8> {
+    let mut body = vec![0u8];
+    body.extend_from_slice(sql.as_bytes());
+    body.extend_from_slice(&[0, 0, 0]);
+    raw::message(b'P', &body)
+}
+
+fn bind_execute_sync() -> Vec<u8> {
+    let mut out = raw::message(b'B', &[0, 0, 0, 0, 0, 0, 0, 0]);
+    out.extend(raw::message(b'E', &[0, 0, 0, 0, 0]));
+    out.extend(raw::message(b'S', &[]));
+    out
+}
+
+fn rows_of(msgs: &[(u8, Vec<u8>)]) -> Vec<String> {
+    msgs.iter()
+        .filter(|(t, _)| *t == b'D')
+        .map(|(_, b)| String::from_utf8_lossy(&b[6..]).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_unnamed_statement_follows_its_client() {
+    let env = pooled(1).await;
+    let port = env.proxy_port();
+    let mut a = raw::connect_ready(port).await;
+    let mut b = raw::connect_ready(port).await;
+    let mut msg = parse("SELECT 'mine'");
+    msg.extend(raw::message(b'S', &[]));
+    a.write_all(&msg).await.unwrap();
+    raw::read_to_z(&mut a).await;
+    // The one connection runs the other client's unnamed statement now.
+    let mut theirs = parse("SELECT 'theirs'");
+    theirs.extend(bind_execute_sync());
+    b.write_all(&theirs).await.unwrap();
+    assert_eq!(rows_of(&raw::read_to_z(&mut b).await), ["theirs"]);
+    for _ in 0..3 {
+        a.write_all(&bind_execute_sync()).await.unwrap();
+        let got = raw::read_to_z(&mut a).await;
+        assert_eq!(rows_of(&got), ["mine"], "{got:?}");
+        b.write_all(&theirs).await.unwrap();
+        assert_eq!(rows_of(&raw::read_to_z(&mut b).await), ["theirs"]);
+    }
+    // A client that never made one gets the server's own error, not
+    // another client's statement.
+    let mut c = raw::connect_ready(port).await;
+    b.write_all(&theirs).await.unwrap();
+    raw::read_to_z(&mut b).await;
+    c.write_all(&bind_execute_sync()).await.unwrap();
+    let got = raw::read_to_z(&mut c).await;
+    assert!(rows_of(&got).is_empty(), "{got:?}");
+    let errors = raw::errors(&got);
+    assert_eq!(errors.len(), 1, "{got:?}");
+    assert_eq!(errors[0].1, "26000", "{errors:?}");
+}
+
+#[tokio::test]
+async fn session_mode_is_the_default() {
+    let env = Env::start().await;
+    let a = connect(&env.proxy_dsn()).await;
+    a.batch_execute("SELECT 1").await.unwrap();
+    assert!(admin(&env, "SHOW POOLS").await.is_empty());
+    let clients = admin(&env, "SHOW CLIENTS").await;
+    assert!(
+        clients.iter().any(|r| r[14].as_deref() == Some("session")),
+        "{clients:?}"
+    );
+}
