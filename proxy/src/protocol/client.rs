@@ -81,6 +81,7 @@ impl Protocol {
         to_up: &mut WriteQueue,
         to_client: &mut WriteQueue,
     ) {
+        self.fresh_upstream = false;
         let mut at = 0;
         let mut forwarded = 0;
         while at < chunk.len() {

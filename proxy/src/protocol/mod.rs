@@ -156,6 +156,9 @@ pub struct Protocol {
     /// The client's last unnamed Parse, to make its statement again on the
     /// next server connection.
     unnamed_parse: bytes::BytesMut,
+    /// A server connection was just taken for the client's next bytes,
+    /// which have not been read whole yet: it is not given back before.
+    fresh_upstream: bool,
 }
 
 /// A Query or Parse after routing.
@@ -213,6 +216,7 @@ impl Protocol {
             pin: None,
             pool_pins: None,
             unnamed_parse: bytes::BytesMut::new(),
+            fresh_upstream: false,
         }
     }
 

@@ -82,6 +82,7 @@ impl Protocol {
     /// to stay: it goes up with the next statement, wherever that runs.
     pub fn releasable(&self) -> bool {
         self.pooled
+            && !self.fresh_upstream
             && self.pin.is_none()
             && self.quiet()
             && self.flight.answered()
@@ -102,6 +103,7 @@ impl Protocol {
     pub fn switched_upstream(&mut self, key: Option<Bytes>, opened: Instant) {
         self.upstream_key = key;
         self.upstream_opened = opened;
+        self.fresh_upstream = true;
         let held = frontend::parse(&self.unnamed_parse).is_some_and(|(_, text)| {
             self.flight
                 .statement("")
