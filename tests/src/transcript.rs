@@ -178,19 +178,27 @@ impl Raw {
         self.stream.write_all(&out).await.expect("send");
     }
 
+    /// The first message read, when it is whole.
+    fn whole(&mut self) -> Option<Msg> {
+        if self.buf.len() < 5 {
+            return None;
+        }
+        let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+        if self.buf.len() <= len {
+            return None;
+        }
+        let m = self.buf.split_to(len + 1);
+        Some(Msg {
+            tag: m[0] as char,
+            body: m[5..].to_vec(),
+        })
+    }
+
     /// Reads one message.
     pub async fn next(&mut self) -> Msg {
         loop {
-            if self.buf.len() >= 5 {
-                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
-                    as usize;
-                if self.buf.len() > len {
-                    let m = self.buf.split_to(len + 1);
-                    return Msg {
-                        tag: m[0] as char,
-                        body: m[5..].to_vec(),
-                    };
-                }
+            if let Some(m) = self.whole() {
+                return m;
             }
             let n = tokio::time::timeout(
                 std::time::Duration::from_secs(30),
@@ -251,17 +259,9 @@ impl Raw {
     pub async fn until_closed(&mut self) -> Vec<Msg> {
         let mut v = Vec::new();
         loop {
-            if self.buf.len() >= 5 {
-                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]])
-                    as usize;
-                if self.buf.len() > len {
-                    let m = self.buf.split_to(len + 1);
-                    v.push(Msg {
-                        tag: m[0] as char,
-                        body: m[5..].to_vec(),
-                    });
-                    continue;
-                }
+            if let Some(m) = self.whole() {
+                v.push(m);
+                continue;
             }
             let read = self.stream.read_buf(&mut self.buf);
             let n = tokio::time::timeout(std::time::Duration::from_secs(30), read)
