@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
-    protocol::settings::Settings,
+    protocol::{ServerStatements, settings::Settings},
     wire::{
         startup::{self, StartupMessage},
         write,
@@ -35,6 +35,8 @@ pub struct Idle {
     /// The backend's BackendKeyData message.
     pub key: Option<Bytes>,
     pub settings: Option<Settings>,
+    /// The named statements it holds (of clients it served before).
+    pub statements: ServerStatements,
     pub opened: Instant,
     pub since: Instant,
     pub slot: Slot,
@@ -345,6 +347,7 @@ mod tests {
             params: Vec::new(),
             key: None,
             settings: None,
+            statements: ServerStatements::default(),
             opened: now,
             since: now,
             slot,

@@ -214,6 +214,7 @@ impl Protocol {
         let msg = rewritten.as_ref().unwrap_or(msg);
         if self.pooled {
             self.watch_for_pins(t, msg);
+            self.fix_named_before(t, msg, to_up);
         }
         if wire::is_flush_request(t) {
             self.client_rt = true;

@@ -223,6 +223,12 @@ impl Coalescer {
         self.apply_isolation(&changes, false);
     }
 
+    /// The session moved to another server connection (transaction
+    /// pooling): the probe is made again there before it runs.
+    pub fn probe_forgotten(&mut self) {
+        self.probe_prepared = false;
+    }
+
     /// DISCARD ALL / DEALLOCATE may drop the probe's prepared statement.
     fn note_deallocation(&mut self, w: Words) {
         if w.any(Words::DISCARD | Words::DEALLOCATE) {

@@ -422,11 +422,6 @@ impl Flight {
         self.prepared.get(name)
     }
 
-    /// The server holds named prepared statements of the client's.
-    pub fn holds_named(&self) -> bool {
-        self.prepared.any_named()
-    }
-
     /// A Close or `DEALLOCATE` of `name` went upstream.
     pub fn forget(&mut self, name: &str) {
         self.prepared.closed(name);

@@ -8,8 +8,10 @@ mod cypher;
 pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
+mod named;
 mod own;
 mod pooled;
+pub use pooled::ServerStatements;
 pub mod settings;
 mod statements;
 pub mod text;
@@ -159,6 +161,8 @@ pub struct Protocol {
     /// A server connection was just taken for the client's next bytes,
     /// which have not been read whole yet: it is not given back before.
     fresh_upstream: bool,
+    /// The client's named statements, and the server connection's.
+    named: named::Named,
 }
 
 /// A Query or Parse after routing.
@@ -217,6 +221,7 @@ impl Protocol {
             pool_pins: None,
             unnamed_parse: bytes::BytesMut::new(),
             fresh_upstream: false,
+            named: named::Named::default(),
         }
     }
 

@@ -9,6 +9,10 @@ use onetrip_planner::classify::session_pin;
 
 use super::*;
 
+/// The named statements a server connection holds, by name, with the Parse
+/// message that made each.
+pub type ServerStatements = rustc_hash::FxHashMap<String, Bytes>;
+
 /// Why a session gets no new server connection (its pin), for the client
 /// that can't be read.
 const PARSE_NOT_READ: &str = "Parse message not read";
@@ -68,6 +72,12 @@ impl Protocol {
         self.pool_pins = Some(pins);
     }
 
+    /// The named statements the server connection holds, as it goes back
+    /// to its pool.
+    pub fn take_server_statements(&mut self) -> ServerStatements {
+        std::mem::take(&mut self.named.server)
+    }
+
     /// The session ends: it no longer counts as pinned.
     pub fn uncount_pin(&mut self) {
         if let (Some(pins), Some(_)) = (self.pool_pins.take(), self.pin) {
@@ -87,7 +97,6 @@ impl Protocol {
             && self.quiet()
             && self.flight.answered()
             && !self.flight.begin_on_its_way()
-            && !self.flight.holds_named()
             && !self.fatal_relayed
             && !self.held_for_settings
             && !self.lazy_next
@@ -100,10 +109,18 @@ impl Protocol {
     /// state mattered, or the session would be pinned). The client's
     /// unnamed statement is made again before a message uses it, or closed
     /// if it was not held: the new connection may hold another client's.
-    pub fn switched_upstream(&mut self, key: Option<Bytes>, opened: Instant) {
+    pub fn switched_upstream(
+        &mut self,
+        key: Option<Bytes>,
+        opened: Instant,
+        statements: ServerStatements,
+    ) {
         self.upstream_key = key;
         self.upstream_opened = opened;
         self.fresh_upstream = true;
+        self.named.server = statements;
+        // The coalescer's probe statement, made on the last connection.
+        self.coalescer.probe_forgotten();
         let held = frontend::parse(&self.unnamed_parse).is_some_and(|(_, text)| {
             self.flight
                 .statement("")

@@ -113,10 +113,6 @@ impl Prepared {
         }
     }
 
-    pub fn any_named(&self) -> bool {
-        !self.named.is_empty()
-    }
-
     pub fn get(&self, name: &str) -> Option<&Sql> {
         if name.is_empty() {
             self.unnamed.as_ref()

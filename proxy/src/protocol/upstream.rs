@@ -125,6 +125,9 @@ impl Protocol {
         to_client: &mut WriteQueue,
         to_up: &mut WriteQueue,
     ) -> bool {
+        if t == tag::ERROR_RESPONSE && self.pooled {
+            self.forget_server_statements();
+        }
         if t == tag::ERROR_RESPONSE
             && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))
             && backend::is_fatal(msg)

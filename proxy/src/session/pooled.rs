@@ -57,6 +57,7 @@ impl Pooled {
             params: proto.server_params.clone(),
             key: proto.upstream_key.take(),
             settings: proto.settings.after_reset(),
+            statements: proto.take_server_statements(),
             opened: proto.upstream_opened,
             since: Instant::now(),
             slot,
@@ -227,18 +228,19 @@ pub async fn between(
                 key,
                 opened,
                 slot,
+                statements,
                 ..
             } = idle;
             tokio::net::TcpStream::from_std(tcp)
-                .map(|tcp| (tcp, key, opened, slot))
+                .map(|tcp| (tcp, key, opened, slot, statements))
                 .map_err(PoolError::from)
         }
         Ok(Grant::Open(slot)) => open(shared, &pooled.startup)
             .await
-            .map(|o| (o.tcp, o.key, Instant::now(), slot)),
+            .map(|o| (o.tcp, o.key, Instant::now(), slot, Default::default())),
         Err(e) => Err(e.into()),
     };
-    let (tcp, key, opened, slot) = match got {
+    let (tcp, key, opened, slot, statements) = match got {
         Ok(g) => g,
         Err(e) => {
             warn!("{e}");
@@ -255,7 +257,7 @@ pub async fn between(
             shared.cancel.point(ck, Key { pid, secret });
         }
     }
-    proto.switched_upstream(key, opened);
+    proto.switched_upstream(key, opened, statements);
     pooled.slot = Some(slot);
     info.set_state(SessionState::Idle);
     debug!("pooled session took a server connection");
