@@ -16,6 +16,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
+    pooling::PoolRow,
     shared::Shared,
     stats::{LATENCY_BUCKETS, Snapshot, Stats},
 };
@@ -109,11 +110,12 @@ async fn answer(mut tcp: TcpStream, stats: &Stats, shared: &Weak<Shared>) -> std
     .await
     .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let (status, ctype, body) = match head_end.map(|i| route(&buf[..i])) {
-        Some(Route::Metrics) => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            render(stats, shared.upgrade().map_or(0, |s| s.reuse.len())),
-        ),
+        Some(Route::Metrics) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", {
+            let shared = shared.upgrade();
+            let kept = shared.as_ref().map_or(0, |s| s.reuse.len());
+            let pools = shared.map(|s| s.pools.rows()).unwrap_or_default();
+            render(stats, kept, &pools)
+        }),
         Some(Route::NotFound) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
@@ -206,8 +208,9 @@ fn label_value(v: &str) -> String {
 }
 
 /// The whole exposition. Counters are per (database, user); `kept` is the
-/// number of upstream connections kept for the next client.
-pub fn render(stats: &Stats, kept: usize) -> String {
+/// number of upstream connections kept for the next client; `pools`,
+/// transaction pooling's.
+pub fn render(stats: &Stats, kept: usize, pools: &[PoolRow]) -> String {
     let groups: Vec<(String, Snapshot)> = stats
         .by_database_user()
         .into_iter()
@@ -270,7 +273,78 @@ pub fn render(stats: &Stats, kept: usize) -> String {
         let _ = writeln!(out, "{h}_sum{{{labels}}} {}", s.latency_sum_us as f64 / 1e6);
         let _ = writeln!(out, "{h}_count{{{labels}}} {count}");
     }
+    render_pools(&mut out, pools);
     out
+}
+
+/// A gauge's name, help, and value for a pool.
+type Gauge = (&'static str, &'static str, fn(&PoolRow) -> f64);
+
+/// Transaction pooling's gauges (as `SHOW POOLS`) and wait histogram, per
+/// pool.
+fn render_pools(out: &mut String, pools: &[PoolRow]) {
+    if pools.is_empty() {
+        return;
+    }
+    let labels = |p: &PoolRow| {
+        format!(
+            "database=\"{}\",user=\"{}\"",
+            label_value(&p.database),
+            label_value(&p.user)
+        )
+    };
+    let gauges: [Gauge; 6] = [
+        ("clients", "Pooled client sessions.", |p| p.clients as f64),
+        (
+            "clients_waiting",
+            "Clients waiting for a server connection.",
+            |p| p.waiting as f64,
+        ),
+        (
+            "servers_active",
+            "Server connections in use (or being opened).",
+            |p| p.active as f64,
+        ),
+        (
+            "servers_idle",
+            "Server connections idle in the pool.",
+            |p| p.idle as f64,
+        ),
+        (
+            "servers_pinned",
+            "Sessions pinned to their server connection.",
+            |p| p.pinned as f64,
+        ),
+        (
+            "max_wait_seconds",
+            "How long the longest-waiting client has waited.",
+            |p| p.max_wait.as_secs_f64(),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let m = format!("onetrip_pool_{name}");
+        let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} gauge");
+        for p in pools {
+            let _ = writeln!(out, "{m}{{{}}} {}", labels(p), value(p));
+        }
+    }
+    let h = "onetrip_pool_wait_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {h} How long clients waited for a server connection (zero when one was free).\n# TYPE {h} histogram"
+    );
+    for p in pools {
+        let l = labels(p);
+        let mut cumulative = 0u64;
+        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += p.wait_buckets.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{h}_bucket{{{l},le=\"{le}\"}} {cumulative}");
+        }
+        let count: u64 = p.wait_buckets.iter().sum();
+        let _ = writeln!(out, "{h}_bucket{{{l},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{h}_sum{{{l}}} {}", p.wait_sum.as_secs_f64());
+        let _ = writeln!(out, "{h}_count{{{l}}} {count}");
+    }
 }
 
 #[cfg(test)]
@@ -297,7 +371,31 @@ mod tests {
         crate::stats::Counters::add(&s.counters.client_round_trips, 2);
         s.counters.record_latency(Duration::from_micros(300));
         s.counters.record_latency(Duration::from_secs(20));
-        let text = render(&stats, 3);
+        let pool = PoolRow {
+            database: "db".into(),
+            user: "u".into(),
+            clients: 7,
+            waiting: 2,
+            active: 5,
+            idle: 0,
+            pinned: 1,
+            max_wait: Duration::from_millis(1500),
+            wait_buckets: vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],
+            wait_sum: Duration::from_secs(2),
+        };
+        let text = render(&stats, 3, &[pool]);
+        assert!(
+            text.contains("onetrip_pool_clients_waiting{database=\"db\",user=\"u\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("onetrip_pool_max_wait_seconds{database=\"db\",user=\"u\"} 1.5\n"));
+        assert!(text.contains(
+            "onetrip_pool_wait_seconds_bucket{database=\"db\",user=\"u\",le=\"0.0001\"} 3\n"
+        ));
+        assert!(text.contains(
+            "onetrip_pool_wait_seconds_bucket{database=\"db\",user=\"u\",le=\"2.5\"} 4\n"
+        ));
+        assert!(text.contains("onetrip_pool_wait_seconds_count{database=\"db\",user=\"u\"} 4\n"));
         assert!(
             text.contains("onetrip_client_round_trips_total{database=\"d\\\"b\",user=\"u\"} 2"),
             "{text}"

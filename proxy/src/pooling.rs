@@ -10,7 +10,7 @@ use std::{
     io::Write,
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicUsize, Ordering::Relaxed},
+        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     protocol::{ServerStatements, settings::Settings},
+    stats::LATENCY_BUCKETS,
     wire::{
         startup::{self, StartupMessage},
         write,
@@ -116,6 +117,28 @@ pub struct Pool {
     pub clients: AtomicUsize,
     /// Of them, pinned to their connection.
     pub pinned: Arc<AtomicUsize>,
+    /// How long clients waited for a connection (every acquire, zero when
+    /// one was free).
+    waits: Waits,
+}
+
+/// A histogram of waits, in `LATENCY_BUCKETS` (last slot: over them).
+#[derive(Default)]
+struct Waits {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Waits {
+    fn record(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    }
 }
 
 #[derive(Default)]
@@ -136,6 +159,9 @@ pub struct PoolRow {
     pub idle: usize,
     pub pinned: usize,
     pub max_wait: Duration,
+    /// Waits per `LATENCY_BUCKETS` bucket (not cumulative; last: over).
+    pub wait_buckets: Vec<u64>,
+    pub wait_sum: Duration,
 }
 
 impl Pool {
@@ -159,10 +185,13 @@ impl Pool {
             let mut g = self.lock();
             if let Some(idle) = g.idle.pop() {
                 drop(g);
+                self.waits.record(Duration::ZERO);
                 return Ok(Self::checked(idle, max_idle, lifetime));
             }
             if g.places < self.size {
                 g.places += 1;
+                drop(g);
+                self.waits.record(Duration::ZERO);
                 return Ok(Grant::Open(Slot::new(self)));
             }
             let (tx, rx) = oneshot::channel();
@@ -170,6 +199,7 @@ impl Pool {
             rx
         };
         let mut rx = rx;
+        let started = Instant::now();
         let got = match crate::timers::timeout(timeout, &mut rx).await {
             Ok(Ok(grant)) => Some(grant),
             _ => {
@@ -178,6 +208,7 @@ impl Pool {
                 rx.try_recv().ok()
             }
         };
+        self.waits.record(started.elapsed());
         match got {
             Some(Grant::Idle(idle)) => Ok(Self::checked(idle, max_idle, lifetime)),
             Some(open) => Ok(open),
@@ -258,6 +289,8 @@ impl Pool {
             idle: g.idle.len(),
             pinned: self.pinned.load(Relaxed),
             max_wait: waiting.first().map(|t| t.elapsed()).unwrap_or_default(),
+            wait_buckets: self.waits.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            wait_sum: Duration::from_micros(self.waits.sum_us.load(Relaxed)),
         }
     }
 }
@@ -300,6 +333,7 @@ impl Pools {
                     inner: Mutex::default(),
                     clients: AtomicUsize::new(0),
                     pinned: Arc::new(AtomicUsize::new(0)),
+                    waits: Waits::default(),
                 })
             })
             .clone()
@@ -401,6 +435,11 @@ mod tests {
         assert_eq!(pool.row().active, 2);
         drop((first, second));
         assert_eq!(pool.row().active, 0, "every place freed");
+        // Every acquire is in the wait histogram: two at once, three waited
+        // (one of them ran out).
+        let row = pool.row();
+        assert_eq!(row.wait_buckets.iter().sum::<u64>(), 5);
+        assert!(row.wait_sum >= short, "{:?}", row.wait_sum);
     }
 
     #[tokio::test]
