@@ -10,7 +10,7 @@ directly but failed (or errored) through onetrip, with its message.
 import sys
 import xml.etree.ElementTree as ET
 
-RUNS = ("direct", "default", "lazy")
+RUNS = ("direct", "default", "lazy", "pooled")
 
 
 def outcomes(path):
@@ -34,6 +34,8 @@ def main():
     for run in RUNS:
         try:
             runs[run] = outcomes(f"{out}/{suite}-{run}.xml")
+        except FileNotFoundError:
+            pass  # not among run.sh's RUNS this time
         except (OSError, ET.ParseError) as e:
             print(f"{suite} {run}: no results ({e})")
     for run, res in runs.items():
@@ -43,7 +45,7 @@ def main():
         shown = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "xfailed"))
         print(f"{suite} {run}: {shown}")
     direct = runs.get("direct", {})
-    for run in ("default", "lazy"):
+    for run in RUNS[1:]:
         res = runs.get(run, {})
         worse = [
             (name, res[name][1])

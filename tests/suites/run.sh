@@ -17,7 +17,9 @@
 # LANGGRAPH_CHECKPOINT_POSTGRES_DIR: libs/checkpoint-postgres of a langgraph
 #   checkout (its tests/ are copied out and run against the installed
 #   langgraph-checkpoint-postgres).
-# Environment: PARALLEL=1 runs the three configurations of a suite at once
+# Environment: RUNS picks the ways in (default "direct default lazy"; "pooled"
+# adds onetrip in transaction pooling, `[pool] mode = "transaction"`,
+# pool_size 20, with lazy reads); PARALLEL=1 runs the three configurations of a suite at once
 # (each on its own database; faster, but timing-based tests get flakier);
 # SUITES="psycopg langgraph" picks suites; PYTEST_ARGS adds pytest arguments.
 # Needs: /usr/lib/postgresql/15/bin, python3 with pytest, pytest-timeout,
@@ -76,14 +78,19 @@ port[lazy]=$(free_port)
 ONETRIP_TRANSACTIONS_LAZY_READS=true "$bin" --listen "127.0.0.1:${port[lazy]}" \
     --upstream "127.0.0.1:$pgport" >"$out/onetrip-lazy.log" 2>&1 &
 pids+=($!)
-for run in default lazy; do
+port[pooled]=$(free_port)
+ONETRIP_TRANSACTIONS_LAZY_READS=true ONETRIP_POOL_MODE=transaction ONETRIP_POOL_POOL_SIZE=20 \
+    "$bin" --listen "127.0.0.1:${port[pooled]}" --upstream "127.0.0.1:$pgport" \
+    >"$out/onetrip-pooled.log" 2>&1 &
+pids+=($!)
+for run in default lazy pooled; do
     for _ in $(seq 50); do
         "$pgbin/psql" -h 127.0.0.1 -p "${port[$run]}" -U postgres -qAtc 'select 1' postgres \
             >/dev/null 2>&1 && break
         sleep 0.1
     done
 done
-runs=(direct default lazy)
+read -r -a runs <<<"${RUNS:-direct default lazy}"
 for run in "${runs[@]}"; do
     "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database psycopg_test_$run" postgres
     "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database langgraph_test_$run" postgres

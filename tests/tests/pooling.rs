@@ -338,3 +338,29 @@ async fn session_mode_is_the_default() {
         "{clients:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_between_transactions_outlive_an_upstream_restart() {
+    let mut env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    for _ in 0..3 {
+        assert_eq!(one(&a, "SELECT 1").await.as_deref(), Some("1"));
+        assert_eq!(one(&b, "SELECT 2").await.as_deref(), Some("2"));
+    }
+    // Both hold no connection now: the pool's idle ones die with the
+    // server, and are found dead and replaced when taken.
+    let pg = &mut env.pg;
+    tokio::task::block_in_place(|| pg.restart()).expect("restart");
+    for _ in 0..3 {
+        assert_eq!(one(&a, "SELECT 1").await.as_deref(), Some("1"));
+        assert_eq!(one(&b, "SELECT 2").await.as_deref(), Some("2"));
+    }
+    let pools = admin(&env, "SHOW POOLS").await;
+    let servers: usize = [4, 5]
+        .iter()
+        .map(|&i| pools[0][i].as_deref().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert!(servers <= 2, "{pools:?}");
+}
