@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
-    protocol::{ServerStatements, settings::Settings},
+    protocol::{ServerStatements, SessionSets, settings::Settings},
     stats::LATENCY_BUCKETS,
     wire::{
         startup::{self, StartupMessage},
@@ -38,6 +38,8 @@ pub struct Idle {
     pub settings: Option<Settings>,
     /// The named statements it holds (of clients it served before).
     pub statements: ServerStatements,
+    /// The session settings its last client left in it.
+    pub sets: SessionSets,
     pub opened: Instant,
     pub since: Instant,
     pub slot: Slot,
@@ -382,6 +384,7 @@ mod tests {
             key: None,
             settings: None,
             statements: ServerStatements::default(),
+            sets: SessionSets::new(),
             opened: now,
             since: now,
             slot,

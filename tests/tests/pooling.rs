@@ -125,11 +125,56 @@ async fn fifty_clients_share_five_connections() {
 }
 
 #[tokio::test]
-async fn a_session_set_pins_and_stays_its_own() {
+async fn session_sets_follow_their_client_and_never_leak() {
     let env = pooled(2).await;
     let dsn = env.proxy_dsn();
     let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    let others = [connect(&dsn).await, connect(&dsn).await];
     a.batch_execute("SET statement_timeout = '12345'")
+        .await
+        .unwrap();
+    b.batch_execute("SET application_name = 'bee'; ")
+        .await
+        .unwrap();
+    // A SET that fails changes nothing.
+    assert!(a.batch_execute("SET work_mem = 'lots'").await.is_err());
+    for round in 0..10 {
+        for o in &others {
+            assert_eq!(one(o, "SHOW statement_timeout").await.as_deref(), Some("0"));
+            assert_eq!(one(o, "SHOW application_name").await.as_deref(), Some(""));
+        }
+        let mine = one(&a, "SHOW statement_timeout").await;
+        assert_eq!(mine.as_deref(), Some("12345ms"), "round {round}");
+        assert_eq!(one(&a, "SHOW work_mem").await.as_deref(), Some("4MB"));
+        let theirs = one(&b, "SHOW application_name").await;
+        assert_eq!(theirs.as_deref(), Some("bee"), "round {round}");
+        assert_eq!(
+            one(&b, "SHOW statement_timeout").await.as_deref(),
+            Some("0")
+        );
+    }
+    a.batch_execute("RESET statement_timeout").await.unwrap();
+    b.batch_execute("SET application_name TO DEFAULT")
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            one(&a, "SHOW statement_timeout").await.as_deref(),
+            Some("0")
+        );
+        assert_eq!(one(&b, "SHOW application_name").await.as_deref(), Some(""));
+    }
+    let pools = admin(&env, "SHOW POOLS").await;
+    assert_eq!(pools[0][6].as_deref(), Some("0"), "sv_pinned: {pools:?}");
+}
+
+#[tokio::test]
+async fn a_setting_that_cannot_be_replayed_pins_and_stays_its_own() {
+    let env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    a.batch_execute("SELECT set_config('statement_timeout', '12345', false)")
         .await
         .unwrap();
     let others = [connect(&dsn).await, connect(&dsn).await];
@@ -149,7 +194,7 @@ async fn a_session_set_pins_and_stays_its_own() {
     assert!(
         clients
             .iter()
-            .any(|r| r.last().cloned().flatten().as_deref() == Some("session SET")),
+            .any(|r| r.last().cloned().flatten().as_deref() == Some("set_config(..., false)")),
         "{clients:?}"
     );
 }

@@ -11,7 +11,9 @@ pub mod fuzzing;
 mod named;
 mod own;
 mod pooled;
+mod replay;
 pub use pooled::ServerStatements;
+pub use replay::{SessionSets, replay_query};
 pub mod settings;
 mod statements;
 pub mod text;
@@ -163,6 +165,9 @@ pub struct Protocol {
     fresh_upstream: bool,
     /// The client's named statements, and the server connection's.
     named: named::Named,
+    /// The client's replayable settings, and a `SET` awaiting its answer.
+    sets: SessionSets,
+    pending_set: Option<replay::PendingSet>,
 }
 
 /// A Query or Parse after routing.
@@ -222,6 +227,8 @@ impl Protocol {
             unnamed_parse: bytes::BytesMut::new(),
             fresh_upstream: false,
             named: named::Named::default(),
+            sets: SessionSets::new(),
+            pending_set: None,
         }
     }
 

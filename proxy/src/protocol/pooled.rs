@@ -28,7 +28,13 @@ impl Protocol {
             tag::QUERY => {
                 // A simple Query drops the server's unnamed statement.
                 self.unnamed_parse.clear();
-                if let Some(why) = frontend::query_text(msg).and_then(session_pin) {
+                let Some(text) = frontend::query_text(msg) else {
+                    return self.pin_session("Query message not read");
+                };
+                if self.takes_replayable_set(text) {
+                    return;
+                }
+                if let Some(why) = session_pin(text) {
                     self.pin_session(why);
                 }
             }

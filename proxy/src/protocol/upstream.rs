@@ -128,6 +128,9 @@ impl Protocol {
         if t == tag::ERROR_RESPONSE && self.pooled {
             self.forget_server_statements();
         }
+        if owner == Owner::Client && self.pooled {
+            self.on_set_answer(t);
+        }
         if t == tag::ERROR_RESPONSE
             && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))
             && backend::is_fatal(msg)

@@ -557,6 +557,8 @@ async fn connect_and_authenticate(
         false => None,
     };
     let (kept, slot) = match grant {
+        // Another client's settings are in it: a new connection instead.
+        Some(Grant::Idle(i)) if !i.sets.is_empty() => (None, Some(i.slot)),
         Some(Grant::Idle(i)) => {
             let kept = Kept {
                 tcp: i.tcp,

@@ -17,7 +17,7 @@ use crate::{
     cancel::Key,
     net::{Pair, Stream},
     pooling::{Grant, Idle, Pool, Slot, WaitTimeout},
-    protocol::Protocol,
+    protocol::{Protocol, SessionSets, replay_query},
     relay::{Closer, End},
     shared::Shared,
     stats::{Counters, SessionState},
@@ -58,6 +58,7 @@ impl Pooled {
             key: proto.upstream_key.take(),
             settings: proto.settings.after_reset(),
             statements: proto.take_server_statements(),
+            sets: proto.session_sets().clone(),
             opened: proto.upstream_opened,
             since: Instant::now(),
             slot,
@@ -91,6 +92,8 @@ pub enum PoolError {
     Unexpected(u8),
     #[error("opening a pooled upstream connection took longer than {0:?}")]
     Timeout(Duration),
+    #[error("the session's settings could not be made again on a pooled connection: {0}")]
+    Replay(String),
 }
 
 impl PoolError {
@@ -145,6 +148,50 @@ async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError>
             }
             t => return Err(PoolError::Unexpected(t)),
         }
+    }
+}
+
+/// Makes a server connection's settings (`has`) the client's (`wants`),
+/// when they differ: one Query, `RESET ALL` and the client's `SET`s, its
+/// answers read here. The client hears nothing of it, as on a dedicated
+/// connection, where nothing changed.
+async fn settle(
+    tcp: tokio::net::TcpStream,
+    has: &SessionSets,
+    wants: &SessionSets,
+    limit: Duration,
+) -> Result<tokio::net::TcpStream, PoolError> {
+    if has == wants {
+        return Ok(tcp);
+    }
+    match crate::timers::timeout(limit, replay(tcp, wants)).await {
+        Ok(r) => r,
+        Err(_) => Err(PoolError::Timeout(limit)),
+    }
+}
+
+async fn replay(
+    mut tcp: tokio::net::TcpStream,
+    wants: &SessionSets,
+) -> Result<tokio::net::TcpStream, PoolError> {
+    tcp.write_all(&replay_query(wants)).await?;
+    let mut buf = BytesMut::with_capacity(1024);
+    let max = crate::wire::frame::MAX_AUTH_MESSAGE;
+    let mut failed = None;
+    loop {
+        let msg = read_message(&mut tcp, &mut buf, max).await?;
+        match msg[0] {
+            tag::ERROR_RESPONSE => {
+                let text = backend::error_field(&msg, b'M').unwrap_or("error");
+                failed = Some(text.to_owned());
+            }
+            tag::READY_FOR_QUERY => break,
+            _ => {}
+        }
+    }
+    match failed {
+        Some(why) => Err(PoolError::Replay(why)),
+        None => Ok(tcp),
     }
 }
 
@@ -217,6 +264,7 @@ pub async fn between(
     let config = proto.services.config.clone();
     let wait = config.pool.query_wait_timeout;
     let up = &config.upstream;
+    let connect_limit = up.connect_timeout;
     let grant = pooled
         .pool
         .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
@@ -229,15 +277,27 @@ pub async fn between(
                 opened,
                 slot,
                 statements,
+                sets,
                 ..
             } = idle;
-            tokio::net::TcpStream::from_std(tcp)
-                .map(|tcp| (tcp, key, opened, slot, statements))
-                .map_err(PoolError::from)
+            match tokio::net::TcpStream::from_std(tcp) {
+                Ok(tcp) => settle(tcp, &sets, proto.session_sets(), connect_limit)
+                    .await
+                    .map(|tcp| (tcp, key, opened, slot, statements)),
+                Err(e) => Err(e.into()),
+            }
         }
-        Ok(Grant::Open(slot)) => open(shared, &pooled.startup)
+        Ok(Grant::Open(slot)) => match open(shared, &pooled.startup).await {
+            Ok(o) => settle(
+                o.tcp,
+                &SessionSets::new(),
+                proto.session_sets(),
+                connect_limit,
+            )
             .await
-            .map(|o| (o.tcp, o.key, Instant::now(), slot, Default::default())),
+            .map(|tcp| (tcp, o.key, Instant::now(), slot, Default::default())),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e.into()),
     };
     let (tcp, key, opened, slot, statements) = match got {
