@@ -212,6 +212,9 @@ pub struct PoolConfig {
     /// it gets an error.
     #[serde(with = "duration")]
     pub query_wait_timeout: Duration,
+    /// Idle server connections each pool keeps open, ready for the next
+    /// client (opened in the background once the pool exists).
+    pub min_idle: usize,
 }
 
 impl Default for PoolConfig {
@@ -220,6 +223,7 @@ impl Default for PoolConfig {
             mode: PoolMode::Session,
             pool_size: 20,
             query_wait_timeout: Duration::from_secs(120),
+            min_idle: 0,
         }
     }
 }
@@ -515,6 +519,9 @@ impl Config {
         }
         if self.pool.pool_size == 0 {
             return Err(key("pool.pool_size", "must be at least 1"));
+        }
+        if self.pool.min_idle > self.pool.pool_size {
+            return Err(key("pool.min_idle", "must be at most pool.pool_size"));
         }
         if self.pool.query_wait_timeout.is_zero() {
             return Err(key("pool.query_wait_timeout", "must be more than zero"));

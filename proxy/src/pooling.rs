@@ -113,6 +113,8 @@ pub struct WaitTimeout {
 pub struct Pool {
     pub database: String,
     pub user: String,
+    /// The startup packet its connections are opened with.
+    pub startup: Bytes,
     size: usize,
     inner: Mutex<Inner>,
     /// Pooled sessions of this startup packet now.
@@ -147,6 +149,8 @@ impl Waits {
 struct Inner {
     /// Connections open or being opened, idle ones included.
     places: usize,
+    /// Of them, being opened to be idle (`min_idle`).
+    filling: usize,
     idle: Vec<Idle>,
     waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
 }
@@ -264,14 +268,42 @@ impl Pool {
         g.places = g.places.saturating_sub(1);
     }
 
-    /// Closes idle connections that waited `max_idle`.
-    fn expire(&self, max_idle: Duration) -> Vec<Idle> {
+    /// Closes idle connections that waited `max_idle`, but for the newest
+    /// `keep` of them.
+    fn expire(&self, max_idle: Duration, keep: usize) -> Vec<Idle> {
         let mut g = self.lock();
-        let (keep, old): (Vec<_>, Vec<_>) = std::mem::take(&mut g.idle)
-            .into_iter()
-            .partition(|i| i.since.elapsed() < max_idle);
-        g.idle = keep;
-        old
+        // Given back at the end, taken from the end: the oldest come first.
+        let spare = g.idle.len().saturating_sub(keep);
+        let old = g.idle[..spare]
+            .iter()
+            .take_while(|i| i.since.elapsed() >= max_idle)
+            .count();
+        g.idle.drain(..old).collect()
+    }
+
+    /// Places to open connections in, so that `min_idle` are idle (or on
+    /// their way) while the pool has room.
+    pub fn places_to_fill(self: &Arc<Self>, min_idle: usize) -> Vec<Slot> {
+        let mut g = self.lock();
+        let mut slots = Vec::new();
+        while g.idle.len() + g.filling < min_idle && g.places < self.size {
+            g.places += 1;
+            g.filling += 1;
+            slots.push(Slot::new(self));
+        }
+        slots
+    }
+
+    /// A connection opened for `min_idle` is ready (`Some`), or failed
+    /// (its slot dropped with it).
+    pub fn filled(&self, idle: Option<Idle>) {
+        {
+            let mut g = self.lock();
+            g.filling = g.filling.saturating_sub(1);
+        }
+        if let Some(idle) = idle {
+            self.give_back(idle);
+        }
     }
 
     fn row(&self) -> PoolRow {
@@ -331,6 +363,7 @@ impl Pools {
                 Arc::new(Pool {
                     database,
                     user,
+                    startup: startup.clone(),
                     size: self.size,
                     inner: Mutex::default(),
                     clients: AtomicUsize::new(0),
@@ -352,18 +385,35 @@ impl Pools {
         rows
     }
 
-    /// Closes idle connections that waited `max_idle` for a client.
-    pub fn expire(&self, max_idle: Duration) {
+    /// Closes idle connections that waited `max_idle` for a client, but
+    /// for `keep` per pool (`min_idle`).
+    pub fn expire(&self, max_idle: Duration, keep: usize) {
         for pool in self.all() {
-            for idle in pool.expire(max_idle) {
+            for idle in pool.expire(max_idle, keep) {
                 drop(idle.close());
             }
         }
     }
 
+    /// The pools that have fewer than `min_idle` idle connections, with
+    /// places to open them in.
+    pub fn to_fill(&self, min_idle: usize) -> Vec<(Arc<Pool>, Vec<Slot>)> {
+        if min_idle == 0 {
+            return Vec::new();
+        }
+        self.all()
+            .into_iter()
+            .map(|p| {
+                let slots = p.places_to_fill(min_idle);
+                (p, slots)
+            })
+            .filter(|(_, s)| !s.is_empty())
+            .collect()
+    }
+
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
-        self.expire(Duration::ZERO);
+        self.expire(Duration::ZERO, 0);
     }
 }
 

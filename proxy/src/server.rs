@@ -306,7 +306,10 @@ async fn expire_kept(shared: std::sync::Weak<Shared>) {
         tokio::time::sleep(every).await;
         let Some(s) = shared.upgrade() else { return };
         s.reuse.expire(s.config().upstream.reuse_idle_timeout);
-        s.pools.expire(s.config().upstream.reuse_idle_timeout);
+        let config = s.config();
+        s.pools
+            .expire(config.upstream.reuse_idle_timeout, config.pool.min_idle);
+        crate::session::pooled::fill_pools(&s);
     }
 }
 

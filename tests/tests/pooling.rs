@@ -409,3 +409,36 @@ async fn clients_between_transactions_outlive_an_upstream_restart() {
         .sum();
     assert!(servers <= 2, "{pools:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_idle_connections_are_opened_and_kept() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 3;
+        c.pool.min_idle = 2;
+        // Idle connections past it are closed, but for min_idle of them.
+        c.upstream.reuse_idle_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let direct = connect(&env.direct_dsn()).await;
+    let a = connect(&env.proxy_dsn()).await;
+    assert_eq!(one(&a, "SELECT 1").await.as_deref(), Some("1"));
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = server_backends(&direct).await;
+        if seen == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, 2, "min_idle connections open");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        server_backends(&direct).await,
+        2,
+        "and kept past the idle timeout"
+    );
+    let pools = admin(&env, "SHOW POOLS").await;
+    assert_eq!(pools[0][5].as_deref(), Some("2"), "sv_idle: {pools:?}");
+    assert_eq!(one(&a, "SELECT 2").await.as_deref(), Some("2"));
+}

@@ -3,7 +3,7 @@
 
 pub mod handshake;
 mod life;
-mod pooled;
+pub(crate) mod pooled;
 pub mod reuse;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};

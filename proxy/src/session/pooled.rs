@@ -112,6 +112,8 @@ impl PoolError {
 pub struct Opened {
     pub tcp: tokio::net::TcpStream,
     pub key: Option<Bytes>,
+    /// The greeting's ParameterStatus values.
+    pub params: Vec<(String, String)>,
 }
 
 pub async fn open(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError> {
@@ -129,6 +131,7 @@ async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError>
     tcp.write_all(startup).await?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut key = None;
+    let mut params = Vec::new();
     let max = crate::wire::frame::MAX_AUTH_MESSAGE;
     loop {
         let msg = read_message(&mut tcp, &mut buf, max).await?;
@@ -137,14 +140,19 @@ async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError>
             tag::AUTHENTICATION => return Err(PoolError::Password),
             // The same startup packet as the session's: the same values
             // its client was told at login.
-            tag::PARAMETER_STATUS | tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
+            tag::PARAMETER_STATUS => {
+                if let Some((k, v)) = backend::parameter_status(&msg) {
+                    params.push((k.to_owned(), v.to_owned()));
+                }
+            }
+            tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
             tag::BACKEND_KEY_DATA => key = Some(msg),
             tag::ERROR_RESPONSE => {
                 let text = backend::error_field(&msg, b'M').unwrap_or("error");
                 return Err(PoolError::Refused(text.to_owned()));
             }
             tag::READY_FOR_QUERY if buf.is_empty() => {
-                return Ok(Opened { tcp, key });
+                return Ok(Opened { tcp, key, params });
             }
             t => return Err(PoolError::Unexpected(t)),
         }
@@ -192,6 +200,40 @@ async fn replay(
     match failed {
         Some(why) => Err(PoolError::Replay(why)),
         None => Ok(tcp),
+    }
+}
+
+/// Opens connections for pools below `[pool] min_idle`, in the
+/// background; each is idle in its pool once ready.
+pub fn fill_pools(shared: &Arc<Shared>) {
+    let min_idle = shared.config().pool.min_idle;
+    for (pool, slots) in shared.pools.to_fill(min_idle) {
+        for slot in slots {
+            let (shared, pool) = (shared.clone(), pool.clone());
+            tokio::spawn(async move {
+                let idle = match open(&shared, &pool.startup).await {
+                    Ok(o) => o.tcp.into_std().ok().map(|tcp| {
+                        let now = Instant::now();
+                        Idle {
+                            tcp,
+                            params: o.params,
+                            key: o.key,
+                            settings: None,
+                            statements: Default::default(),
+                            sets: SessionSets::new(),
+                            opened: now,
+                            since: now,
+                            slot,
+                        }
+                    }),
+                    Err(e) => {
+                        warn!("pool {}/{}: min_idle: {e}", pool.database, pool.user);
+                        None
+                    }
+                };
+                pool.filled(idle);
+            });
+        }
     }
 }
 
