@@ -411,6 +411,13 @@ impl Pools {
             .collect()
     }
 
+    /// Closes every idle connection now: before a statement that needs a
+    /// database without other sessions (DROP DATABASE, or one used as a
+    /// template), which the server waits a few seconds for.
+    pub fn close_idle(&self) {
+        self.clear();
+    }
+
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         self.expire(Duration::ZERO, 0);

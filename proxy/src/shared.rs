@@ -48,7 +48,7 @@ pub struct Shared {
     /// Upstream connections kept for the next client (`upstream.reuse`).
     pub reuse: Pool,
     /// Transaction pooling's pools (`[pool] mode = "transaction"`).
-    pub pools: crate::pooling::Pools,
+    pub pools: Arc<crate::pooling::Pools>,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -105,6 +105,7 @@ impl Shared {
             stats: self.stats.clone(),
             cypher: self.cypher.clone(),
             analyzer: live.analyzer.clone(),
+            pools: self.pools.clone(),
         }
     }
 
@@ -189,7 +190,7 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
-            pools: crate::pooling::Pools::new(pool_size),
+            pools: Arc::new(crate::pooling::Pools::new(pool_size)),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),

@@ -442,3 +442,19 @@ async fn min_idle_connections_are_opened_and_kept() {
     assert_eq!(pools[0][5].as_deref(), Some("2"), "sv_idle: {pools:?}");
     assert_eq!(one(&a, "SELECT 2").await.as_deref(), Some("2"));
 }
+
+#[tokio::test]
+async fn a_database_its_clients_left_can_be_dropped() {
+    let env = pooled(3).await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct.batch_execute("CREATE DATABASE gone").await.unwrap();
+    let dsn = env.proxy_dsn().replace("dbname=postgres", "dbname=gone");
+    {
+        let c = connect(&dsn).await;
+        assert_eq!(one(&c, "SELECT 1").await.as_deref(), Some("1"));
+    }
+    // Its pool's idle connection is closed when a client asks for the
+    // drop, as the client's own connection would have been.
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute("DROP DATABASE gone").await.unwrap();
+}

@@ -52,7 +52,7 @@ use sqlparser::parser::Parser;
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use pins::session_pin;
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
-pub use set::{SessionSet, session_set};
+pub use set::{SessionSet, database_command, session_set};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
 /// multi-statement string gets the greatest class of its statements).

@@ -55,6 +55,8 @@ pub struct Services {
     pub cypher: Arc<crate::cypher_cache::CypherCache>,
     /// The planner, with the configured read-only functions.
     pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
+    /// Transaction pooling's pools.
+    pub pools: Arc<crate::pooling::Pools>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

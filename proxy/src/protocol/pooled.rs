@@ -5,7 +5,7 @@
 use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 
 use bytes::Bytes;
-use onetrip_planner::classify::session_pin;
+use onetrip_planner::classify::{database_command, session_pin};
 
 use super::*;
 
@@ -21,6 +21,16 @@ impl Protocol {
     /// Looks at a client message going upstream for what would tie the
     /// session to its server connection. Once pinned, nothing is looked at.
     pub(super) fn watch_for_pins(&mut self, t: u8, msg: &[u8]) {
+        let text = match t {
+            tag::QUERY => frontend::query_text(msg),
+            tag::PARSE => frontend::parse(msg).map(|(_, text)| text),
+            _ => None,
+        };
+        if text.is_some_and(database_command) {
+            // The pools' idle connections would keep the database in use
+            // (a dedicated client's would have closed with it).
+            self.services.pools.close_idle();
+        }
         if self.pin.is_some() {
             return;
         }
