@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     protocol::{ServerStatements, SessionSets, settings::Settings},
-    stats::LATENCY_BUCKETS,
+    stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{
         startup::{self, StartupMessage},
         write,
@@ -135,12 +135,7 @@ struct Waits {
 
 impl Waits {
     fn record(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = LATENCY_BUCKETS
-            .iter()
-            .position(|b| s <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.buckets[i].fetch_add(1, Relaxed);
+        self.buckets[latency_bucket(d)].fetch_add(1, Relaxed);
         self.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
     }
 }

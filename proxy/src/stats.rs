@@ -23,6 +23,15 @@ pub const LATENCY_BUCKETS: [f64; 16] = [
     5.0, 10.0,
 ];
 
+/// The `LATENCY_BUCKETS` slot of `d` (the last one: over them all).
+pub fn latency_bucket(d: Duration) -> usize {
+    let s = d.as_secs_f64();
+    LATENCY_BUCKETS
+        .iter()
+        .position(|b| s <= *b)
+        .unwrap_or(LATENCY_BUCKETS.len())
+}
+
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         /// Monotonic counters of one session or of a group of sessions.
@@ -162,12 +171,7 @@ impl Counters {
     }
 
     pub fn record_latency(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = LATENCY_BUCKETS
-            .iter()
-            .position(|b| s <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.latency_buckets[i].fetch_add(1, Relaxed);
+        self.latency_buckets[latency_bucket(d)].fetch_add(1, Relaxed);
         self.latency_sum_us.fetch_add(d.as_micros() as u64, Relaxed);
     }
 }

@@ -489,6 +489,26 @@ fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<Bytes> {
 /// The ready session's streams and leftover read buffers.
 type Ready = (Pair, BytesMut, BytesMut);
 
+/// A login that gets no server connection: the client is told why
+/// (FATAL `code`), within `limits.client_write_timeout`, and the session is
+/// closed.
+async fn refuse(
+    client: Stream,
+    shared: &Shared,
+    info: &Arc<crate::stats::SessionInfo>,
+    code: &str,
+    why: &str,
+) {
+    warn!("{why}");
+    let mut c = client;
+    let msg = write::error(Severity::Fatal, code, why);
+    let limit = shared.config().limits.client_write_timeout;
+    let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
+    let _ = timeout(limit, write).await;
+    Counters::add(&info.counters.errors, 1);
+    shared.stats.close_session(info, Default::default());
+}
+
 /// Connects upstream and relays authentication. `None` when the upstream
 /// could not be reached (the session is closed then); a `Ready` when the
 /// client may now send queries.
@@ -533,14 +553,7 @@ async fn connect_and_authenticate(
         {
             Ok(g) => grant = Some(g),
             Err(e) => {
-                warn!("{e}");
-                let mut c = client;
-                let msg = write::error(Severity::Fatal, "08P01", &e.to_string());
-                let limit = shared.config().limits.client_write_timeout;
-                let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
-                let _ = timeout(limit, write).await;
-                Counters::add(&info.counters.errors, 1);
-                shared.stats.close_session(&info, Default::default());
+                refuse(client, shared, &info, "08P01", &e.to_string()).await;
                 return None;
             }
         }
@@ -586,14 +599,7 @@ async fn connect_and_authenticate(
         let upstream = match handshake::connect_upstream(shared).await {
             Ok(u) => u,
             Err(e) => {
-                warn!("{e}");
-                let mut c = client;
-                let msg = write::error(Severity::Fatal, "08006", &e.to_string());
-                let limit = shared.config().limits.client_write_timeout;
-                let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
-                let _ = timeout(limit, write).await;
-                Counters::add(&info.counters.errors, 1);
-                shared.stats.close_session(&info, Default::default());
+                refuse(client, shared, &info, "08006", &e.to_string()).await;
                 return None;
             }
         };
