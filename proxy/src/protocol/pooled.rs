@@ -21,10 +21,14 @@ impl Protocol {
     /// Looks at a client message going upstream for what would tie the
     /// session to its server connection. Once pinned, nothing is looked at.
     pub(super) fn watch_for_pins(&mut self, t: u8, msg: &[u8]) {
-        let text = match t {
-            tag::QUERY => frontend::query_text(msg),
-            tag::PARSE => frontend::parse(msg).map(|(_, text)| text),
-            _ => None,
+        // Each message's text is read once, for both looks below.
+        let (name, text) = match t {
+            tag::QUERY => (None, frontend::query_text(msg)),
+            tag::PARSE => match frontend::parse(msg) {
+                Some((name, text)) => (Some(name), Some(text)),
+                None => (None, None),
+            },
+            _ => (None, None),
         };
         if text.is_some_and(database_command) {
             // The pools' idle connections would keep the database in use
@@ -38,7 +42,7 @@ impl Protocol {
             tag::QUERY => {
                 // A simple Query drops the server's unnamed statement.
                 self.unnamed_parse.clear();
-                let Some(text) = frontend::query_text(msg) else {
+                let Some(text) = text else {
                     return self.pin_session("Query message not read");
                 };
                 if self.takes_replayable_set(text) {
@@ -48,10 +52,10 @@ impl Protocol {
                     self.pin_session(why);
                 }
             }
-            tag::PARSE => match frontend::parse(msg) {
-                // Named statements hold the connection while they live
-                // (`Flight::holds_named`); their text pins like a Query's.
-                Some((name, text)) => {
+            // A statement's text pins like a Query's (named statements
+            // follow their client: `named.rs`).
+            tag::PARSE => match (name, text) {
+                (Some(name), Some(text)) => {
                     if let Some(why) = session_pin(text) {
                         self.pin_session(why);
                     } else if name.is_empty() {
@@ -61,7 +65,7 @@ impl Protocol {
                         self.unnamed_parse.extend_from_slice(msg);
                     }
                 }
-                None => self.pin_session(PARSE_NOT_READ),
+                _ => self.pin_session(PARSE_NOT_READ),
             },
             tag::FUNCTION_CALL => self.pin_session("FunctionCall message"),
             _ => {}
