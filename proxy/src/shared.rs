@@ -36,7 +36,7 @@ pub struct Shared {
     pub upstream_tls: Option<tokio_rustls::TlsConnector>,
     /// The cancel keys handed to clients, each with its backend's key: a
     /// cancel is forwarded only for a client of ours that is still here.
-    pub cancel: CancelKeys,
+    pub cancel: Arc<CancelKeys>,
     /// Becomes true when the shutdown grace period is over.
     force_close: watch::Receiver<bool>,
     /// One closer per relaying session, fired when the grace period is
@@ -185,7 +185,7 @@ impl Shared {
             upstream_addr,
             stats,
             upstream_tls,
-            cancel: CancelKeys::default(),
+            cancel: Arc::new(CancelKeys::default()),
             force_close,
             closers: DashMap::new(),
             cypher: Default::default(),

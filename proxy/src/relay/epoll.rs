@@ -11,7 +11,7 @@
 //! task relays on through tokio.
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     future::Future,
     io,
     net::TcpStream,
@@ -24,7 +24,7 @@ use bytes::BytesMut;
 use tracing::Span;
 
 use super::{Bufs, End};
-use crate::{protocol::Protocol, worker::seats::Seat};
+use crate::{pooling::Pooled, protocol::Protocol, wire::write, worker::seats::Seat};
 use crate::{
     stats::Counters,
     worker::{self, epoll::Event, thread_mark},
@@ -33,10 +33,14 @@ use crate::{
 /// A session as it enters or leaves the worker's relay.
 pub(crate) struct Parts {
     pub client: TcpStream,
-    pub upstream: TcpStream,
+    /// `None` once a pooled session gave its connection back, until it
+    /// takes another.
+    pub upstream: Option<TcpStream>,
     pub proto: Protocol,
     pub bufs: Bufs,
     pub seat: Seat,
+    /// Transaction pooling: the session's hold on its pool.
+    pub pooled: Option<Pooled>,
 }
 
 /// Why the worker's relay handed a session back.
@@ -52,6 +56,7 @@ const TURNS: usize = 64;
 
 struct Entry {
     parts: Parts,
+    slot: usize,
     generation: u32,
     client: Ready,
     upstream: Ready,
@@ -104,6 +109,16 @@ struct Table {
 
 thread_local! {
     static TABLE: RefCell<Table> = RefCell::default();
+    /// A turn woke another session's task on this thread (a connection
+    /// given back to a client waiting for one): the park hook must hand
+    /// the thread back to the runtime, which would not know otherwise. (A
+    /// task on another thread is woken through its own runtime.)
+    static WOKE_OTHERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a turn since the last ask woke another session's task.
+fn woke_others() -> bool {
+    WOKE_OTHERS.with(Cell::take)
 }
 
 /// Data words: slot, generation and side (0 client, 1 upstream).
@@ -194,11 +209,13 @@ pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
         });
         (slot, t.generation)
     });
-    let (c, u) = (parts.client.as_raw_fd(), parts.upstream.as_raw_fd());
-    let watched = worker::watch(c, token(slot, generation, 0)).and_then(|()| {
-        worker::watch(u, token(slot, generation, 1)).inspect_err(|_| {
+    let c = parts.client.as_raw_fd();
+    let u = parts.upstream.as_ref().map(|u| u.as_raw_fd());
+    let watched = worker::watch(c, token(slot, generation, 0)).and_then(|()| match u {
+        Some(u) => worker::watch(u, token(slot, generation, 1)).inspect_err(|_| {
             let _ = worker::unwatch(c);
-        })
+        }),
+        None => Ok(()),
     });
     if let Err(e) = watched {
         TABLE.with(|t| t.borrow_mut().free.push(slot));
@@ -207,6 +224,7 @@ pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
     // Nothing is known readable yet: the epoll reports what is, at once.
     let mut entry = Entry {
         parts,
+        slot,
         generation,
         client: Ready::FRESH,
         upstream: Ready::FRESH,
@@ -217,6 +235,9 @@ pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
     };
     // What the handshake left in the buffers is handled now.
     let (more, _) = turns(&mut entry);
+    // Run from the session's task, not the park hook: a task it woke
+    // runs anyway, and the hook must not return for it later.
+    woke_others();
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         if more {
@@ -326,7 +347,7 @@ fn on_event(ev: Event) -> bool {
         }
         waiter
     });
-    wake(woke)
+    wake(woke) | woke_others()
 }
 
 /// Another turn for each session that ran out of them; true when one
@@ -352,7 +373,7 @@ fn run_pending() -> bool {
         });
         woke |= wake(w);
     }
-    woke
+    woke | woke_others()
 }
 
 fn wake(w: Option<Waker>) -> bool {
@@ -404,11 +425,15 @@ fn run(e: &mut Entry) -> bool {
 fn turn(e: &mut Entry) -> Result<bool, Stop> {
     let Parts {
         client,
-        upstream,
+        upstream: held,
         proto,
         bufs: b,
         seat,
+        pooled,
     } = &mut e.parts;
+    let Some(upstream) = held.as_ref() else {
+        return released(e);
+    };
     super::process(proto, b).map_err(|err| Stop::End(End::Error(err)))?;
     if b.to_up.wants_write() && e.upstream.write {
         match b.to_up.write_to(upstream) {
@@ -429,7 +454,19 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         return Err(Stop::End(End::ClientClosed));
     }
     if super::release_due(proto, b) {
-        return Err(Stop::End(End::Release));
+        let Some(pooled) = pooled.as_mut() else {
+            return Err(Stop::End(End::Release));
+        };
+        // Given back here, not by the session's task: the client stays in
+        // this epoll, and only the connection leaves it.
+        let _ = worker::unwatch(upstream.as_raw_fd());
+        if let Some(up) = held.take()
+            && pooled.give_back(up, proto)
+        {
+            WOKE_OTHERS.with(|w| w.set(true));
+        }
+        e.upstream = Ready::FRESH;
+        return Ok(true);
     }
     if let Some(j) = super::move_due(proto, b, seat) {
         return Err(Stop::End(End::Move(j)));
@@ -468,6 +505,54 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         }
     }
     Ok(read)
+}
+
+/// A turn of a pooled session without a connection: its client's next
+/// bytes read, then a ready connection of its pool taken for them; the
+/// session's task takes over when it must wait for one.
+fn released(e: &mut Entry) -> Result<bool, Stop> {
+    let Parts {
+        client,
+        upstream,
+        proto,
+        bufs: b,
+        pooled,
+        ..
+    } = &mut e.parts;
+    if b.cin.is_empty() {
+        if !e.client.read {
+            return Ok(false);
+        }
+        match read_into(client, &mut b.cin) {
+            Ok((0, _)) => return Err(Stop::End(End::ClientClosed)),
+            Ok((n, drained)) => {
+                Counters::add(&proto.info.counters.bytes_from_client, n as u64);
+                e.client.read_some(drained);
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                e.client.read = false;
+                return Ok(false);
+            }
+            Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
+        }
+    }
+    // Saying goodbye: no connection is taken for that.
+    if b.cin.starts_with(&write::TERMINATE) {
+        return Err(Stop::End(End::ClientClosed));
+    }
+    let Some(pooled) = pooled.as_mut() else {
+        return Err(Stop::End(End::Release));
+    };
+    let Some(tcp) = pooled.take_ready(proto) else {
+        return Err(Stop::End(End::Release));
+    };
+    if worker::watch(tcp.as_raw_fd(), token(e.slot, e.generation, 1)).is_err() {
+        pooled.give_back(tcp, proto);
+        return Err(Stop::End(End::Release));
+    }
+    *upstream = Some(tcp);
+    e.upstream = Ready::FRESH;
+    Ok(true)
 }
 
 /// One read into `buf`'s spare room: how much, and whether it emptied

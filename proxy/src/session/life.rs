@@ -25,14 +25,14 @@ use tracing::{Instrument, Span, debug, info, warn};
 
 use super::{
     handshake,
-    pooled::{self, Next, Pooled},
+    pooled::{self, Next},
     reuse,
 };
 use crate::{
     config::PoolMode,
     net::{Pair, Stream},
     pool::Kept,
-    pooling::Grant,
+    pooling::{Grant, Pooled},
     protocol::{Flow, Protocol},
     relay::{
         Bufs, Closer, End, Outcome,
@@ -173,6 +173,13 @@ enum Relayed {
     Move(usize, Streams, Bufs),
     /// The sockets could not be moved between reactors.
     Lost(String),
+    /// A pooled session without a connection: it must wait for one (or
+    /// for its client), or `end` (why the worker's relay handed it over).
+    Released {
+        client: std::net::TcpStream,
+        bufs: Bufs,
+        end: Option<End>,
+    },
 }
 
 /// Relays until the session ends, then sends each side its last words and
@@ -199,7 +206,12 @@ fn relay_to_the_end(
             let relayed = if fast::may_relay(&proto) {
                 match streams.unregistered() {
                     Ok(Ok((c, u))) => {
-                        Box::pin(relay_fast(c, u, proto, bufs, seat, &mut forced, &s)).await
+                        let mut pooled = s.pooled.take();
+                        let fast =
+                            relay_fast(c, u, proto, bufs, seat, &mut pooled, &mut forced, &s);
+                        let relayed = Box::pin(fast).await;
+                        s.pooled = pooled;
+                        relayed
                     }
                     Ok(Err(e)) => {
                         let why = format!("it could not leave the runtime: {e}");
@@ -213,17 +225,38 @@ fn relay_to_the_end(
             } else {
                 Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
             };
-            let released = match relayed {
+            // The client, the connection if the session still has it, why
+            // the relay stopped without one.
+            let (sockets, b, stopped) = match relayed {
                 Some((Relayed::Done(st, out), p, se)) if matches!(out.end, End::Release) => {
-                    (st, out.bufs, p, se)
+                    (proto, seat) = (p, se);
+                    (
+                        released_sockets(st).map(|(c, u)| (c, Some(u))),
+                        out.bufs,
+                        None,
+                    )
+                }
+                Some((Relayed::Released { client, bufs, end }, p, se)) => {
+                    (proto, seat) = (p, se);
+                    fast::release(&client);
+                    (Ok((client, None)), bufs, end)
                 }
                 other => break other,
             };
-            let (st, b, p, se) = released;
-            (proto, seat) = (p, se);
-            let next = match (s.pooled.as_mut(), released_sockets(st)) {
+            let next = match (s.pooled.as_mut(), sockets) {
                 (Some(pooled), Ok((c, u))) => {
-                    let between = pooled::between(c, u, &mut proto, pooled, &s.shared, &mut forced);
+                    let buffered = !b.cin.is_empty();
+                    let shared = &s.shared;
+                    let between = pooled::between(
+                        c,
+                        u,
+                        stopped,
+                        buffered,
+                        &mut proto,
+                        pooled,
+                        shared,
+                        &mut forced,
+                    );
                     between.instrument(s.span.clone()).await
                 }
                 (_, Err(why)) => {
@@ -270,6 +303,8 @@ fn relay_to_the_end(
                 Counters::add(&proto.info.counters.errors, 1);
                 return Some(proto);
             }
+            // Taken by the loop above: the session just ends.
+            Relayed::Released { .. } => return Some(proto),
         };
         drop(seat);
         let shared = &s.shared;
@@ -329,21 +364,24 @@ fn released_sockets(
 /// Relays through this worker's own epoll (`fast`) until relaying stops;
 /// the rest of the way through the runtime when the session needs it.
 /// `None` when the session was lost (never: a worker's tasks stay on it).
+#[allow(clippy::too_many_arguments)]
 async fn relay_fast(
     client: std::net::TcpStream,
     upstream: std::net::TcpStream,
     proto: Protocol,
     bufs: Bufs,
     seat: Seat,
+    pooled: &mut Option<Pooled>,
     forced: &mut Closer,
     s: &Session,
 ) -> Option<(Relayed, Protocol, Seat)> {
     let parts = fast::Parts {
         client,
-        upstream,
+        upstream: Some(upstream),
         proto,
         bufs,
         seat,
+        pooled: pooled.take(),
     };
     let info = parts.proto.info.clone();
     let (parts, stop) = match fast::enter(parts, &s.span) {
@@ -374,7 +412,17 @@ async fn relay_fast(
         proto,
         bufs,
         seat,
+        pooled: held,
     } = parts;
+    *pooled = held;
+    let Some(upstream) = upstream else {
+        // Gave its connection back and must wait for another.
+        let end = match stop {
+            Some(fast::Stop::End(end)) => Some(end),
+            Some(fast::Stop::Fallback) | None => None,
+        };
+        return Some((Relayed::Released { client, bufs, end }, proto, seat));
+    };
     let streams = Streams::Std(client, upstream);
     Some(match stop {
         Some(fast::Stop::End(End::Move(j))) => {
@@ -628,9 +676,9 @@ async fn connect_and_authenticate(
                 && !io.upstream.is_tls()
                 && StartupMessage::param(&params, "replication").is_none();
             let pooled = match (pool, slot) {
-                (Some(pool), Some(slot)) if a.plain_trust && !io.upstream.is_tls() => {
-                    Some(Pooled::new(pool, slot, startup_for_pool))
-                }
+                (Some(pool), Some(slot)) if a.plain_trust && !io.upstream.is_tls() => Some(
+                    Pooled::new(pool, slot, startup_for_pool, shared.cancel.clone()),
+                ),
                 (Some(_), _) => {
                     info!(
                         "session mode: the upstream asked for a password (only trust connections are pooled)"

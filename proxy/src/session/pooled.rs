@@ -1,10 +1,10 @@
-//! A session in transaction pooling, between two transactions: its server
-//! connection goes back to its pool, it waits for its client's next bytes,
-//! then takes a connection of the pool (an idle one, or one it opens with
-//! the trust handshake) and relaying goes on over it.
+//! A session in transaction pooling, between two transactions, when it
+//! must wait: for its client's next bytes, for a connection of its pool
+//! (an idle one, or one it opens with the trust handshake), or for its
+//! settings to be made on one; then relaying goes on over it.
 
 use std::{
-    sync::{Arc, atomic::Ordering::Relaxed},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -14,13 +14,12 @@ use tracing::{debug, warn};
 
 use super::handshake::{ConnectError, connect_upstream};
 use crate::{
-    cancel::Key,
     net::{Pair, Stream},
-    pooling::{Grant, Idle, Pool, Slot, WaitTimeout},
+    pooling::{Grant, Idle, Pooled, Taken, WaitTimeout},
     protocol::{Protocol, SessionSets, replay_query},
     relay::{Closer, End},
     shared::Shared,
-    stats::{Counters, SessionState},
+    stats::Counters,
     wire::{
         backend,
         read::{ReadError, read_message},
@@ -28,50 +27,6 @@ use crate::{
         write::{self, Severity},
     },
 };
-
-/// A pooled session's place in its pool: counted among its clients while
-/// it lives, with the slot of the connection it holds now, if any.
-pub struct Pooled {
-    pub pool: Arc<Pool>,
-    pub slot: Option<Slot>,
-    pub startup: Bytes,
-}
-
-impl Pooled {
-    pub fn new(pool: Arc<Pool>, slot: Slot, startup: Bytes) -> Self {
-        pool.clients.fetch_add(1, Relaxed);
-        Self {
-            pool,
-            slot: Some(slot),
-            startup,
-        }
-    }
-
-    /// Gives the session's clean connection back to the pool.
-    pub fn give_back(&mut self, tcp: std::net::TcpStream, proto: &mut Protocol) {
-        let Some(slot) = self.slot.take() else {
-            return;
-        };
-        let idle = Idle {
-            tcp,
-            params: proto.server_params.clone(),
-            key: proto.upstream_key.take(),
-            settings: proto.settings.after_reset(),
-            statements: proto.take_server_statements(),
-            sets: proto.session_sets().clone(),
-            opened: proto.upstream_opened,
-            since: Instant::now(),
-            slot,
-        };
-        self.pool.give_back(idle);
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        self.pool.clients.fetch_sub(1, Relaxed);
-    }
-}
 
 /// Why a pooled session could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -246,25 +201,27 @@ pub enum Next {
     End,
 }
 
-/// Between two transactions: gives the connection back, waits for the
-/// client, takes a connection of the pool and points the client's cancel
-/// key at it.
+/// Between two transactions, the long way: the session's connection (if
+/// it still has it) goes back, the session waits for its client, or for a
+/// connection when none was ready, opens one or makes its settings on one
+/// (the worker's relay takes a ready one itself: `pooling::held`).
+/// `stopped` is why the relay handed the session over while it had no
+/// connection; `buffered`, whether the client's next bytes are read.
+#[allow(clippy::too_many_arguments)]
 pub async fn between(
     client: std::net::TcpStream,
-    upstream: std::net::TcpStream,
+    upstream: Option<std::net::TcpStream>,
+    stopped: Option<End>,
+    buffered: bool,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Shared,
     forced: &mut Closer,
 ) -> Next {
     let info = proto.info.clone();
-    // The backend is about to run other clients' queries: this client's
-    // key cancels nothing until it has another.
-    if let Some(key) = &proto.client_key {
-        shared.cancel.detach(key);
+    if let Some(upstream) = upstream {
+        pooled.give_back(upstream, proto);
     }
-    info.upstream_pid.store(0, Relaxed);
-    pooled.give_back(upstream, proto);
     let mut client = match tokio::net::TcpStream::from_std(client) {
         Ok(c) => c,
         Err(e) => {
@@ -272,35 +229,27 @@ pub async fn between(
             return Next::End;
         }
     };
-    // The client's next bytes, its close, or shutdown.
-    let mut first = [0u8; 5];
-    let peeked = tokio::select! {
-        biased;
-        end = &mut *forced => {
-            let msg = match end {
-                // PostgreSQL's own, from its idle_session_timeout.
-                End::IdleTimeout => write::error(
-                    Severity::Fatal,
-                    "57P05",
-                    "terminating connection due to idle-session timeout",
-                ),
-                _ => write::error(
-                    Severity::Fatal,
-                    "57P01",
-                    "terminating connection due to administrator command (onetrip is shutting down)",
-                ),
-            };
-            let limit = proto.services.config.limits.client_write_timeout;
-            let _ = crate::timers::timeout(limit, client.write_all(&msg)).await;
-            return Next::End;
+    match stopped {
+        Some(end @ (End::IdleTimeout | End::Shutdown)) => {
+            return farewell(client, end, proto).await;
         }
-        r = client.peek(&mut first) => r,
-    };
-    match peeked {
-        // Gone, or saying goodbye: no connection is taken for that.
-        Ok(0) | Err(_) => return Next::End,
-        Ok(5) if first == write::TERMINATE => return Next::End,
-        Ok(_) => {}
+        Some(End::Release) | None => {}
+        Some(_) => return Next::End,
+    }
+    if !buffered {
+        // The client's next bytes, its close, or shutdown.
+        let mut first = [0u8; 5];
+        let peeked = tokio::select! {
+            biased;
+            end = &mut *forced => return farewell(client, end, proto).await,
+            r = client.peek(&mut first) => r,
+        };
+        match peeked {
+            // Gone, or saying goodbye: no connection is taken for that.
+            Ok(0) | Err(_) => return Next::End,
+            Ok(5) if first == write::TERMINATE => return Next::End,
+            Ok(_) => {}
+        }
     }
     // The session's own configuration, as it started: no shared lock here.
     let config = proto.services.config.clone();
@@ -320,29 +269,46 @@ pub async fn between(
                 slot,
                 statements,
                 sets,
+                params,
                 ..
             } = idle;
+            let taken = Taken {
+                key,
+                opened,
+                slot,
+                statements,
+                params,
+            };
             match tokio::net::TcpStream::from_std(tcp) {
                 Ok(tcp) => settle(tcp, &sets, proto.session_sets(), connect_limit)
                     .await
-                    .map(|tcp| (tcp, key, opened, slot, statements)),
+                    .map(|tcp| (tcp, taken)),
                 Err(e) => Err(e.into()),
             }
         }
         Ok(Grant::Open(slot)) => match open(shared, &pooled.startup).await {
-            Ok(o) => settle(
-                o.tcp,
-                &SessionSets::new(),
-                proto.session_sets(),
-                connect_limit,
-            )
-            .await
-            .map(|tcp| (tcp, o.key, Instant::now(), slot, Default::default())),
+            Ok(o) => {
+                let taken = Taken {
+                    key: o.key,
+                    opened: Instant::now(),
+                    slot,
+                    statements: Default::default(),
+                    params: o.params,
+                };
+                settle(
+                    o.tcp,
+                    &SessionSets::new(),
+                    proto.session_sets(),
+                    connect_limit,
+                )
+                .await
+                .map(|tcp| (tcp, taken))
+            }
             Err(e) => Err(e),
         },
         Err(e) => Err(e.into()),
     };
-    let (tcp, key, opened, slot, statements) = match got {
+    let (tcp, taken) = match got {
         Ok(g) => g,
         Err(e) => {
             warn!("{e}");
@@ -353,18 +319,31 @@ pub async fn between(
         }
     };
     let _ = tcp.set_nodelay(true);
-    if let Some((pid, secret)) = key.as_deref().and_then(backend::backend_key) {
-        info.upstream_pid.store(pid as u64, Relaxed);
-        if let Some(ck) = &proto.client_key {
-            shared.cancel.point(ck, Key { pid, secret });
-        }
-    }
-    proto.switched_upstream(key, opened, statements);
-    pooled.slot = Some(slot);
-    info.set_state(SessionState::Idle);
+    pooled.adopt(proto, taken);
     debug!("pooled session took a server connection");
     Next::Go(Pair {
         client: Stream::Plain(client),
         upstream: Stream::Plain(tcp),
     })
+}
+
+/// The session ends between two transactions, for shutdown or its idle
+/// timeout: its client is told why, as PostgreSQL would tell it.
+async fn farewell(mut client: tokio::net::TcpStream, end: End, proto: &Protocol) -> Next {
+    let msg = match end {
+        // PostgreSQL's own, from its idle_session_timeout.
+        End::IdleTimeout => write::error(
+            Severity::Fatal,
+            "57P05",
+            "terminating connection due to idle-session timeout",
+        ),
+        _ => write::error(
+            Severity::Fatal,
+            "57P01",
+            "terminating connection due to administrator command (onetrip is shutting down)",
+        ),
+    };
+    let limit = proto.services.config.limits.client_write_timeout;
+    let _ = crate::timers::timeout(limit, client.write_all(&msg)).await;
+    Next::End
 }

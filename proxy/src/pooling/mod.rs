@@ -2,8 +2,8 @@
 //! packet, at most `pool_size` server connections, idle ones waiting for a
 //! client, and clients waiting in order for one. The lock is taken when a
 //! session takes or gives back a connection, never while it forwards.
-//! What a session does with a connection is the session's
-//! (`session::pooled`).
+//! A session's hold on its pool is `held`; how it waits for a connection,
+//! opens one or makes its settings on one is `session::pooled`.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -17,6 +17,9 @@ use std::{
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
+
+mod held;
+pub use held::{Pooled, Taken};
 
 use crate::{
     protocol::{ServerStatements, SessionSets, settings::Settings},
@@ -147,7 +150,8 @@ struct Inner {
     /// Of them, being opened to be idle (`min_idle`).
     filling: usize,
     idle: Vec<Idle>,
-    waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
+    /// Each with the thread its task waits on (`worker::thread_mark`).
+    waiters: VecDeque<(Instant, oneshot::Sender<Grant>, u64)>,
 }
 
 /// A pool's figures for `SHOW POOLS`.
@@ -196,7 +200,8 @@ impl Pool {
                 return Ok(Grant::Open(Slot::new(self)));
             }
             let (tx, rx) = oneshot::channel();
-            g.waiters.push_back((Instant::now(), tx));
+            g.waiters
+                .push_back((Instant::now(), tx, crate::worker::thread_mark()));
             rx
         };
         let mut rx = rx;
@@ -222,6 +227,20 @@ impl Pool {
         }
     }
 
+    /// An idle connection fit for reuse, if one is there now. One that is
+    /// not is closed, its place freed (for a waiting client, or for the
+    /// caller to open a connection in by `acquire`).
+    pub fn take_ready(&self, max_idle: Duration, lifetime: Duration) -> Option<Idle> {
+        let idle = self.lock().idle.pop()?;
+        match Self::checked(idle, max_idle, lifetime) {
+            Grant::Idle(idle) => {
+                self.waits.record(Duration::ZERO);
+                Some(idle)
+            }
+            Grant::Open(_freed) => None,
+        }
+    }
+
     fn checked(idle: Idle, max_idle: Duration, lifetime: Duration) -> Grant {
         if idle.since.elapsed() < max_idle && idle.opened.elapsed() < lifetime && idle.alive() {
             Grant::Idle(idle)
@@ -230,28 +249,32 @@ impl Pool {
         }
     }
 
-    /// A connection comes back clean: to the first waiting client, or idle.
-    pub fn give_back(&self, idle: Idle) {
+    /// A connection comes back clean: to the first waiting client, or
+    /// idle. True when the client's task waits on this thread: woken from
+    /// a worker's park hook, it runs only once the hook returns.
+    pub fn give_back(&self, idle: Idle) -> bool {
         let mut idle = idle;
         let mut g = self.lock();
-        while let Some((_, tx)) = g.waiters.pop_front() {
+        while let Some((_, tx, thread)) = g.waiters.pop_front() {
             match tx.send(Grant::Idle(idle)) {
-                Ok(()) => return,
+                Ok(()) => return thread == crate::worker::thread_mark(),
                 Err(Grant::Idle(back)) => idle = back,
                 Err(Grant::Open(slot)) => {
                     slot.disarm();
-                    return unreachable_open();
+                    unreachable_open();
+                    return false;
                 }
             }
         }
         g.idle.push(idle);
+        false
     }
 
     /// A connection's place is free (it closed, or was never opened): to
     /// the first waiting client, to open one in, or off the count.
     fn place_freed(self: Arc<Self>) {
         let mut g = self.lock();
-        while let Some((_, tx)) = g.waiters.pop_front() {
+        while let Some((_, tx, _)) = g.waiters.pop_front() {
             match tx.send(Grant::Open(Slot::new(&self))) {
                 Ok(()) => return,
                 // The client stopped waiting: the new slot must not free
@@ -306,8 +329,8 @@ impl Pool {
         let waiting: Vec<Instant> = g
             .waiters
             .iter()
-            .filter(|(_, tx)| !tx.is_closed())
-            .map(|(t, _)| *t)
+            .filter(|(_, tx, _)| !tx.is_closed())
+            .map(|(t, _, _)| *t)
             .collect();
         PoolRow {
             database: self.database.clone(),
