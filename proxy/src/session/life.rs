@@ -267,8 +267,8 @@ fn relay_to_the_end(
                 (None, Ok(_)) => Next::End,
             };
             match next {
-                Next::Go(pair) => {
-                    streams = Streams::Runtime(pair);
+                Next::Go(c, u) => {
+                    streams = Streams::Std(c, u);
                     bufs = b;
                 }
                 Next::End => {

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use super::handshake::{ConnectError, connect_upstream};
 use crate::{
-    net::{Pair, Stream},
+    net::Stream,
     pooling::{Grant, Idle, Pooled, Taken, WaitTimeout},
     protocol::{Protocol, SessionSets, replay_query},
     relay::{Closer, End},
@@ -123,14 +123,15 @@ async fn settle(
     has: &SessionSets,
     wants: &SessionSets,
     limit: Duration,
-) -> Result<tokio::net::TcpStream, PoolError> {
-    if has == wants {
-        return Ok(tcp);
-    }
-    match crate::timers::timeout(limit, replay(tcp, wants)).await {
-        Ok(r) => r,
-        Err(_) => Err(PoolError::Timeout(limit)),
-    }
+) -> Result<std::net::TcpStream, PoolError> {
+    let tcp = match has == wants {
+        true => tcp,
+        false => match crate::timers::timeout(limit, replay(tcp, wants)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(PoolError::Timeout(limit)),
+        },
+    };
+    Ok(tcp.into_std()?)
 }
 
 async fn replay(
@@ -194,8 +195,9 @@ pub fn fill_pools(shared: &Arc<Shared>) {
 
 /// What the session does after giving its connection back.
 pub enum Next {
-    /// Relaying goes on over this pair.
-    Go(Pair),
+    /// Relaying goes on over these sockets (client, upstream), in no
+    /// reactor yet.
+    Go(std::net::TcpStream, std::net::TcpStream),
     /// The session is over (its client left, or shutdown, or no connection
     /// came; the client was told why).
     End,
@@ -206,7 +208,11 @@ pub enum Next {
 /// connection when none was ready, opens one or makes its settings on one
 /// (the worker's relay takes a ready one itself: `pooling::held`).
 /// `stopped` is why the relay handed the session over while it had no
-/// connection; `buffered`, whether the client's next bytes are read.
+/// connection; `buffered`, whether the client's next bytes are read. The
+/// sockets enter the runtime only to be waited on (the client's first
+/// bytes, a settings replay), so a session that only waits for a
+/// connection goes back to the worker's epoll without two more
+/// registrations each.
 #[allow(clippy::too_many_arguments)]
 pub async fn between(
     client: std::net::TcpStream,
@@ -222,13 +228,6 @@ pub async fn between(
     if let Some(upstream) = upstream {
         pooled.give_back(upstream, proto);
     }
-    let mut client = match tokio::net::TcpStream::from_std(client) {
-        Ok(c) => c,
-        Err(e) => {
-            warn!("session closed: its client socket could not wait: {e}");
-            return Next::End;
-        }
-    };
     match stopped {
         Some(end @ (End::IdleTimeout | End::Shutdown)) => {
             return farewell(client, end, proto).await;
@@ -236,21 +235,13 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    if !buffered {
-        // The client's next bytes, its close, or shutdown.
-        let mut first = [0u8; 5];
-        let peeked = tokio::select! {
-            biased;
-            end = &mut *forced => return farewell(client, end, proto).await,
-            r = client.peek(&mut first) => r,
-        };
-        match peeked {
-            // Gone, or saying goodbye: no connection is taken for that.
-            Ok(0) | Err(_) => return Next::End,
-            Ok(5) if first == write::TERMINATE => return Next::End,
-            Ok(_) => {}
-        }
-    }
+    let client = match buffered {
+        true => client,
+        false => match wait_for_client(client, proto, forced).await {
+            Some(c) => c,
+            None => return Next::End,
+        },
+    };
     // The session's own configuration, as it started: no shared lock here.
     let config = proto.services.config.clone();
     let wait = config.pool.query_wait_timeout;
@@ -279,11 +270,14 @@ pub async fn between(
                 statements,
                 params,
             };
-            match tokio::net::TcpStream::from_std(tcp) {
-                Ok(tcp) => settle(tcp, &sets, proto.session_sets(), connect_limit)
-                    .await
-                    .map(|tcp| (tcp, taken)),
-                Err(e) => Err(e.into()),
+            match sets == *proto.session_sets() {
+                true => Ok((tcp, taken)),
+                false => match tokio::net::TcpStream::from_std(tcp) {
+                    Ok(tcp) => settle(tcp, &sets, proto.session_sets(), connect_limit)
+                        .await
+                        .map(|tcp| (tcp, taken)),
+                    Err(e) => Err(e.into()),
+                },
             }
         }
         Ok(Grant::Open(slot)) => match open(shared, &pooled.startup).await {
@@ -295,6 +289,7 @@ pub async fn between(
                     statements: Default::default(),
                     params: o.params,
                 };
+                let _ = o.tcp.set_nodelay(true);
                 settle(
                     o.tcp,
                     &SessionSets::new(),
@@ -314,22 +309,58 @@ pub async fn between(
             warn!("{e}");
             Counters::add(&info.counters.errors, 1);
             let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
-            let _ = client.write_all(&msg).await;
+            if let Ok(mut client) = tokio::net::TcpStream::from_std(client) {
+                let _ = client.write_all(&msg).await;
+            }
             return Next::End;
         }
     };
-    let _ = tcp.set_nodelay(true);
     pooled.adopt(proto, taken);
     debug!("pooled session took a server connection");
-    Next::Go(Pair {
-        client: Stream::Plain(client),
-        upstream: Stream::Plain(tcp),
-    })
+    Next::Go(client, tcp)
+}
+
+/// Waits for the client's next bytes (`None`: it left, said goodbye, or
+/// the session was closed and its client told why).
+async fn wait_for_client(
+    client: std::net::TcpStream,
+    proto: &Protocol,
+    forced: &mut Closer,
+) -> Option<std::net::TcpStream> {
+    let client = match tokio::net::TcpStream::from_std(client) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("session closed: its client socket could not wait: {e}");
+            return None;
+        }
+    };
+    let mut first = [0u8; 5];
+    let peeked = tokio::select! {
+        biased;
+        end = &mut *forced => {
+            farewell_to(client, end, proto).await;
+            return None;
+        }
+        r = client.peek(&mut first) => r,
+    };
+    match peeked {
+        // Gone, or saying goodbye: no connection is taken for that.
+        Ok(0) | Err(_) => None,
+        Ok(5) if first == write::TERMINATE => None,
+        Ok(_) => client.into_std().ok(),
+    }
 }
 
 /// The session ends between two transactions, for shutdown or its idle
 /// timeout: its client is told why, as PostgreSQL would tell it.
-async fn farewell(mut client: tokio::net::TcpStream, end: End, proto: &Protocol) -> Next {
+async fn farewell(client: std::net::TcpStream, end: End, proto: &Protocol) -> Next {
+    if let Ok(client) = tokio::net::TcpStream::from_std(client) {
+        farewell_to(client, end, proto).await;
+    }
+    Next::End
+}
+
+async fn farewell_to(mut client: tokio::net::TcpStream, end: End, proto: &Protocol) {
     let msg = match end {
         // PostgreSQL's own, from its idle_session_timeout.
         End::IdleTimeout => write::error(
@@ -345,5 +376,4 @@ async fn farewell(mut client: tokio::net::TcpStream, end: End, proto: &Protocol)
     };
     let limit = proto.services.config.limits.client_write_timeout;
     let _ = crate::timers::timeout(limit, client.write_all(&msg)).await;
-    Next::End
 }
