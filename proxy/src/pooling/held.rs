@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::{Idle, Pool, Slot};
 use crate::{
     cancel::{CancelKeys, Key},
-    protocol::{Protocol, ServerStatements},
+    protocol::{Protocol, ServerStatements, SessionSets},
     stats::SessionState,
     wire::backend,
 };
@@ -37,6 +37,21 @@ pub struct Taken {
     pub slot: Slot,
     pub statements: ServerStatements,
     pub params: Vec<(String, String)>,
+}
+
+impl Idle {
+    /// The connection, the settings its last client left in it, and what
+    /// the session that takes it adopts.
+    pub fn taken(self) -> (std::net::TcpStream, SessionSets, Taken) {
+        let taken = Taken {
+            key: self.key,
+            opened: self.opened,
+            slot: self.slot,
+            statements: self.statements,
+            params: self.params,
+        };
+        (self.tcp, self.sets, taken)
+    }
 }
 
 impl Pooled {
@@ -91,22 +106,7 @@ impl Pooled {
             self.pool.give_back(idle);
             return None;
         }
-        let Idle {
-            tcp,
-            params,
-            key,
-            opened,
-            slot,
-            statements,
-            ..
-        } = idle;
-        let taken = Taken {
-            key,
-            opened,
-            slot,
-            statements,
-            params,
-        };
+        let (tcp, _, taken) = idle.taken();
         self.adopt(proto, taken);
         Some(tcp)
     }

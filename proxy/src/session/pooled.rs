@@ -253,23 +253,7 @@ pub async fn between(
         .await;
     let got = match grant {
         Ok(Grant::Idle(idle)) => {
-            let Idle {
-                tcp,
-                key,
-                opened,
-                slot,
-                statements,
-                sets,
-                params,
-                ..
-            } = idle;
-            let taken = Taken {
-                key,
-                opened,
-                slot,
-                statements,
-                params,
-            };
+            let (tcp, sets, taken) = idle.taken();
             match sets == *proto.session_sets() {
                 true => Ok((tcp, taken)),
                 false => match tokio::net::TcpStream::from_std(tcp) {
