@@ -69,3 +69,14 @@ pgbouncer_ini() {
     [ "$(id -u)" = 0 ] && chown postgres: "$WORK"/pgbouncer.ini "$WORK"/userlist.txt
     return 0
 }
+
+# prepare_many_clients: for the benchmarks with hundreds of clients:
+# PgBouncer present, no CPU pinning, descriptors for them (runuser leaves
+# PgBouncer 1024; max_client_conn = 1000 wants more), onetrip built.
+prepare_many_clients() {
+    need pgbouncer
+    PIN=()
+    ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+    say "cargo build --release -p onetrip"
+    cargo build --release -p onetrip --bin onetrip >&2
+}

@@ -25,12 +25,7 @@ read -r -a targets <<<"${BENCH_TARGETS:-onetrip pgbouncer}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 . bench/common.sh
-need pgbouncer
-PIN=()
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-say "cargo build --release"
-cargo build --release -p onetrip --bin onetrip >&2
+prepare_many_clients
 cargo build --release -p onetrip-tests --bin bench-load >&2
 
 PG_PORT=$(free_port); OT_PORT=$(free_port); PB_PORT=$(free_port)

@@ -56,13 +56,7 @@ read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip onetrip-lazy pgbouncer}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 . bench/common.sh
-need pgbouncer
-PIN=()
-# runuser leaves PgBouncer 1024 descriptors; max_client_conn = 1000 wants more.
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-say "cargo build --release -p onetrip"
-cargo build --release -p onetrip --bin onetrip >&2
+prepare_many_clients
 ONETRIP="$TARGET_DIR/release/onetrip"
 
 PGB_VERSION=$(pgbouncer --version | awk 'NR == 1 {print $2}')
