@@ -12,15 +12,24 @@ const WAIT: Duration = Duration::from_secs(20);
 const IDLE: Duration = Duration::from_millis(300);
 
 /// Both relays: the worker's own epoll, and the runtime's (which a
-/// simulated round-trip time needs).
+/// simulated round-trip time needs); and transaction pooling, where an
+/// idle client waits in the worker's relay with no server connection.
 async fn envs() -> Vec<Env> {
     let mut envs = Vec::new();
-    for rtt in [Duration::ZERO, Duration::from_micros(10)] {
+    for (rtt, pooled) in [
+        (Duration::ZERO, false),
+        (Duration::from_micros(10), false),
+        (Duration::ZERO, true),
+    ] {
         envs.push(
-            Env::start_with(PgOptions::default(), |c| {
+            Env::start_with(PgOptions::default(), move |c| {
                 c.limits.client_idle_timeout = IDLE;
                 c.upstream.rtt = rtt;
                 c.upstream.reuse = true;
+                if pooled {
+                    c.pool.mode = onetrip::config::PoolMode::Transaction;
+                    c.pool.pool_size = 3;
+                }
             })
             .await,
         );
