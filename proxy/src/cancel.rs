@@ -4,11 +4,17 @@
 //! `[upstream] reuse` a backend outlives its client, and a key that client
 //! kept would otherwise cancel the next client's queries.
 //!
-//! The key's process id is the backend's (clients compare it with a
-//! notification's sender to spot their own); the secret is random, as
-//! long as the backend's (4 bytes in protocol 3.0, longer in 3.2). The map
-//! goes from a client's key to a backend, so a session that changes
-//! backends while it lives only has to point its key elsewhere (`point`).
+//! A client with a backend of its own gets that backend's process id
+//! (clients compare it with a notification's sender to spot their own,
+//! and `pg_terminate_backend` of it ends their own session). A client of
+//! a transaction pool gets a made-up, negative one instead: the backend it
+//! logged in on runs other clients' queries later, and
+//! `pg_terminate_backend(<its pid>)` must not end one of theirs. A
+//! negative pid is no backend's, so that call finds none. The secret is
+//! random, as long as the backend's (4 bytes in protocol 3.0, longer in
+//! 3.2). The map goes from a client's key to a backend, so a session that
+//! changes backends while it lives only has to point its key elsewhere
+//! (`point`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use dashmap::{DashMap, mapref::entry::Entry};
@@ -44,6 +50,15 @@ impl Key {
     }
 }
 
+/// Whose process id a client's key carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pid {
+    /// The backend's: the client keeps that backend for its whole session.
+    Backend,
+    /// A made-up negative one: the client shares backends with others.
+    MadeUp,
+}
+
 /// The keys handed to clients, each with the backend it cancels now.
 pub struct CancelKeys {
     /// `None`: the client runs nothing now (transaction pooling, between
@@ -65,15 +80,24 @@ impl CancelKeys {
     /// A new key for a client whose queries run on `backend`, registered
     /// before the client can know it. `None` only when the system's random
     /// source fails; the client then gets no key, and can't cancel.
-    pub fn issue(&self, backend: Key) -> Option<Key> {
+    pub fn issue(&self, backend: Key, pid: Pid) -> Option<Key> {
         // A secret shorter than PostgreSQL's own would be easier to guess.
         let mut secret = vec![0u8; backend.secret.len().clamp(4, 256)];
-        // A secret already in use for this pid is drawn again: two clients
-        // must never share a key.
+        let mut made_up = [0u8; 4];
+        // A key already in use is drawn again: two clients must never
+        // share one.
         for _ in 0..8 {
             self.rng.fill(&mut secret).ok()?;
+            let pid = match pid {
+                Pid::Backend => backend.pid,
+                Pid::MadeUp => {
+                    self.rng.fill(&mut made_up).ok()?;
+                    // The sign bit set: PostgreSQL's pids are positive.
+                    i32::from_be_bytes(made_up) | i32::MIN
+                }
+            };
             let key = Key {
-                pid: backend.pid,
+                pid,
                 secret: Bytes::copy_from_slice(&secret),
             };
             if let Entry::Vacant(e) = self.map.entry(key.clone()) {
@@ -133,7 +157,7 @@ mod tests {
     fn each_client_gets_its_own_key_for_one_backend() {
         let keys = CancelKeys::default();
         let backend = key(42, b"abcd");
-        let a = keys.issue(backend.clone()).unwrap();
+        let a = keys.issue(backend.clone(), Pid::Backend).unwrap();
         assert_eq!(a.pid, 42, "the backend's pid");
         assert_eq!(a.secret.len(), 4);
         assert_eq!(keys.backend(&a), Some(backend.clone()));
@@ -143,7 +167,7 @@ mod tests {
             "the backend's own key is no key"
         );
         keys.forget(&a);
-        let b = keys.issue(backend.clone()).unwrap();
+        let b = keys.issue(backend.clone(), Pid::Backend).unwrap();
         assert_ne!(a, b);
         assert_eq!(keys.backend(&a), None, "a departed client's key is dead");
         keys.point(&b, key(43, b"wxyz"));
@@ -160,6 +184,18 @@ mod tests {
             pid: 7,
             secret: Bytes::from(vec![1u8; 32]),
         };
-        assert_eq!(keys.issue(long).unwrap().secret.len(), 32);
+        assert_eq!(keys.issue(long, Pid::Backend).unwrap().secret.len(), 32);
+    }
+
+    #[test]
+    fn a_pooled_client_gets_a_pid_no_backend_has() {
+        let keys = CancelKeys::default();
+        let backend = key(42, b"abcd");
+        let a = keys.issue(backend.clone(), Pid::MadeUp).unwrap();
+        let b = keys.issue(backend.clone(), Pid::MadeUp).unwrap();
+        assert!(a.pid < 0 && b.pid < 0, "{} {}", a.pid, b.pid);
+        assert_ne!(a, b);
+        assert_eq!(keys.backend(&a), Some(backend.clone()));
+        assert_eq!(Key::from_message(&a.message()), Some(a));
     }
 }

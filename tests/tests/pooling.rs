@@ -458,3 +458,53 @@ async fn a_database_its_clients_left_can_be_dropped() {
     let c = connect(&env.proxy_dsn()).await;
     c.batch_execute("DROP DATABASE gone").await.unwrap();
 }
+
+/// The process id in the BackendKeyData a fresh raw client gets.
+async fn key_pid(port: u16) -> (tokio::net::TcpStream, i32) {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(&raw::startup("postgres", "postgres"))
+        .await
+        .unwrap();
+    let mut pid = None;
+    loop {
+        let (tag, body) = raw::read_message(&mut s, WAIT).await.expect("startup");
+        match tag {
+            b'K' => pid = Some(i32::from_be_bytes(body[..4].try_into().unwrap())),
+            b'Z' => return (s, pid.expect("BackendKeyData")),
+            b'E' => panic!("startup failed: {:?}", raw::fields(&body)),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_clients_pid_is_no_backends() {
+    let env = pooled(1).await;
+    // One connection: both clients log in on the same backend.
+    let (mut a, a_pid) = key_pid(env.proxy_port()).await;
+    let (mut b, b_pid) = key_pid(env.proxy_port()).await;
+    assert!(a_pid < 0 && b_pid < 0, "made-up pids: {a_pid} {b_pid}");
+    assert_ne!(a_pid, b_pid, "each client its own");
+    // Ending "a's backend" by its pid ends nobody, b included.
+    let sql = format!("SELECT pg_terminate_backend({a_pid})");
+    b.write_all(&raw::query(&sql)).await.unwrap();
+    let answer = raw::read_to_z(&mut b).await;
+    assert_eq!(raw::errors(&answer), vec![]);
+    let row = answer.iter().find(|(t, _)| *t == b'D').expect("a row");
+    assert_eq!(&row.1[row.1.len() - 1..], b"f", "no backend has that pid");
+    for c in [&mut a, &mut b] {
+        c.write_all(&raw::query("SELECT 1")).await.unwrap();
+        assert_eq!(raw::errors(&raw::read_to_z(c).await), vec![]);
+    }
+    // A client with a backend of its own still gets that backend's pid.
+    let direct = connect(&env.direct_dsn()).await;
+    let session = env.start_proxy(|_| {}).await;
+    let (mut s, s_pid) = key_pid(session.local_addr().port()).await;
+    s.write_all(&raw::query("SELECT 1")).await.unwrap();
+    raw::read_to_z(&mut s).await;
+    let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {s_pid}");
+    let n: i64 = direct.query_one(&sql, &[]).await.unwrap().get(0);
+    assert_eq!(n, 1, "session mode: the backend's own pid");
+}

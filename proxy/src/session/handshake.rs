@@ -11,7 +11,7 @@ use tokio::{
 use tracing::warn;
 
 use crate::{
-    cancel::Key,
+    cancel::{Key, Pid},
     net::{Pair, Stream},
     shared::Shared,
     stats::{Counters, SessionInfo},
@@ -140,10 +140,10 @@ pub struct KeyGuard<'a> {
 impl<'a> KeyGuard<'a> {
     /// Issues a key for a client of the backend whose BackendKeyData
     /// message is `backend`, if any.
-    pub fn issue(shared: &'a Shared, backend: Option<&[u8]>) -> Self {
+    pub fn issue(shared: &'a Shared, backend: Option<&[u8]>, pid: Pid) -> Self {
         let key = backend
             .and_then(Key::from_message)
-            .and_then(|b| shared.cancel.issue(b));
+            .and_then(|b| shared.cancel.issue(b, pid));
         if backend.is_some() && key.is_none() {
             warn!("no cancel key for this client: the system's random source failed");
         }
@@ -177,6 +177,7 @@ pub async fn relay_auth(
     shared: &Shared,
     info: &SessionInfo,
     client_tls: bool,
+    pid: Pid,
 ) -> Result<Authed, HandshakeEnd> {
     let max = shared.config().limits.max_message_bytes;
     let addr = shared.upstream_addr();
@@ -215,7 +216,7 @@ pub async fn relay_auth(
             tag::BACKEND_KEY_DATA => {
                 // The client gets a key of its own, registered before it
                 // can know it; the backend's stays here.
-                let guard = KeyGuard::issue(shared, Some(&msg[..]));
+                let guard = KeyGuard::issue(shared, Some(&msg[..]), pid);
                 let mine = guard.message();
                 registered = Some(guard);
                 key = Some(msg);
@@ -295,7 +296,7 @@ mod tests {
         let shared = crate::shared::Shared::for_tests(Default::default());
         // BackendKeyData: pid 42, secret "abcd".
         let k = |pid: u8| [b'K', 0, 0, 0, 12, 0, 0, 0, pid, b'a', b'b', b'c', b'd'];
-        let guard = KeyGuard::issue(&shared, Some(&k(42)[..]));
+        let guard = KeyGuard::issue(&shared, Some(&k(42)[..]), Pid::Backend);
         let mine = Key::from_message(&guard.message().unwrap()).unwrap();
         assert_eq!(mine.pid, 42);
         assert!(shared.cancel.backend(&mine).is_some(), "registered at once");
@@ -304,11 +305,11 @@ mod tests {
             shared.cancel.is_empty(),
             "a handshake that ends early forgets the key"
         );
-        let guard = KeyGuard::issue(&shared, Some(&k(43)[..]));
+        let guard = KeyGuard::issue(&shared, Some(&k(43)[..]), Pid::Backend);
         let kept = guard.keep().unwrap();
         let backend = shared.cancel.backend(&kept).unwrap();
         assert_eq!((backend.pid, &backend.secret[..]), (43, &b"abcd"[..]));
-        drop(KeyGuard::issue(&shared, None));
+        drop(KeyGuard::issue(&shared, None, Pid::Backend));
         assert_eq!(shared.cancel.len(), 1, "kept for the session");
     }
 }

@@ -29,6 +29,7 @@ use super::{
     reuse,
 };
 use crate::{
+    cancel::Pid,
     config::PoolMode,
     net::{Pair, Stream},
     pool::Kept,
@@ -587,6 +588,11 @@ async fn connect_and_authenticate(
         && shared.upstream_tls.is_none()
         && !client_tls
         && StartupMessage::param(&params, "replication").is_none();
+    // A pooled client's backend is other clients' too: its key names none.
+    let key_pid = match pooling {
+        true => Pid::MadeUp,
+        false => Pid::Backend,
+    };
     let mut pool = None;
     let mut grant = None;
     if pooling {
@@ -639,7 +645,7 @@ async fn connect_and_authenticate(
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
-        let greet = reuse::adopt(kept, client, shared, &info);
+        let greet = reuse::adopt(kept, client, shared, &info, key_pid);
         let greeted = deadline.bound(greet).await;
         Counters::add(&info.counters.reused_upstreams, 1);
         greeted.unwrap_or_else(|_| Err(timed_out()))
@@ -652,7 +658,7 @@ async fn connect_and_authenticate(
             }
         };
         let mut io = Pair { client, upstream };
-        let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls);
+        let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls, key_pid);
         let authed = deadline.bound(auth).await;
         authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
     };

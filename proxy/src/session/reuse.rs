@@ -15,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::handshake::{Authed, HandshakeEnd, KeyGuard};
 use crate::{
+    cancel::Pid,
     net::Pair,
     pool::Kept,
     wire::read::{ReadError, read_message},
@@ -162,10 +163,11 @@ pub async fn adopt(
     client: Stream,
     shared: &Shared,
     info: &SessionInfo,
+    pid: Pid,
 ) -> Result<(Pair, Authed), HandshakeEnd> {
     // The client gets a key of its own, registered before it can know it:
     // the key an earlier client of this backend kept cancels nothing.
-    let registered = KeyGuard::issue(shared, kept.key.as_deref());
+    let registered = KeyGuard::issue(shared, kept.key.as_deref(), pid);
     let greeting = kept.greeting(registered.message().as_deref());
     let Kept {
         tcp,
