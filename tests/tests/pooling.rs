@@ -508,3 +508,35 @@ async fn a_pooled_clients_pid_is_no_backends() {
     let n: i64 = direct.query_one(&sql, &[]).await.unwrap().get(0);
     assert_eq!(n, 1, "session mode: the backend's own pid");
 }
+
+/// A client waiting for a connection stays in its worker's epoll: what
+/// it sends meanwhile, and its leaving, are heard when it gets one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_speaks_while_it_waits_is_heard() {
+    let env = pooled(1).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let mut b = raw::connect_ready(env.proxy_port()).await;
+    let mut gone = raw::connect_ready(env.proxy_port()).await;
+    a.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    b.write_all(&raw::query("SELECT 'first'")).await.unwrap();
+    gone.write_all(&raw::query("SELECT 'never'")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both wait in line now; one says more, the other leaves.
+    b.write_all(&raw::query("SELECT 'second'")).await.unwrap();
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.batch_execute("COMMIT").await.unwrap();
+    let mut rows = Vec::new();
+    for _ in 0..2 {
+        let answer = raw::read_to_z(&mut b).await;
+        assert_eq!(raw::errors(&answer), vec![]);
+        let row = answer.iter().find(|(t, _)| *t == b'D').expect("a row");
+        rows.push(String::from_utf8_lossy(&row.1[6..]).into_owned());
+    }
+    assert_eq!(rows, ["first", "second"]);
+    assert_eq!(
+        one(&a, "SELECT 'a again'").await.as_deref(),
+        Some("a again")
+    );
+}

@@ -98,9 +98,26 @@ impl Ready {
     }
 }
 
+/// A place in the table. Entries stay inline, as before, so that
+/// entering costs no allocation; the table's places are reused.
+#[derive(Default)]
+#[allow(clippy::large_enum_variant)]
+enum Slot {
+    #[default]
+    Free,
+    Here(Entry),
+    /// A pooled session's client, left in this epoll (under its old
+    /// token) while the session's task waits for a connection: coming back
+    /// costs only the connection's registration. Its reports are noted.
+    Away {
+        generation: u32,
+        client: Ready,
+    },
+}
+
 #[derive(Default)]
 struct Table {
-    slots: Vec<Option<Entry>>,
+    slots: Vec<Slot>,
     free: Vec<usize>,
     generation: u32,
     live: usize,
@@ -132,18 +149,55 @@ fn untoken(data: u64) -> (usize, u32, u64) {
 
 impl Table {
     fn get(&mut self, slot: usize, generation: u32) -> Option<&mut Entry> {
-        self.slots
-            .get_mut(slot)?
-            .as_mut()
-            .filter(|e| e.generation == generation)
+        match self.slots.get_mut(slot)? {
+            Slot::Here(e) if e.generation == generation => Some(e),
+            _ => None,
+        }
     }
 
     fn remove(&mut self, slot: usize, generation: u32) -> Option<Entry> {
         self.get(slot, generation)?;
-        let e = self.slots[slot].take();
+        let Slot::Here(e) = std::mem::take(&mut self.slots[slot]) else {
+            return None;
+        };
         self.free.push(slot);
         self.live -= 1;
-        e
+        Some(e)
+    }
+
+    /// Takes a session out, leaving its client's place (`Slot::Away`).
+    fn step_away(&mut self, slot: usize, generation: u32) -> Option<Entry> {
+        let client = self.get(slot, generation)?.client;
+        let away = Slot::Away { generation, client };
+        let Slot::Here(e) = std::mem::replace(&mut self.slots[slot], away) else {
+            return None;
+        };
+        self.live -= 1;
+        Some(e)
+    }
+
+    /// The client's place, emptied for its session to fill again: what
+    /// its socket was reported ready for meanwhile.
+    fn come_back(&mut self, slot: usize, generation: u32) -> Option<Ready> {
+        match self.slots.get(slot)? {
+            Slot::Away {
+                generation: g,
+                client,
+            } if *g == generation => {
+                let client = *client;
+                self.slots[slot] = Slot::Free;
+                Some(client)
+            }
+            _ => None,
+        }
+    }
+
+    fn free_away(&mut self, slot: usize, generation: u32) {
+        if matches!(self.slots.get(slot), Some(Slot::Away { generation: g, .. }) if *g == generation)
+        {
+            self.slots[slot] = Slot::Free;
+            self.free.push(slot);
+        }
     }
 }
 
@@ -165,8 +219,10 @@ fn give_back_all() {
         t.pending.clear();
         t.slots
             .iter_mut()
-            .flatten()
-            .filter(|e| e.stop.is_none())
+            .filter_map(|s| match s {
+                Slot::Here(e) if e.stop.is_none() => Some(e),
+                _ => None,
+            })
             .filter_map(|e| {
                 e.stop = Some(Stop::Fallback);
                 e.pending = false;
@@ -196,22 +252,35 @@ pub(crate) fn may_relay(proto: &Protocol) -> bool {
     worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero()
 }
 
-/// Starts relaying `parts` on this worker; gives them back when its epoll
-/// will not take the sockets.
-pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, io::Error)>> {
+/// Starts relaying `parts` on this worker, in its client's old place when
+/// the session kept one (`away`); gives them back when its epoll will not
+/// take the sockets.
+pub(crate) fn enter(
+    parts: Parts,
+    away: Option<Spot>,
+    span: &Span,
+) -> Result<Relaying, Box<(Parts, io::Error)>> {
     let thread = thread_mark();
-    let (slot, generation) = TABLE.with(|t| {
-        let mut t = t.borrow_mut();
-        t.generation = t.generation.wrapping_add(1);
-        let slot = t.free.pop().unwrap_or_else(|| {
-            t.slots.push(None);
-            t.slots.len() - 1
-        });
-        (slot, t.generation)
-    });
+    let back = away.and_then(Spot::claim);
+    let (slot, generation) = match back {
+        Some((slot, generation, _)) => (slot, generation),
+        None => TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            t.generation = t.generation.wrapping_add(1);
+            let slot = t.free.pop().unwrap_or_else(|| {
+                t.slots.push(Slot::Free);
+                t.slots.len() - 1
+            });
+            (slot, t.generation)
+        }),
+    };
     let c = parts.client.as_raw_fd();
     let u = parts.upstream.as_ref().map(|u| u.as_raw_fd());
-    let watched = worker::watch(c, token(slot, generation, 0)).and_then(|()| match u {
+    let client_watched = match back {
+        Some(_) => Ok(()),
+        None => worker::watch(c, token(slot, generation, 0)),
+    };
+    let watched = client_watched.and_then(|()| match u {
         Some(u) => worker::watch(u, token(slot, generation, 1)).inspect_err(|_| {
             let _ = worker::unwatch(c);
         }),
@@ -221,12 +290,14 @@ pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
         TABLE.with(|t| t.borrow_mut().free.push(slot));
         return Err(Box::new((parts, e)));
     }
-    // Nothing is known readable yet: the epoll reports what is, at once.
+    // Nothing is known readable yet of a new client: the epoll reports
+    // what is, at once. One that stayed has its reports noted.
+    let client = back.map_or(Ready::FRESH, |(_, _, ready)| ready);
     let mut entry = Entry {
         parts,
         slot,
         generation,
-        client: Ready::FRESH,
+        client,
         upstream: Ready::FRESH,
         stop: None,
         waiter: None,
@@ -243,7 +314,7 @@ pub(crate) fn enter(parts: Parts, span: &Span) -> Result<Relaying, Box<(Parts, i
         if more {
             t.pending.push((slot, generation));
         }
-        t.slots[slot] = Some(entry);
+        t.slots[slot] = Slot::Here(entry);
         t.live += 1;
     });
     Ok(Relaying {
@@ -270,10 +341,30 @@ pub(crate) fn release(s: &TcpStream) {
 impl Relaying {
     /// Takes the session back, with why relaying stopped, if it did. Its
     /// sockets are still in the worker's epoll (`release`): reports for
-    /// them are ignored from now on.
-    pub fn take(self) -> Option<(Parts, Option<Stop>)> {
-        let e = self.remove()?;
-        Some((e.parts, e.stop))
+    /// them are ignored from now on, except for the client of a session
+    /// without a connection, which keeps its place (the `Spot`).
+    pub fn take(self) -> Option<(Parts, Option<Stop>, Option<Spot>)> {
+        if self.thread != thread_mark() {
+            return None;
+        }
+        TABLE
+            .try_with(|t| {
+                let mut t = t.try_borrow_mut().ok()?;
+                let released = t.get(self.slot, self.generation)?.parts.upstream.is_none();
+                if !released {
+                    let e = t.remove(self.slot, self.generation)?;
+                    return Some((e.parts, e.stop, None));
+                }
+                let e = t.step_away(self.slot, self.generation)?;
+                let spot = Spot {
+                    slot: self.slot,
+                    generation: self.generation,
+                    thread: self.thread,
+                };
+                Some((e.parts, e.stop, Some(spot)))
+            })
+            .ok()
+            .flatten()
     }
 
     fn remove(&self) -> Option<Entry> {
@@ -287,6 +378,52 @@ impl Relaying {
             })
             .ok()
             .flatten()
+    }
+}
+
+/// A pooled session's client still in its worker's epoll while its task
+/// waits for a connection: `enter` puts the session back in its place.
+/// Dropped, the place is freed; the socket is left registered, since it
+/// may be closed by then and its number another's (a socket that stays
+/// open elsewhere `leave`s instead).
+pub(crate) struct Spot {
+    slot: usize,
+    generation: u32,
+    thread: u64,
+}
+
+impl Spot {
+    /// The client goes elsewhere (the runtime): out of this epoll.
+    pub fn leave(self, client: &TcpStream) {
+        release(client);
+    }
+
+    /// The place, emptied for the session, with its client's readiness.
+    fn claim(self) -> Option<(usize, u32, Ready)> {
+        if self.thread != thread_mark() {
+            return None;
+        }
+        let ready = TABLE
+            .try_with(|t| {
+                t.try_borrow_mut()
+                    .ok()?
+                    .come_back(self.slot, self.generation)
+            })
+            .ok()
+            .flatten()?;
+        Some((self.slot, self.generation, ready))
+    }
+}
+
+impl Drop for Spot {
+    fn drop(&mut self) {
+        if self.thread == thread_mark() {
+            let _ = TABLE.try_with(|t| {
+                if let Ok(mut t) = t.try_borrow_mut() {
+                    t.free_away(self.slot, self.generation);
+                }
+            });
+        }
     }
 }
 
@@ -327,6 +464,15 @@ fn on_event(ev: Event) -> bool {
     let (slot, generation, side) = untoken(ev.data);
     let woke = TABLE.with(|t| {
         let mut t = t.borrow_mut();
+        if let Some(Slot::Away {
+            generation: g,
+            client,
+        }) = t.slots.get_mut(slot)
+            && *g == generation
+        {
+            client.note(ev);
+            return None;
+        }
         let e = t.get(slot, generation)?;
         if e.stop.is_some() {
             return None;

@@ -180,6 +180,8 @@ enum Relayed {
         client: std::net::TcpStream,
         bufs: Bufs,
         end: Option<End>,
+        /// The client's place in the worker's epoll, where it still is.
+        spot: Option<fast::Spot>,
     },
 }
 
@@ -201,6 +203,9 @@ fn relay_to_the_end(
         let id = proto.info.id;
         let idle_limit = proto.services.config.limits.client_idle_timeout;
         let mut forced = Closer::new(s.shared.closer(id), proto.info.clone(), idle_limit);
+        // The client's place in the worker's epoll, kept while the session
+        // only waited for a connection.
+        let mut away: Option<fast::Spot> = None;
         // Each turn relays over one server connection; a pooled session
         // turns again after each release point, on the connection it takes.
         let relayed = loop {
@@ -208,8 +213,15 @@ fn relay_to_the_end(
                 match streams.unregistered() {
                     Ok(Ok((c, u))) => {
                         let mut pooled = s.pooled.take();
-                        let fast =
-                            relay_fast(c, u, proto, bufs, seat, &mut pooled, &mut forced, &s);
+                        let fast = relay_fast(
+                            (c, u, away.take()),
+                            proto,
+                            bufs,
+                            seat,
+                            &mut pooled,
+                            &mut forced,
+                            &s,
+                        );
                         let relayed = Box::pin(fast).await;
                         s.pooled = pooled;
                         relayed
@@ -224,6 +236,9 @@ fn relay_to_the_end(
                     }
                 }
             } else {
+                if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
+                    spot.leave(c);
+                }
                 Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
             };
             // The client, the connection if the session still has it, why
@@ -237,9 +252,26 @@ fn relay_to_the_end(
                         None,
                     )
                 }
-                Some((Relayed::Released { client, bufs, end }, p, se)) => {
+                Some((
+                    Relayed::Released {
+                        client,
+                        bufs,
+                        end,
+                        spot,
+                    },
+                    p,
+                    se,
+                )) => {
                     (proto, seat) = (p, se);
-                    fast::release(&client);
+                    // Read ahead and waiting only for a connection: the
+                    // client stays in the worker's epoll meanwhile.
+                    let waits_for_a_connection =
+                        !bufs.cin.is_empty() && matches!(end, None | Some(End::Release));
+                    match (spot, waits_for_a_connection) {
+                        (Some(spot), true) => away = Some(spot),
+                        (Some(spot), false) => spot.leave(&client),
+                        (None, _) => fast::release(&client),
+                    }
                     (Ok((client, None)), bufs, end)
                 }
                 other => break other,
@@ -273,6 +305,7 @@ fn relay_to_the_end(
                     bufs = b;
                 }
                 Next::End => {
+                    drop(away);
                     s.shared.forget_closer(id);
                     drop(seat);
                     return Some(proto);
@@ -367,8 +400,7 @@ fn released_sockets(
 /// `None` when the session was lost (never: a worker's tasks stay on it).
 #[allow(clippy::too_many_arguments)]
 async fn relay_fast(
-    client: std::net::TcpStream,
-    upstream: std::net::TcpStream,
+    (client, upstream, away): (std::net::TcpStream, std::net::TcpStream, Option<fast::Spot>),
     proto: Protocol,
     bufs: Bufs,
     seat: Seat,
@@ -385,7 +417,7 @@ async fn relay_fast(
         pooled: pooled.take(),
     };
     let info = parts.proto.info.clone();
-    let (parts, stop) = match fast::enter(parts, &s.span) {
+    let (parts, stop, spot) = match fast::enter(parts, away, &s.span) {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
             let closed = tokio::select! {
@@ -395,16 +427,16 @@ async fn relay_fast(
             };
             match (relaying.take()?, closed) {
                 // Idle, but relaying ended meanwhile: as it ended.
-                ((parts, Some(stop)), Some(End::IdleTimeout)) => (parts, Some(stop)),
-                ((parts, _), Some(end)) => (parts, Some(fast::Stop::End(end))),
-                ((parts, stop), None) => (parts, stop),
+                ((parts, Some(stop), spot), Some(End::IdleTimeout)) => (parts, Some(stop), spot),
+                ((parts, _, spot), Some(end)) => (parts, Some(fast::Stop::End(end)), spot),
+                ((parts, stop, spot), None) => (parts, stop, spot),
             }
         }
         Err(refused) => {
             let (parts, e) = *refused;
             s.span
                 .in_scope(|| debug!("relaying through the runtime: {e}"));
-            (parts, Some(fast::Stop::Fallback))
+            (parts, Some(fast::Stop::Fallback), None)
         }
     };
     let fast::Parts {
@@ -422,7 +454,13 @@ async fn relay_fast(
             Some(fast::Stop::End(end)) => Some(end),
             Some(fast::Stop::Fallback) | None => None,
         };
-        return Some((Relayed::Released { client, bufs, end }, proto, seat));
+        let released = Relayed::Released {
+            client,
+            bufs,
+            end,
+            spot,
+        };
+        return Some((released, proto, seat));
     };
     let streams = Streams::Std(client, upstream);
     Some(match stop {
