@@ -36,7 +36,7 @@ pub(crate) struct Parts {
     /// `None` once a pooled session gave its connection back, until it
     /// takes another.
     pub upstream: Option<TcpStream>,
-    pub proto: Protocol,
+    pub proto: Box<Protocol>,
     pub bufs: Bufs,
     pub seat: Seat,
     /// Transaction pooling: the session's hold on its pool.
@@ -98,8 +98,8 @@ impl Ready {
     }
 }
 
-/// A place in the table. Entries stay inline, as before, so that
-/// entering costs no allocation; the table's places are reused.
+/// A place in the table. Entries stay inline so that entering costs no
+/// allocation; the table's places are reused.
 #[derive(Default)]
 #[allow(clippy::large_enum_variant)]
 enum Slot {

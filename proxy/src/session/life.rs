@@ -119,7 +119,7 @@ struct Session {
     pooled: Option<Pooled>,
 }
 
-type Lived = Pin<Box<dyn Future<Output = Option<Protocol>> + Send>>;
+type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
 
 /// A session's sockets as relaying starts: registered with this thread's
 /// runtime, or with nothing yet (a session that moved here).
@@ -191,7 +191,7 @@ enum Relayed {
 /// (the session was stopped while on another worker).
 fn relay_to_the_end(
     streams: Streams,
-    proto: Protocol,
+    proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
     s: Session,
@@ -401,13 +401,13 @@ fn released_sockets(
 #[allow(clippy::too_many_arguments)]
 async fn relay_fast(
     (client, upstream, away): (std::net::TcpStream, std::net::TcpStream, Option<fast::Spot>),
-    proto: Protocol,
+    proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
     pooled: &mut Option<Pooled>,
     forced: &mut Closer,
     s: &Session,
-) -> Option<(Relayed, Protocol, Seat)> {
+) -> Option<(Relayed, Box<Protocol>, Seat)> {
     let parts = fast::Parts {
         client,
         upstream: Some(upstream),
@@ -483,12 +483,12 @@ fn back_to_runtime_failed(e: std::io::Error) -> String {
 /// Relays through this thread's runtime.
 async fn relay_runtime(
     streams: Streams,
-    mut proto: Protocol,
+    mut proto: Box<Protocol>,
     bufs: Bufs,
     mut seat: Seat,
     forced: &mut Closer,
     s: &Session,
-) -> (Relayed, Protocol, Seat) {
+) -> (Relayed, Box<Protocol>, Seat) {
     let mut io = match streams.registered() {
         Ok(io) => io,
         Err(e) => return (Relayed::Lost(back_to_runtime_failed(e)), proto, seat),
@@ -519,11 +519,11 @@ async fn relay_runtime(
 async fn move_to(
     j: usize,
     streams: Streams,
-    proto: Protocol,
+    proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
     s: Session,
-) -> Option<Protocol> {
+) -> Option<Box<Protocol>> {
     let handle = seat.workers().handle(j).cloned();
     let (c, u, handle) = match (streams.unregistered(), handle) {
         (Ok(Ok((c, u))), Some(h)) => (c, u, h),
@@ -603,7 +603,7 @@ async fn connect_and_authenticate(
     client: Stream,
     start: Start,
     shared: &Arc<Shared>,
-) -> Option<(Protocol, Option<Ready>, Option<Pooled>)> {
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
     let Start {
         startup_raw,
         params,
@@ -679,7 +679,7 @@ async fn connect_and_authenticate(
         None => (kept, None),
     };
     let startup_for_pool = startup_raw.clone();
-    let mut proto = Protocol::new(shared.services(), info.clone());
+    let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
