@@ -16,6 +16,7 @@ struct Sides {
     env: Env,
     lazy: Proxy,
     plain: Proxy,
+    pooled: Proxy,
 }
 
 impl Sides {
@@ -29,7 +30,20 @@ impl Sides {
                 c.coalesce.single_read = false;
             })
             .await;
-        Self { env, lazy, plain }
+        // Between two transactions a pooled session has no connection: a
+        // BEGIN is held and answered with none.
+        let pooled = env
+            .start_proxy(|c| {
+                c.pool.mode = onetrip::config::PoolMode::Transaction;
+                c.pool.pool_size = 2;
+            })
+            .await;
+        Self {
+            env,
+            lazy,
+            plain,
+            pooled,
+        }
     }
 
     fn targets(&self) -> Vec<Target> {
@@ -38,6 +52,7 @@ impl Sides {
             Target::new("onetrip", self.env.proxy_port()),
             Target::new("onetrip with lazy reads", self.lazy.local_addr().port()),
             Target::new("onetrip deferring nothing", self.plain.local_addr().port()),
+            Target::new("onetrip pooling", self.pooled.local_addr().port()),
         ]
     }
 
@@ -177,6 +192,46 @@ async fn pipelined_and_extended_transactions_answer_as_postgres() {
             .bind("", "", &[])
             .execute("", 0)
             .sync()
+            .wait(),
+    )
+    .await;
+    // The unnamed statement is the held BEGIN: bound again, it is BEGIN
+    // (PostgreSQL warns that a transaction is in progress), not the
+    // statement made before it.
+    s.same(
+        Script::new()
+            .parse("", "select v from t where id = 3")
+            .sync()
+            .wait()
+            .pbe("begin")
+            .sync()
+            .wait()
+            .bind("", "", &[])
+            .execute("", 0)
+            .sync()
+            .wait()
+            .pbe("select v from t where id = 1")
+            .sync()
+            .wait()
+            .query("commit")
+            .wait(),
+    )
+    .await;
+    // A read that ran without the held BEGIN made the unnamed statement
+    // since: bound again after the BEGIN went up, it is that read.
+    s.same(
+        Script::new()
+            .pbe("begin")
+            .sync()
+            .wait()
+            .pbe("select v from t where id = 3")
+            .sync()
+            .wait()
+            .bind("", "", &[])
+            .execute("", 0)
+            .sync()
+            .wait()
+            .query("commit")
             .wait(),
     )
     .await;

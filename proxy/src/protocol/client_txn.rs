@@ -70,7 +70,7 @@ impl Protocol {
     }
 
     /// A BEGIN sent while nothing is on its way: answered here, held.
-    fn begin_here(
+    pub(super) fn begin_here(
         &mut self,
         chunk: &Bytes,
         at: usize,
@@ -128,6 +128,7 @@ impl Protocol {
             frames: chunk.slice(at..group_end),
             parse,
             lazy_ok,
+            unnamed_after: None,
         });
         Counters::add(&self.info.counters.deferred_begins, 1);
         self.note_statement(None);
@@ -175,6 +176,7 @@ impl Protocol {
             }
             if self.lazy_read(&analysis) {
                 self.lazy_next = true;
+                self.note_unnamed_after(UnnamedFix::Drop);
                 return TxnStep::Go;
             }
             self.send_held(to_up);
@@ -192,6 +194,14 @@ impl Protocol {
             self.send_held(to_up);
             return TxnStep::Go;
         };
+        // The client's unnamed statement is the held BEGIN's now, which
+        // the server has not seen: a group that uses it without making its
+        // own goes up behind the BEGIN, whatever it runs.
+        let begin_parsed = self.txn.held.as_ref().is_some_and(|h| h.parse.is_some());
+        if begin_parsed && !makes_unnamed(chunk, &g) && (g.others || uses_unnamed(chunk, &g)) {
+            self.send_held(to_up);
+            return TxnStep::Go;
+        }
         let analysis = self.group_statement(chunk, &g);
         let plain = plain_unnamed_group(chunk, &g);
         if plain && let Some(end_kind) = analysis.as_deref().and_then(ends) {
@@ -208,6 +218,7 @@ impl Protocol {
         let prepares_only = g.synced && g.bind.is_none() && g.execute.is_none();
         if prepares_only && self.lazy_allowed() {
             self.lazy_next = true;
+            self.note_group_unnamed_after(chunk, &g);
             return TxnStep::Go;
         }
         let unlimited = g
@@ -216,6 +227,7 @@ impl Protocol {
             .is_some_and(|(_, n)| n == 0);
         if plain && unlimited && analysis.as_deref().is_some_and(|a| self.lazy_read(a)) {
             self.lazy_next = true;
+            self.note_group_unnamed_after(chunk, &g);
             return TxnStep::Go;
         }
         self.send_held(to_up);
@@ -294,9 +306,30 @@ impl Protocol {
         let Some(held) = self.txn.held.take() else {
             return;
         };
+        let parsed = held.parse.is_some();
         self.send_own_up_parsing(to_up, held.frames, Own::Begin, false, held.parse);
+        if parsed {
+            // The server's unnamed statement is the BEGIN's now, as the
+            // client's is, unless a read without it made another since.
+            // (Any fix pending, from a change of connection, is older.)
+            self.unnamed_fix = held.unnamed_after;
+        }
         if std::mem::take(&mut self.txn.failed) {
             self.send_own_up(to_up, transaction::abort_frames(), Own::Abort, false);
+        }
+    }
+
+    /// A read runs without the held BEGIN and makes the client's unnamed
+    /// statement `fix`'s.
+    fn note_unnamed_after(&mut self, fix: UnnamedFix) {
+        if let Some(held) = self.txn.held.as_mut() {
+            held.unnamed_after = Some(fix);
+        }
+    }
+
+    fn note_group_unnamed_after(&mut self, chunk: &Bytes, g: &Group) {
+        if let (Some((s, e)), true) = (g.parse, makes_unnamed(chunk, g)) {
+            self.note_unnamed_after(UnnamedFix::Reparse(chunk.slice(s..e)));
         }
     }
 
@@ -349,7 +382,7 @@ fn is_extended(t: u8) -> bool {
 
 /// Does `text` start with one of `words` (ASCII case-insensitive)? A cheap
 /// look before the planner's.
-fn first_word_is(text: &[u8], words: &[&str]) -> bool {
+pub(super) fn first_word_is(text: &[u8], words: &[&str]) -> bool {
     let t = text.trim_ascii_start();
     words.iter().any(|w| {
         t.get(..w.len())
@@ -386,6 +419,24 @@ fn begins_plainly(text: &str) -> bool {
         _ => return false,
     };
     rest.is_empty() || rest == ["isolation", "level", "read", "committed"]
+}
+
+/// The group's Parse makes the unnamed statement.
+fn makes_unnamed(chunk: &[u8], g: &Group) -> bool {
+    g.parse
+        .is_some_and(|(s, e)| frontend::parse(&chunk[s..e]).is_some_and(|(n, _)| n.is_empty()))
+}
+
+/// The group binds or describes the unnamed statement.
+fn uses_unnamed(chunk: &[u8], g: &Group) -> bool {
+    let binds = g
+        .bind
+        .and_then(|(s, e)| frontend::bind(&chunk[s..e]))
+        .is_some_and(|(_, stmt)| stmt.is_empty());
+    let describes = g
+        .describe
+        .is_some_and(|(s, e)| frontend::target(&chunk[s..e]) == Some((b'S', "")));
+    binds || describes
 }
 
 /// One Parse (of the unnamed statement) at most, one Bind of the unnamed

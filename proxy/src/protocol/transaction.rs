@@ -23,6 +23,10 @@ pub struct Held {
     /// Reads may run without it: it sets no isolation level but READ
     /// COMMITTED.
     pub lazy_ok: bool,
+    /// What a read that ran without it made of the client's unnamed
+    /// statement (its own Parse, or a Query's drop): the server's must be
+    /// made that again once the BEGIN's Parse has gone up.
+    pub(super) unnamed_after: Option<super::client_txn::UnnamedFix>,
 }
 
 #[derive(Debug, Default)]
