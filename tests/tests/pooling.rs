@@ -540,3 +540,42 @@ async fn a_client_that_speaks_while_it_waits_is_heard() {
         Some("a again")
     );
 }
+
+/// A BEGIN is held and answered with no server connection: a client gets
+/// its answer while another holds the pool's only one, and waits only when
+/// its transaction needs the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_begin_takes_no_connection() {
+    let env = pooled(1).await;
+    // One startup packet for both: one pool.
+    let mut a = raw::connect_ready(env.proxy_port()).await;
+    let mut b = raw::connect_ready(env.proxy_port()).await;
+    let short = Duration::from_millis(500);
+    let mut extended = parse("BEGIN");
+    extended.extend(bind_execute_sync());
+    // Both forms: a Query, and the extended group drivers send.
+    for begin in [raw::query("BEGIN"), extended] {
+        a.write_all(&raw::query("BEGIN; SELECT 1")).await.unwrap();
+        raw::read_to_z(&mut a).await;
+        b.write_all(&begin).await.unwrap();
+        let answer = tokio::time::timeout(short, raw::read_to_z(&mut b)).await;
+        let answer = answer.expect("BEGIN answered while the connection is taken");
+        assert_eq!(raw::errors(&answer), vec![]);
+        assert_eq!(answer.last().map(|m| m.1.clone()), Some(b"T".to_vec()));
+        // Its statement waits for the connection, then runs in its own
+        // transaction, begun just before it.
+        let sql = "SELECT now() = statement_timestamp(), txid_current() > 0";
+        b.write_all(&raw::query(sql)).await.unwrap();
+        let waiting = tokio::time::timeout(short, raw::read_to_z(&mut b)).await;
+        assert!(waiting.is_err(), "no connection until a's transaction ends");
+        a.write_all(&raw::query("COMMIT")).await.unwrap();
+        raw::read_to_z(&mut a).await;
+        let answer = raw::read_to_z(&mut b).await;
+        assert_eq!(raw::errors(&answer), vec![]);
+        assert_eq!(rows_of(&answer).len(), 1);
+        assert_eq!(answer.last().map(|m| m.1.clone()), Some(b"T".to_vec()));
+        b.write_all(&raw::query("COMMIT")).await.unwrap();
+        let answer = raw::read_to_z(&mut b).await;
+        assert_eq!(answer.last().map(|m| m.1.clone()), Some(b"I".to_vec()));
+    }
+}

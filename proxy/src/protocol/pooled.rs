@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use onetrip_planner::classify::{database_command, session_pin};
 
 use super::*;
@@ -69,6 +69,59 @@ impl Protocol {
             },
             tag::FUNCTION_CALL => self.pin_session("FunctionCall message"),
             _ => {}
+        }
+    }
+
+    /// A pooled session without a server connection, its client's next
+    /// bytes read: when they are exactly a BEGIN (or its extended group)
+    /// that the session would hold, it is held and answered here, and no
+    /// connection is taken for it (under a busy pool, a transaction would
+    /// otherwise wait in line twice). False when anything else is there;
+    /// nothing is changed then.
+    pub fn answer_begin_alone(&mut self, cin: &mut BytesMut, to_client: &mut WriteQueue) -> bool {
+        if !self.pooled
+            || !self.txn.defer_begin
+            || self.txn_group
+            || self.pin.is_some()
+            || self.fatal_relayed
+            || self.flow != Flow::Open
+            || self.client_paused()
+            || !self.client_rest.is_empty()
+            || self.csplit.in_pass()
+            || self.cypher.holds_message()
+            || self.settings.waiting()
+            || self.settings.wants_search_path()
+            || !self.quiet_upstream()
+        {
+            return false;
+        }
+        let Ok(Some(h)) = frame::peek_header(cin, usize::MAX) else {
+            return false;
+        };
+        let begins = matches!(h.tag, tag::QUERY | tag::PARSE)
+            && cin.get(..h.wire_len).is_some_and(|first| {
+                frontend::statement_bytes(h.tag, first)
+                    .is_some_and(|b| client_txn::first_word_is(b, &["begin", "start"]))
+            });
+        if !begins {
+            return false;
+        }
+        // The BEGIN's group must be all there is: what follows it needs
+        // the server, and must come after the connection is adopted.
+        let whole = match h.tag {
+            tag::QUERY => h.wire_len == cin.len(),
+            _ => transaction::group(cin, 0).is_some_and(|g| g.end == cin.len()),
+        };
+        if !whole {
+            return false;
+        }
+        let chunk = Bytes::copy_from_slice(cin);
+        match self.begin_here(&chunk, 0, h.tag, h.wire_len, to_client) {
+            client_txn::TxnStep::Answered(_) => {
+                cin.clear();
+                true
+            }
+            client_txn::TxnStep::Go => false,
         }
     }
 

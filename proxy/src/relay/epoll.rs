@@ -665,6 +665,19 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
         pooled,
         ..
     } = &mut e.parts;
+    // What was answered here (a held BEGIN) goes out first.
+    if b.to_client.wants_write() {
+        if !e.client.write {
+            return Ok(false);
+        }
+        match b.to_client.write_to(client) {
+            Ok(all) => e.client.write = all,
+            Err(err) => return Err(Stop::End(End::Error(format!("client write: {err}")))),
+        }
+        if b.to_client.wants_write() {
+            return Ok(false);
+        }
+    }
     if b.cin.is_empty() {
         if !e.client.read {
             return Ok(false);
@@ -685,6 +698,10 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     // Saying goodbye: no connection is taken for that.
     if b.cin.starts_with(&write::TERMINATE) {
         return Err(Stop::End(End::ClientClosed));
+    }
+    // A BEGIN the session holds needs no connection.
+    if proto.answer_begin_alone(&mut b.cin, &mut b.to_client) {
+        return Ok(true);
     }
     let Some(pooled) = pooled.as_mut() else {
         return Err(Stop::End(End::Release));
