@@ -18,7 +18,26 @@ need() {
     done
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the kernel's ephemeral range: a port from that range
+# may be the local end of a benchmark client's connection, left in
+# TIME_WAIT, and a proxy restarted on it then can't listen.
+free_port() {
+    python3 - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(10000, max(low, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+PY
+}
 
 # make_work NAME: a temporary directory in $WORK; $AS runs a command as the
 # user PostgreSQL and PgBouncer run as (they refuse to run as root).
