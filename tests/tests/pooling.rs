@@ -541,9 +541,10 @@ async fn a_client_that_speaks_while_it_waits_is_heard() {
     );
 }
 
-/// A BEGIN is held and answered with no server connection: a client gets
-/// its answer while another holds the pool's only one, and waits only when
-/// its transaction needs the server.
+/// A BEGIN is held and answered with no server connection, and so is the
+/// end of a transaction that never reached the server: a client gets its
+/// answers while another holds the pool's only connection, and waits only
+/// when its transaction needs the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_begin_takes_no_connection() {
     let env = pooled(1).await;
@@ -553,10 +554,22 @@ async fn a_held_begin_takes_no_connection() {
     let short = Duration::from_millis(500);
     let mut extended = parse("BEGIN");
     extended.extend(bind_execute_sync());
+    let mut rollback = parse("ROLLBACK");
+    rollback.extend(bind_execute_sync());
     // Both forms: a Query, and the extended group drivers send.
-    for begin in [raw::query("BEGIN"), extended] {
+    for (begin, end) in [
+        (raw::query("BEGIN"), raw::query("COMMIT")),
+        (extended, rollback),
+    ] {
         a.write_all(&raw::query("BEGIN; SELECT 1")).await.unwrap();
         raw::read_to_z(&mut a).await;
+        // A transaction that never needed the server needs no connection.
+        for msg in [&begin, &end] {
+            b.write_all(msg).await.unwrap();
+            let answer = tokio::time::timeout(short, raw::read_to_z(&mut b)).await;
+            let answer = answer.expect("answered while the connection is taken");
+            assert_eq!(raw::errors(&answer), vec![]);
+        }
         b.write_all(&begin).await.unwrap();
         let answer = tokio::time::timeout(short, raw::read_to_z(&mut b)).await;
         let answer = answer.expect("BEGIN answered while the connection is taken");

@@ -17,6 +17,7 @@ struct Sides {
     lazy: Proxy,
     plain: Proxy,
     pooled: Proxy,
+    pooled_lazy: Proxy,
 }
 
 impl Sides {
@@ -38,11 +39,19 @@ impl Sides {
                 c.pool.pool_size = 2;
             })
             .await;
+        let pooled_lazy = env
+            .start_proxy(|c| {
+                c.pool.mode = onetrip::config::PoolMode::Transaction;
+                c.pool.pool_size = 2;
+                c.transactions.lazy_reads = true;
+            })
+            .await;
         Self {
             env,
             lazy,
             plain,
             pooled,
+            pooled_lazy,
         }
     }
 
@@ -53,6 +62,10 @@ impl Sides {
             Target::new("onetrip with lazy reads", self.lazy.local_addr().port()),
             Target::new("onetrip deferring nothing", self.plain.local_addr().port()),
             Target::new("onetrip pooling", self.pooled.local_addr().port()),
+            Target::new(
+                "onetrip pooling with lazy reads",
+                self.pooled_lazy.local_addr().port(),
+            ),
         ]
     }
 

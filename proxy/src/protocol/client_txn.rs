@@ -168,10 +168,7 @@ impl Protocol {
             };
             let analysis = self.coalescer.analyses.of(&Sql::within(&msg, text, None));
             if let Some(end_kind) = ends(&analysis) {
-                let tag_text = self.end_tag(end_kind);
-                self.end_here(transaction::query_answers(tag_text, b'I'), to_client);
-                self.unnamed_fix = Some(UnnamedFix::Drop);
-                self.flight.forget("");
+                self.end_query_here(end_kind, to_client);
                 return TxnStep::Answered(end);
             }
             if self.lazy_read(&analysis) {
@@ -205,12 +202,7 @@ impl Protocol {
         let analysis = self.group_statement(chunk, &g);
         let plain = plain_unnamed_group(chunk, &g);
         if plain && let Some(end_kind) = analysis.as_deref().and_then(ends) {
-            let tag_text = self.end_tag(end_kind);
-            self.end_here(transaction::group_answers(&g, tag_text, b'I'), to_client);
-            if let Some((s, e)) = g.parse {
-                self.unnamed_fix = Some(UnnamedFix::Parse(chunk.slice(s..e)));
-                self.flight.forget("");
-            }
+            self.end_group_here(chunk, &g, end_kind, to_client);
             return TxnStep::Answered(g.end);
         }
         // Statements only prepared or described (a driver preparing one):
@@ -232,6 +224,76 @@ impl Protocol {
         }
         self.send_held(to_up);
         TxnStep::Go
+    }
+
+    /// A COMMIT or ROLLBACK as a Query ends the held transaction here.
+    fn end_query_here(&mut self, end_kind: TransactionStatement, to_client: &mut WriteQueue) {
+        let tag_text = self.end_tag(end_kind);
+        self.end_here(transaction::query_answers(tag_text, b'I'), to_client);
+        self.unnamed_fix = Some(UnnamedFix::Drop);
+        self.flight.forget("");
+    }
+
+    /// A COMMIT or ROLLBACK as a plain group ends the held transaction
+    /// here; its Parse, if any, is the client's unnamed statement now.
+    fn end_group_here(
+        &mut self,
+        chunk: &Bytes,
+        g: &Group,
+        end_kind: TransactionStatement,
+        to_client: &mut WriteQueue,
+    ) {
+        let tag_text = self.end_tag(end_kind);
+        self.end_here(transaction::group_answers(g, tag_text, b'I'), to_client);
+        if let Some((s, e)) = g.parse {
+            self.unnamed_fix = Some(UnnamedFix::Parse(chunk.slice(s..e)));
+            self.flight.forget("");
+        }
+    }
+
+    /// A pooled session without a server connection: ends its held
+    /// transaction here when `chunk` starts with a COMMIT or ROLLBACK that
+    /// `while_held` would answer (a Query, or a plain group that makes its
+    /// own unnamed statement); false, having changed nothing, otherwise.
+    pub(super) fn end_held_alone(
+        &mut self,
+        chunk: &Bytes,
+        t: u8,
+        end: usize,
+        to_client: &mut WriteQueue,
+    ) -> bool {
+        if self.txn.held.is_none() || self.unsynced {
+            return false;
+        }
+        match t {
+            tag::QUERY => {
+                let msg = chunk.slice(..end);
+                let Some(text) = frontend::query_text(&msg) else {
+                    return false;
+                };
+                let analysis = self.coalescer.analyses.of(&Sql::within(&msg, text, None));
+                let Some(end_kind) = ends(&analysis) else {
+                    return false;
+                };
+                self.end_query_here(end_kind, to_client);
+                true
+            }
+            tag::PARSE => {
+                let Some(g) = transaction::group(chunk, 0) else {
+                    return false;
+                };
+                if !plain_unnamed_group(chunk, &g) || !makes_unnamed(chunk, &g) {
+                    return false;
+                }
+                let analysis = self.group_statement(chunk, &g);
+                let Some(end_kind) = analysis.as_deref().and_then(ends) else {
+                    return false;
+                };
+                self.end_group_here(chunk, &g, end_kind, to_client);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The statement a group runs: the one its Bind names, which its own

@@ -74,11 +74,12 @@ impl Protocol {
 
     /// A pooled session without a server connection, its client's next
     /// bytes read: when they are exactly a BEGIN (or its extended group)
-    /// that the session would hold, it is held and answered here, and no
-    /// connection is taken for it (under a busy pool, a transaction would
-    /// otherwise wait in line twice). False when anything else is there;
-    /// nothing is changed then.
-    pub fn answer_begin_alone(&mut self, cin: &mut BytesMut, to_client: &mut WriteQueue) -> bool {
+    /// that the session would hold, or the COMMIT or ROLLBACK of a held
+    /// one, it is answered here, and no connection is taken for it (under
+    /// a busy pool, a transaction would otherwise wait in line more than
+    /// once). False when anything else is there; nothing is changed then.
+    pub fn answer_alone(&mut self, cin: &mut BytesMut, to_client: &mut WriteQueue) -> bool {
+        let held = self.txn.held.is_some();
         if !self.pooled
             || !self.txn.defer_begin
             || self.txn_group
@@ -91,23 +92,27 @@ impl Protocol {
             || self.cypher.holds_message()
             || self.settings.waiting()
             || self.settings.wants_search_path()
-            || !self.quiet_upstream()
+            || (!held && !self.quiet_upstream())
         {
             return false;
         }
         let Ok(Some(h)) = frame::peek_header(cin, usize::MAX) else {
             return false;
         };
-        let begins = matches!(h.tag, tag::QUERY | tag::PARSE)
+        let words: &[&str] = match held {
+            false => &["begin", "start"],
+            true => &["commit", "end", "rollback", "abort"],
+        };
+        let may_be = matches!(h.tag, tag::QUERY | tag::PARSE)
             && cin.get(..h.wire_len).is_some_and(|first| {
                 frontend::statement_bytes(h.tag, first)
-                    .is_some_and(|b| client_txn::first_word_is(b, &["begin", "start"]))
+                    .is_some_and(|b| client_txn::first_word_is(b, words))
             });
-        if !begins {
+        if !may_be {
             return false;
         }
-        // The BEGIN's group must be all there is: what follows it needs
-        // the server, and must come after the connection is adopted.
+        // Its group must be all there is: what follows needs the server,
+        // and must come after the connection is adopted.
         let whole = match h.tag {
             tag::QUERY => h.wire_len == cin.len(),
             _ => transaction::group(cin, 0).is_some_and(|g| g.end == cin.len()),
@@ -116,13 +121,17 @@ impl Protocol {
             return false;
         }
         let chunk = Bytes::copy_from_slice(cin);
-        match self.begin_here(&chunk, 0, h.tag, h.wire_len, to_client) {
-            client_txn::TxnStep::Answered(_) => {
-                cin.clear();
-                true
-            }
-            client_txn::TxnStep::Go => false,
+        let answered = match held {
+            false => matches!(
+                self.begin_here(&chunk, 0, h.tag, h.wire_len, to_client),
+                client_txn::TxnStep::Answered(_)
+            ),
+            true => self.end_held_alone(&chunk, h.tag, h.wire_len, to_client),
+        };
+        if answered {
+            cin.clear();
         }
+        answered
     }
 
     /// The session keeps its server connection until it ends.

@@ -699,8 +699,8 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     if b.cin.starts_with(&write::TERMINATE) {
         return Err(Stop::End(End::ClientClosed));
     }
-    // A BEGIN the session holds needs no connection.
-    if proto.answer_begin_alone(&mut b.cin, &mut b.to_client) {
+    // A BEGIN the session holds, and its end, need no connection.
+    if proto.answer_alone(&mut b.cin, &mut b.to_client) {
         return Ok(true);
     }
     let Some(pooled) = pooled.as_mut() else {
