@@ -1,5 +1,5 @@
-//! A session after startup: connecting upstream and authenticating, then
-//! relaying until the end, then the last words and keeping the upstream
+//! A session after startup: its login (`login`), then relaying until the
+//! end, then the last words (`farewell`) and keeping the upstream
 //! connection. One task owns the session's client and upstream halves; it
 //! relays through the worker's own epoll (`fast`) or through the runtime
 //! (`runtime`), both with bounded buffers.
@@ -17,24 +17,22 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
-use bytes::{Bytes, BytesMut};
-use tracing::{Instrument, Span, debug, info, warn};
+use bytes::Bytes;
+use tracing::{Instrument, Span, debug, warn};
 
 use super::{
-    handshake,
+    farewell::{farewells, write_farewells},
+    login::connect_and_authenticate,
     pooled::{self, Next},
     reuse,
 };
 use crate::{
-    cancel::Pid,
-    config::PoolMode,
     net::{Pair, Stream},
-    pool::Kept,
-    pooling::{Grant, Pooled},
-    protocol::{Flow, Protocol},
+    pooling::Pooled,
+    protocol::Protocol,
     relay::{
         Bufs, Closer, End, Outcome,
         epoll::{self as fast},
@@ -42,13 +40,6 @@ use crate::{
     },
     shared::Shared,
     stats::{Counters, Relay, SessionState},
-    timers::timeout,
-    wire::queue::WriteQueue,
-    wire::{
-        backend,
-        startup::StartupMessage,
-        write::{self, Severity},
-    },
     worker::seats::Seat,
 };
 
@@ -123,7 +114,7 @@ type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
 
 /// A session's sockets as relaying starts: registered with this thread's
 /// runtime, or with nothing yet (a session that moved here).
-enum Streams {
+pub(super) enum Streams {
     Runtime(Pair),
     Std(std::net::TcpStream, std::net::TcpStream),
 }
@@ -476,7 +467,7 @@ async fn relay_fast(
     })
 }
 
-fn back_to_runtime_failed(e: std::io::Error) -> String {
+pub(super) fn back_to_runtime_failed(e: std::io::Error) -> String {
     format!("it could not return to the runtime: {e}")
 }
 
@@ -571,297 +562,4 @@ fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<Bytes> {
         shared.cancel.forget(&key);
     }
     proto.upstream_key.take()
-}
-
-/// The ready session's streams and leftover read buffers.
-type Ready = (Pair, BytesMut, BytesMut);
-
-/// A login that gets no server connection: the client is told why
-/// (FATAL `code`), within `limits.client_write_timeout`, and the session is
-/// closed.
-async fn refuse(
-    client: Stream,
-    shared: &Shared,
-    info: &Arc<crate::stats::SessionInfo>,
-    code: &str,
-    why: &str,
-) {
-    warn!("{why}");
-    let mut c = client;
-    let msg = write::error(Severity::Fatal, code, why);
-    let limit = shared.config().limits.client_write_timeout;
-    let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
-    let _ = timeout(limit, write).await;
-    Counters::add(&info.counters.errors, 1);
-    shared.stats.close_session(info, Default::default());
-}
-
-/// Connects upstream and relays authentication. `None` when the upstream
-/// could not be reached (the session is closed then); a `Ready` when the
-/// client may now send queries.
-async fn connect_and_authenticate(
-    client: Stream,
-    start: Start,
-    shared: &Arc<Shared>,
-) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
-    let Start {
-        startup_raw,
-        params,
-        peer,
-        handshake_rts,
-        mut deadline,
-    } = start;
-    let p = |k| StartupMessage::param(&params, k).unwrap_or("");
-    let (user, database) = StartupMessage::user_and_database(&params);
-    let info = shared
-        .stats
-        .open_session(Some(peer), &database, &user, p("application_name"));
-    Counters::add(&info.counters.handshake_round_trips, handshake_rts);
-    Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
-    let client_tls = client.is_tls();
-    let limit = shared.config().limits.startup_timeout;
-    // Transaction pooling, for plain TCP both ways (a TLS client's stream
-    // can't wait between transactions here yet) and never replication.
-    let pooling = shared.config().pool.mode == PoolMode::Transaction
-        && shared.upstream_tls.is_none()
-        && !client_tls
-        && StartupMessage::param(&params, "replication").is_none();
-    // A pooled client's backend is other clients' too: its key names none.
-    let key_pid = match pooling {
-        true => Pid::MadeUp,
-        false => Pid::Backend,
-    };
-    let mut pool = None;
-    let mut grant = None;
-    if pooling {
-        // Logins take their connection from the pool too, so its size
-        // bounds them as well.
-        let p = shared.pools.pool(&startup_raw);
-        let up = &shared.config().upstream;
-        let wait = shared.config().pool.query_wait_timeout;
-        match p
-            .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
-            .await
-        {
-            Ok(g) => grant = Some(g),
-            Err(e) => {
-                refuse(client, shared, &info, "08P01", &e.to_string()).await;
-                return None;
-            }
-        }
-        pool = Some(p);
-        // The wait is the pool's; the handshake gets its own time.
-        deadline = crate::timers::sleep_until(crate::timers::after(limit));
-    }
-    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none() && !pooling;
-    let kept = match reuse {
-        true => {
-            let max_age = shared.config().upstream.reuse_idle_timeout;
-            shared.reuse.take_or_wait(&startup_raw, max_age).await
-        }
-        false => None,
-    };
-    let (kept, slot) = match grant {
-        // Another client's settings are in it: a new connection instead.
-        Some(Grant::Idle(i)) if !i.sets.is_empty() => (None, Some(i.slot)),
-        Some(Grant::Idle(i)) => {
-            let kept = Kept {
-                tcp: i.tcp,
-                params: i.params,
-                key: i.key,
-                settings: i.settings,
-                opened: i.opened,
-                since: i.since,
-            };
-            (Some(kept), Some(i.slot))
-        }
-        Some(Grant::Open(slot)) => (kept, Some(slot)),
-        None => (kept, None),
-    };
-    let startup_for_pool = startup_raw.clone();
-    let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
-    let limit = shared.config().limits.startup_timeout;
-    let timed_out = || handshake::HandshakeEnd::Timeout(limit);
-    let authed = if let Some(kept) = kept {
-        let greet = reuse::adopt(kept, client, shared, &info, key_pid);
-        let greeted = deadline.bound(greet).await;
-        Counters::add(&info.counters.reused_upstreams, 1);
-        greeted.unwrap_or_else(|_| Err(timed_out()))
-    } else {
-        let upstream = match handshake::connect_upstream(shared).await {
-            Ok(u) => u,
-            Err(e) => {
-                refuse(client, shared, &info, "08006", &e.to_string()).await;
-                return None;
-            }
-        };
-        let mut io = Pair { client, upstream };
-        let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls, key_pid);
-        let authed = deadline.bound(auth).await;
-        authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
-    };
-    match authed {
-        Ok((io, a)) => {
-            proto.on_server_params(&a.params);
-            if let Some(settings) = a.settings {
-                proto.settings = settings;
-            }
-            if let Some((pid, _)) = a.key.as_deref().and_then(backend::backend_key) {
-                info.upstream_pid
-                    .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-            proto.upstream_key = a.key;
-            proto.client_key = a.client_key;
-            proto.upstream_opened = a.opened;
-            // A replication connection may hold what DISCARD ALL leaves
-            // alone (a temporary replication slot).
-            proto.keep_upstream = reuse
-                && a.plain_trust
-                && !io.upstream.is_tls()
-                && StartupMessage::param(&params, "replication").is_none();
-            let pooled = match (pool, slot) {
-                (Some(pool), Some(slot)) if a.plain_trust && !io.upstream.is_tls() => Some(
-                    Pooled::new(pool, slot, startup_for_pool, shared.cancel.clone()),
-                ),
-                (Some(_), _) => {
-                    info!(
-                        "session mode: the upstream asked for a password (only trust connections are pooled)"
-                    );
-                    None
-                }
-                _ => None,
-            };
-            if let Some(p) = &pooled {
-                proto.pooled = true;
-                proto.keep_upstream = false;
-                proto.count_pins_in(p.pool.pinned.clone());
-                info.pooled
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            if proto.keep_upstream || proto.pooled {
-                proto.server_params = a.params;
-            }
-            // Counted under its (database, user) only now: names sent by
-            // clients that never got in make no rows.
-            shared.stats.admit(&info);
-            info.set_state(SessionState::Idle);
-            debug!(database = %database, user = %user, "session ready");
-            Some((proto, Some((io, a.cin, a.uin)), pooled))
-        }
-        Err(e) => {
-            info!("{e}");
-            Some((proto, None, None))
-        }
-    }
-}
-
-/// Logs how the session ended and queues each side's last words; what
-/// was queued for a side that is gone is dropped. True when the upstream
-/// connection is to be kept for the next client instead.
-fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bool {
-    let c = &proto.info;
-    let gone = WriteQueue::default;
-    match end {
-        End::ClientClosed => {
-            bufs.to_client = gone();
-            let clean = match proto.pooled {
-                true => proto.releasable(),
-                false => proto.keep_upstream && proto.quiet(),
-            };
-            if clean && bufs.uin.is_empty() && !bufs.to_up.wants_write() {
-                return true;
-            }
-            if proto.flow != Flow::Terminated || proto.terminate_withheld {
-                // Tell the server we are done, as the client would have.
-                bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
-            }
-        }
-        End::UpstreamClosed(error) => {
-            bufs.to_up = gone();
-            if let Some(e) = error {
-                warn!("{e}");
-            }
-            let addr = shared.upstream_addr();
-            warn!(upstream = %addr, "upstream closed the connection");
-            // After the server's own FATAL (57P01 and the like), the client
-            // hears nothing more, as from the server itself.
-            if !proto.fatal_relayed {
-                let text = format!("upstream {addr} closed the connection unexpectedly");
-                bufs.to_client
-                    .push(write::error(Severity::Fatal, "08006", &text));
-                Counters::add(&c.counters.errors, 1);
-            }
-        }
-        End::Error(e) => debug!("session ended: {e}"),
-        // Never finished: the session goes on elsewhere, or over another
-        // connection of its pool.
-        End::Move(_) | End::Release => {}
-        End::IdleTimeout => {
-            info!("client idle past limits.client_idle_timeout: closed");
-            // PostgreSQL's own, from its idle_session_timeout.
-            let text = "terminating connection due to idle-session timeout";
-            bufs.to_client
-                .push(write::error(Severity::Fatal, "57P05", text));
-            // Idle and quiet: its upstream may serve the next client.
-            if proto.keep_upstream
-                && bufs.uin.is_empty()
-                && !bufs.to_up.wants_write()
-                && proto.quiet()
-            {
-                return true;
-            }
-            bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
-        }
-        End::Shutdown => {
-            bufs.to_client.push(write::error(
-                Severity::Fatal,
-                "57P01",
-                "terminating connection due to administrator command (onetrip is shutting down)",
-            ));
-            bufs.to_up.push(Bytes::from_static(&write::TERMINATE));
-        }
-    }
-    false
-}
-
-/// Writes the last words, each side's within `limit`: a peer that has
-/// stopped reading must not hold the session (and its upstream) forever.
-/// Plain sockets from the worker's own relay get them straight, and nearly
-/// always take them at once; only a socket that would block goes back to
-/// the runtime to be waited for. Returns the upstream connection when it
-/// is to be kept (and took its last words whole), with the runtime, which
-/// resets it. The client is closed before that: it is gone already, and
-/// sees its socket close now, not after the reset.
-async fn write_farewells(
-    streams: Streams,
-    bufs: &mut Bufs,
-    keep: bool,
-    limit: Duration,
-) -> Result<Option<Stream>, String> {
-    let (client, upstream) = match streams {
-        Streams::Runtime(mut io) => {
-            let _ = timeout(limit, bufs.to_client.write_all(&mut io.client)).await;
-            let up = timeout(limit, bufs.to_up.write_all(&mut io.upstream)).await;
-            return Ok((keep && matches!(up, Ok(Ok(_)))).then_some(io.upstream));
-        }
-        Streams::Std(c, u) => (c, u),
-    };
-    let runtime = |s: std::net::TcpStream| {
-        fast::release(&s);
-        tokio::net::TcpStream::from_std(s)
-            .map(Stream::Plain)
-            .map_err(back_to_runtime_failed)
-    };
-    // A socket that closes now leaves the epoll by closing.
-    if !matches!(bufs.to_client.write_to(&client), Ok(true) | Err(_)) {
-        let mut c = runtime(client)?;
-        let _ = timeout(limit, bufs.to_client.write_all(&mut c)).await;
-    }
-    let written = bufs.to_up.write_to(&upstream);
-    if !keep && matches!(written, Ok(true) | Err(_)) {
-        return Ok(None);
-    }
-    let mut u = runtime(upstream)?;
-    let up = timeout(limit, bufs.to_up.write_all(&mut u)).await;
-    Ok((keep && matches!(up, Ok(Ok(_)))).then_some(u))
 }

@@ -1,8 +1,10 @@
 //! One client session: startup negotiation, then either the admin console
 //! or a relay to one upstream connection.
 
+mod farewell;
 pub mod handshake;
 mod life;
+mod login;
 pub(crate) mod pooled;
 pub mod reuse;
 

@@ -1,0 +1,208 @@
+//! A session's login: a connection from the pool or a kept one, or a new
+//! one with the client's authentication relayed, and the protocol state
+//! set up for what it got.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tracing::{debug, info, warn};
+
+use super::{handshake, life::Start, reuse};
+use crate::{
+    cancel::Pid,
+    config::PoolMode,
+    net::{Pair, Stream},
+    pool::Kept,
+    pooling::{Grant, Pooled},
+    protocol::Protocol,
+    shared::Shared,
+    stats::{Counters, SessionState},
+    timers::timeout,
+    wire::{
+        backend,
+        startup::StartupMessage,
+        write::{self, Severity},
+    },
+};
+
+/// The ready session's streams and leftover read buffers.
+pub(super) type Ready = (Pair, BytesMut, BytesMut);
+
+/// A login that gets no server connection: the client is told why
+/// (FATAL `code`), within `limits.client_write_timeout`, and the session is
+/// closed.
+async fn refuse(
+    client: Stream,
+    shared: &Shared,
+    info: &Arc<crate::stats::SessionInfo>,
+    code: &str,
+    why: &str,
+) {
+    warn!("{why}");
+    let mut c = client;
+    let msg = write::error(Severity::Fatal, code, why);
+    let limit = shared.config().limits.client_write_timeout;
+    let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
+    let _ = timeout(limit, write).await;
+    Counters::add(&info.counters.errors, 1);
+    shared.stats.close_session(info, Default::default());
+}
+
+/// Connects upstream and relays authentication. `None` when the upstream
+/// could not be reached (the session is closed then); a `Ready` when the
+/// client may now send queries.
+pub(super) async fn connect_and_authenticate(
+    client: Stream,
+    start: Start,
+    shared: &Arc<Shared>,
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
+    let Start {
+        startup_raw,
+        params,
+        peer,
+        handshake_rts,
+        mut deadline,
+    } = start;
+    let p = |k| StartupMessage::param(&params, k).unwrap_or("");
+    let (user, database) = StartupMessage::user_and_database(&params);
+    let info = shared
+        .stats
+        .open_session(Some(peer), &database, &user, p("application_name"));
+    Counters::add(&info.counters.handshake_round_trips, handshake_rts);
+    Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
+    let client_tls = client.is_tls();
+    let limit = shared.config().limits.startup_timeout;
+    // Transaction pooling, for plain TCP both ways (a TLS client's stream
+    // can't wait between transactions here yet) and never replication.
+    let pooling = shared.config().pool.mode == PoolMode::Transaction
+        && shared.upstream_tls.is_none()
+        && !client_tls
+        && StartupMessage::param(&params, "replication").is_none();
+    // A pooled client's backend is other clients' too: its key names none.
+    let key_pid = match pooling {
+        true => Pid::MadeUp,
+        false => Pid::Backend,
+    };
+    let mut pool = None;
+    let mut grant = None;
+    if pooling {
+        // Logins take their connection from the pool too, so its size
+        // bounds them as well.
+        let p = shared.pools.pool(&startup_raw);
+        let up = &shared.config().upstream;
+        let wait = shared.config().pool.query_wait_timeout;
+        match p
+            .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
+            .await
+        {
+            Ok(g) => grant = Some(g),
+            Err(e) => {
+                refuse(client, shared, &info, "08P01", &e.to_string()).await;
+                return None;
+            }
+        }
+        pool = Some(p);
+        // The wait is the pool's; the handshake gets its own time.
+        deadline = crate::timers::sleep_until(crate::timers::after(limit));
+    }
+    let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none() && !pooling;
+    let kept = match reuse {
+        true => {
+            let max_age = shared.config().upstream.reuse_idle_timeout;
+            shared.reuse.take_or_wait(&startup_raw, max_age).await
+        }
+        false => None,
+    };
+    let (kept, slot) = match grant {
+        // Another client's settings are in it: a new connection instead.
+        Some(Grant::Idle(i)) if !i.sets.is_empty() => (None, Some(i.slot)),
+        Some(Grant::Idle(i)) => {
+            let kept = Kept {
+                tcp: i.tcp,
+                params: i.params,
+                key: i.key,
+                settings: i.settings,
+                opened: i.opened,
+                since: i.since,
+            };
+            (Some(kept), Some(i.slot))
+        }
+        Some(Grant::Open(slot)) => (kept, Some(slot)),
+        None => (kept, None),
+    };
+    let startup_for_pool = startup_raw.clone();
+    let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
+    let limit = shared.config().limits.startup_timeout;
+    let timed_out = || handshake::HandshakeEnd::Timeout(limit);
+    let authed = if let Some(kept) = kept {
+        let greet = reuse::adopt(kept, client, shared, &info, key_pid);
+        let greeted = deadline.bound(greet).await;
+        Counters::add(&info.counters.reused_upstreams, 1);
+        greeted.unwrap_or_else(|_| Err(timed_out()))
+    } else {
+        let upstream = match handshake::connect_upstream(shared).await {
+            Ok(u) => u,
+            Err(e) => {
+                refuse(client, shared, &info, "08006", &e.to_string()).await;
+                return None;
+            }
+        };
+        let mut io = Pair { client, upstream };
+        let auth = handshake::relay_auth(&mut io, startup_raw, shared, &info, client_tls, key_pid);
+        let authed = deadline.bound(auth).await;
+        authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
+    };
+    match authed {
+        Ok((io, a)) => {
+            proto.on_server_params(&a.params);
+            if let Some(settings) = a.settings {
+                proto.settings = settings;
+            }
+            if let Some((pid, _)) = a.key.as_deref().and_then(backend::backend_key) {
+                info.upstream_pid
+                    .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            proto.upstream_key = a.key;
+            proto.client_key = a.client_key;
+            proto.upstream_opened = a.opened;
+            // A replication connection may hold what DISCARD ALL leaves
+            // alone (a temporary replication slot).
+            proto.keep_upstream = reuse
+                && a.plain_trust
+                && !io.upstream.is_tls()
+                && StartupMessage::param(&params, "replication").is_none();
+            let pooled = match (pool, slot) {
+                (Some(pool), Some(slot)) if a.plain_trust && !io.upstream.is_tls() => Some(
+                    Pooled::new(pool, slot, startup_for_pool, shared.cancel.clone()),
+                ),
+                (Some(_), _) => {
+                    info!(
+                        "session mode: the upstream asked for a password (only trust connections are pooled)"
+                    );
+                    None
+                }
+                _ => None,
+            };
+            if let Some(p) = &pooled {
+                proto.pooled = true;
+                proto.keep_upstream = false;
+                proto.count_pins_in(p.pool.pinned.clone());
+                info.pooled
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if proto.keep_upstream || proto.pooled {
+                proto.server_params = a.params;
+            }
+            // Counted under its (database, user) only now: names sent by
+            // clients that never got in make no rows.
+            shared.stats.admit(&info);
+            info.set_state(SessionState::Idle);
+            debug!(database = %database, user = %user, "session ready");
+            Some((proto, Some((io, a.cin, a.uin)), pooled))
+        }
+        Err(e) => {
+            info!("{e}");
+            Some((proto, None, None))
+        }
+    }
+}
