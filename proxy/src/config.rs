@@ -215,6 +215,9 @@ pub struct PoolConfig {
     /// Idle server connections each pool keeps open, ready for the next
     /// client (opened in the background once the pool exists).
     pub min_idle: usize,
+    /// Named statements a server connection holds at most; past it, the
+    /// least recently used is closed.
+    pub max_prepared_statements: usize,
 }
 
 impl Default for PoolConfig {
@@ -224,6 +227,7 @@ impl Default for PoolConfig {
             pool_size: 20,
             query_wait_timeout: Duration::from_secs(120),
             min_idle: 0,
+            max_prepared_statements: 200,
         }
     }
 }
@@ -519,6 +523,9 @@ impl Config {
         }
         if self.pool.pool_size == 0 {
             return Err(key("pool.pool_size", "must be at least 1"));
+        }
+        if self.pool.max_prepared_statements == 0 {
+            return Err(key("pool.max_prepared_statements", "must be at least 1"));
         }
         if self.pool.min_idle > self.pool.pool_size {
             return Err(key("pool.min_idle", "must be at most pool.pool_size"));

@@ -158,3 +158,66 @@ async fn tokio_postgres_prepared_statements_on_a_pool_of_two() {
     let rows = pools(&env).await;
     assert_eq!(rows[0][6].as_deref(), Some("0"), "nothing pinned: {rows:?}");
 }
+
+/// A client's named statements left on a server connection, and what an
+/// error in their pipeline did to them; the count it holds is read after.
+async fn many_statements(a: &mut TcpStream) -> Vec<String> {
+    let mut heard = Vec::new();
+    for i in 0..12 {
+        heard.push(
+            step(
+                a,
+                &sync_after(parse(&format!("s{i}"), &format!("SELECT 's{i}'"))),
+            )
+            .await,
+        );
+        heard.push(step(a, &run(&format!("s{i}"))).await);
+    }
+    // Each of them again, oldest first: each was closed to make room.
+    for i in 0..12 {
+        heard.push(step(a, &run(&format!("s{i}"))).await);
+    }
+    // A Parse that fails, and one after it the server skips.
+    let mut pipeline = parse("bad", "SELECT * FROM no_such_table");
+    pipeline.extend(parse("s12", "SELECT 's12'"));
+    heard.push(step(a, &sync_after(pipeline)).await);
+    heard.push(step(a, &run("s12")).await);
+    heard.push(step(a, &run("s3")).await);
+    heard
+}
+
+/// A server connection holds at most `max_prepared_statements` named
+/// statements however many its clients made, and each client still runs
+/// all of its own, as on a dedicated connection.
+#[tokio::test]
+async fn a_connection_holds_a_bounded_number_of_statements() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.pool.max_prepared_statements = 5;
+    })
+    .await;
+    let mut direct = raw::connect_ready(env.pg.port()).await;
+    let expected = many_statements(&mut direct).await;
+    assert!(expected.iter().any(|s| s.contains("42P01")), "{expected:?}");
+    assert!(expected.iter().any(|s| s.contains("26000")), "{expected:?}");
+    let mut a = raw::connect_ready(env.proxy_port()).await;
+    assert_eq!(many_statements(&mut a).await, expected);
+    // Another client, other names: a's are made room for as well.
+    let mut b = raw::connect_ready(env.proxy_port()).await;
+    for i in 0..8 {
+        let n = format!("b{i}");
+        assert_eq!(
+            step(&mut b, &sync_after(parse(&n, "SELECT 'b'"))).await,
+            "1 Z"
+        );
+        assert_eq!(step(&mut b, &run(&n)).await, "2 D(b) C Z");
+    }
+    let held = step(
+        &mut a,
+        &raw::query("SELECT count(*) FROM pg_prepared_statements"),
+    )
+    .await;
+    assert_eq!(held, "T D(5) C Z", "held on the one server connection");
+    assert_eq!(step(&mut a, &run("s0")).await, "2 D(s0) C Z");
+}

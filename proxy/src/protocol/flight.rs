@@ -166,6 +166,11 @@ pub struct Flight {
     /// The status to tell the client in place of the last ReadyForQuery's,
     /// when it was a lazy read's.
     ready_as: Option<u8>,
+    /// ReadyForQuery messages owed in all, and received: a message sent
+    /// when `readies_sent` was n is answered in the n-th group, whose
+    /// error comes when `readies_done` is n.
+    readies_sent: u64,
+    readies_done: u64,
 }
 
 impl Flight {
@@ -191,6 +196,7 @@ impl Flight {
     }
 
     fn push_ready(&mut self, own: Option<Own>, sync: bool, op: Op) {
+        self.readies_sent += 1;
         self.push(Item::Ready {
             own,
             sync,
@@ -268,6 +274,17 @@ impl Flight {
     /// ReadyForQuery messages owed.
     pub fn readies(&self) -> usize {
         self.tally.readies
+    }
+
+    /// The group (counted in ReadyForQuery messages) a message sent now
+    /// belongs to.
+    pub fn group_now(&self) -> u64 {
+        self.readies_sent
+    }
+
+    /// The group whose answers come now: every earlier one has ended.
+    pub fn group_answered_now(&self) -> u64 {
+        self.readies_done
     }
 
     /// Nothing sent is unanswered.
@@ -364,6 +381,7 @@ impl Flight {
                         if *lazy {
                             self.ready_as = Some(if *failed { b'E' } else { b'T' });
                         }
+                        self.readies_done += 1;
                         self.pop();
                     }
                     tag::ERROR_RESPONSE => *failed = true,

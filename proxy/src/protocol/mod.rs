@@ -12,6 +12,7 @@ mod named;
 mod own;
 mod pooled;
 mod replay;
+mod server_statements;
 pub use pooled::ServerStatements;
 pub use replay::{SessionSets, replay_query};
 pub mod settings;

@@ -20,7 +20,7 @@ pub struct Named {
     client: FxHashMap<String, Bytes>,
     /// What the server connection surely holds, by name: the Parse message
     /// that made it. A name not here is unknown, never known absent.
-    pub server: super::pooled::ServerStatements,
+    pub server: super::server_statements::ServerStatements,
 }
 
 impl Protocol {
@@ -46,11 +46,14 @@ impl Protocol {
         match (t, has) {
             // It goes as it is; whatever the server held under it is gone.
             (tag::CLOSE, _) => {
-                self.named.server.remove(name);
+                let group = self.flight.group_now();
+                let skipped = self.flight.skipping();
+                self.named.server.closed(name, group, skipped);
                 self.named.client.remove(name);
             }
             // Another client's statement may hold the name here.
             (tag::PARSE, false) => {
+                self.make_room_for(name, to_up);
                 self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
                 let parse = Bytes::copy_from_slice(msg);
                 self.note_server_holds(name, parse.clone());
@@ -60,10 +63,7 @@ impl Protocol {
             (_, true) => self.ensure_named(name, to_up),
             // The client has none: nor must the server, so the message
             // fails as it would have.
-            (_, false) => {
-                self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
-                self.named.server.remove(name);
-            }
+            (_, false) => self.close_on_server(name, to_up),
         }
     }
 
@@ -74,9 +74,10 @@ impl Protocol {
             // pooled session comes through here).
             return;
         };
-        if self.named.server.get(name) == Some(&parse) {
+        if self.named.server.holds(name, &parse) {
             return;
         }
+        self.make_room_for(name, to_up);
         // Closed first: a Close of a name the server lacks is no error, a
         // Parse of a name it has is.
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
@@ -84,20 +85,45 @@ impl Protocol {
         self.note_server_holds(name, parse);
     }
 
-    /// A Parse of `name` went upstream. Recorded at once, unless the server
-    /// is skipping to a Sync after an error (it won't run the Parse); an
-    /// error that comes later forgets every record (`on_server_error`).
-    fn note_server_holds(&mut self, name: &str, parse: Bytes) {
-        if !self.flight.skipping() {
-            self.named.server.insert(name.to_owned(), parse);
+    /// The server connection is made to hold nothing under `name`.
+    fn close_on_server(&mut self, name: &str, to_up: &mut WriteQueue) {
+        self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
+        let group = self.flight.group_now();
+        let skipped = self.flight.skipping();
+        self.named.server.closed(name, group, skipped);
+    }
+
+    /// Before a Parse of `name`: the server connection's least recently
+    /// used statement is closed when it holds as many as it may.
+    fn make_room_for(&mut self, name: &str, to_up: &mut WriteQueue) {
+        if self.flight.skipping() {
+            // The Parse is skipped too: it needs no room.
+            return;
+        }
+        let max = self.services.config.pool.max_prepared_statements;
+        while let Some(old) = self.named.server.to_evict(max, name) {
+            self.close_on_server(&old, to_up);
         }
     }
 
-    /// An ErrorResponse came: a Parse recorded as held may have failed, or
-    /// been skipped.
-    pub(super) fn forget_server_statements(&mut self) {
-        if !self.named.server.is_empty() {
-            self.named.server.clear();
+    /// A Parse of `name` went upstream. Recorded at once, unless the server
+    /// is skipping to a Sync after an error (it won't run the Parse; what
+    /// the name held stays); an error that comes later in its group makes
+    /// the record unsure (`on_server_answer`).
+    fn note_server_holds(&mut self, name: &str, parse: Bytes) {
+        if !self.flight.skipping() {
+            let group = self.flight.group_now();
+            self.named.server.parsed(name, parse, group);
+        }
+    }
+
+    /// An ErrorResponse or ReadyForQuery came: what its group did to the
+    /// named statements is unsure, or done.
+    pub(super) fn on_server_answer(&mut self, t: u8) {
+        match t {
+            tag::ERROR_RESPONSE => self.named.server.failed(self.flight.group_answered_now()),
+            tag::READY_FOR_QUERY => self.named.server.settle(self.flight.group_answered_now()),
+            _ => {}
         }
     }
 }

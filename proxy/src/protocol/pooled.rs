@@ -9,9 +9,7 @@ use onetrip_planner::classify::{database_command, session_pin};
 
 use super::*;
 
-/// The named statements a server connection holds, by name, with the Parse
-/// message that made each.
-pub type ServerStatements = rustc_hash::FxHashMap<String, Bytes>;
+pub use super::server_statements::ServerStatements;
 
 /// Why a session gets no new server connection (its pin), for the client
 /// that can't be read.
@@ -158,6 +156,12 @@ impl Protocol {
     /// to its pool.
     pub fn take_server_statements(&mut self) -> ServerStatements {
         std::mem::take(&mut self.named.server)
+    }
+
+    /// The named statements of the server connection the session logs in
+    /// on, left by the clients before.
+    pub fn server_holds(&mut self, statements: ServerStatements) {
+        self.named.server = statements;
     }
 
     /// The session ends: it no longer counts as pinned.

@@ -125,8 +125,8 @@ impl Protocol {
         to_client: &mut WriteQueue,
         to_up: &mut WriteQueue,
     ) -> bool {
-        if t == tag::ERROR_RESPONSE && self.pooled {
-            self.forget_server_statements();
+        if self.pooled {
+            self.on_server_answer(t);
         }
         if owner == Owner::Client && self.pooled {
             self.on_set_answer(t);

@@ -14,7 +14,7 @@ use crate::{
     net::{Pair, Stream},
     pool::Kept,
     pooling::{Grant, Pooled},
-    protocol::Protocol,
+    protocol::{Protocol, ServerStatements},
     shared::Shared,
     stats::{Counters, SessionState},
     timers::timeout,
@@ -113,10 +113,13 @@ pub(super) async fn connect_and_authenticate(
         }
         false => None,
     };
+    // The named statements the connection holds, of the clients before.
+    let mut statements = ServerStatements::default();
     let (kept, slot) = match grant {
         // Another client's settings are in it: a new connection instead.
         Some(Grant::Idle(i)) if !i.sets.is_empty() => (None, Some(i.slot)),
         Some(Grant::Idle(i)) => {
+            statements = i.statements;
             let kept = Kept {
                 tcp: i.tcp,
                 params: i.params,
@@ -132,6 +135,7 @@ pub(super) async fn connect_and_authenticate(
     };
     let startup_for_pool = startup_raw.clone();
     let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
+    proto.server_holds(statements);
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
