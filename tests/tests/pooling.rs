@@ -592,3 +592,61 @@ async fn a_held_begin_takes_no_connection() {
         assert_eq!(answer.last().map(|m| m.1.clone()), Some(b"I".to_vec()));
     }
 }
+
+/// A pinned client that leaves cleanly, pinned only by what DISCARD ALL
+/// undoes, leaves its connection reset in the pool: the next client gets
+/// the same backend and none of the first one's state. Pinned by what it
+/// does not undo (a DO block may have done anything), the connection is
+/// closed.
+#[tokio::test]
+async fn a_pinned_connection_is_reset_for_the_next_client() {
+    let env = pooled(1).await;
+    let dsn = env.proxy_dsn();
+    let direct = connect(&env.direct_dsn()).await;
+    let zone = one(&direct, "SHOW TimeZone").await;
+    let a = connect(&dsn).await;
+    a.batch_execute(
+        "LISTEN pinned_chan; CREATE TEMP TABLE tt (x int); \
+         SELECT pg_advisory_lock(7); SET TIME ZONE 'Pacific/Chatham'",
+    )
+    .await
+    .unwrap();
+    let pid = one(&a, "SELECT pg_backend_pid()").await;
+    drop(a);
+    let b = connect(&dsn).await;
+    assert_eq!(
+        one(&b, "SELECT pg_backend_pid()").await,
+        pid,
+        "the same backend"
+    );
+    assert_eq!(
+        one(&b, "SELECT count(*) FROM pg_listening_channels()")
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        one(&b, "SELECT to_regclass('pg_temp.tt')::text").await,
+        None
+    );
+    let locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'";
+    assert_eq!(one(&b, locks).await.as_deref(), Some("0"));
+    assert_eq!(one(&b, "SHOW TimeZone").await, zone);
+    // A DO block: not reset, not reused.
+    b.batch_execute("LISTEN x; DO $$BEGIN PERFORM 1; END$$")
+        .await
+        .unwrap();
+    drop(b);
+    let c = connect(&dsn).await;
+    assert_ne!(
+        one(&c, "SELECT pg_backend_pid()").await,
+        pid,
+        "a new backend"
+    );
+    let rows = admin(&env, "SHOW POOLS").await;
+    assert_eq!(
+        rows[0][6].as_deref(),
+        Some("0"),
+        "nothing pinned now: {rows:?}"
+    );
+}

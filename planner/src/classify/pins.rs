@@ -20,6 +20,48 @@ pub fn session_pin(sql: &str) -> Option<&'static str> {
     all.and_then(|()| scan.end_statement()).err()
 }
 
+/// The first reason in `sql` to pin that DISCARD ALL would not undo (a
+/// loaded library, a dblink connection, a DO block, a statement not read),
+/// looking at every statement: `session_pin` stops at the first reason.
+pub fn pin_past_reset(sql: &str) -> Option<&'static str> {
+    let mut scan = Scan::default();
+    for t in lexer::tokens(sql) {
+        let step = match t.is_punct(sql, ";") {
+            true => scan.end_statement(),
+            false => scan.token(sql, &t),
+        };
+        if let Err(why) = step {
+            if !reset_undoes(why) {
+                return Some(why);
+            }
+            if t.is_punct(sql, ";") {
+                scan = Scan::default();
+            }
+        }
+    }
+    scan.end_statement().err().filter(|why| !reset_undoes(why))
+}
+
+/// Whether DISCARD ALL undoes what a pin reason names: session settings
+/// and role, LISTEN, session advisory locks, temporary tables, WITH HOLD
+/// cursors, SQL prepared statements.
+pub fn reset_undoes(why: &str) -> bool {
+    matches!(
+        why,
+        "session SET"
+            | "RESET"
+            | "DISCARD"
+            | "LISTEN"
+            | "UNLISTEN"
+            | "session advisory lock"
+            | "temporary table"
+            | "DECLARE ... WITH HOLD"
+            | "SQL PREPARE"
+            | "SQL DEALLOCATE"
+            | SET_CONFIG
+    )
+}
+
 /// Statement kinds, by first word, that change nothing past their
 /// transaction (their functions and temporary objects are looked at
 /// apart).
@@ -230,6 +272,36 @@ fn first_word_pin(word: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    /// What DISCARD ALL undoes is told apart from what it leaves, in every
+    /// statement of a text.
+    #[test]
+    fn pins_past_a_reset() {
+        for sql in [
+            "LISTEN a",
+            "SET ROLE x; SELECT pg_advisory_lock(1); CREATE TEMP TABLE t (a int)",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1; PREPARE p AS SELECT 1",
+            "SELECT set_config('a.b', 'c', false)",
+            "DISCARD ALL; RESET ALL; UNLISTEN *; DEALLOCATE p",
+            "SELECT 1",
+        ] {
+            assert_eq!(super::pin_past_reset(sql), None, "{sql}");
+            if let Some(why) = super::session_pin(sql) {
+                assert!(super::reset_undoes(why), "{sql}: {why}");
+            }
+        }
+        for (sql, why) in [
+            ("LISTEN a; LOAD 'x'", "LOAD"),
+            (
+                "SELECT pg_advisory_lock(1), dblink_connect('c')",
+                "dblink connection",
+            ),
+            ("SET x = 1; DO $$BEGIN END$$", "DO block"),
+            ("SELECT 1; (SELECT 2)", "statement not read by the pooler"),
+        ] {
+            assert_eq!(super::pin_past_reset(sql), Some(why), "{sql}");
+        }
+    }
+
     use super::session_pin;
 
     #[test]

@@ -238,7 +238,10 @@ impl Protocol {
             }
             tag::TERMINATE => {
                 self.flow = Flow::Terminated;
-                if (self.keep_upstream && self.quiet()) || self.releasable() {
+                if (self.keep_upstream && self.quiet())
+                    || self.releasable()
+                    || self.resettable_at_end()
+                {
                     self.terminate_withheld = true;
                     return false;
                 }

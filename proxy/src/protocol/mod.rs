@@ -158,6 +158,9 @@ pub struct Protocol {
     pub pooled: bool,
     /// Why the session keeps its server connection anyway.
     pub pin: Option<&'static str>,
+    /// Everything that pinned the session is undone by DISCARD ALL, so its
+    /// connection can serve others once it ends (`pooled.rs`).
+    pin_resettable: bool,
     /// Its pool's count of pinned sessions.
     pool_pins: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// The client's last unnamed Parse, to make its statement again on the
@@ -226,6 +229,7 @@ impl Protocol {
             upstream_opened: Instant::now(),
             pooled: false,
             pin: None,
+            pin_resettable: true,
             pool_pins: None,
             unnamed_parse: bytes::BytesMut::new(),
             fresh_upstream: false,

@@ -5,7 +5,7 @@
 use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 
 use bytes::{Bytes, BytesMut};
-use onetrip_planner::classify::{database_command, session_pin};
+use onetrip_planner::classify::{database_command, pin_past_reset, reset_undoes, session_pin};
 
 use super::*;
 
@@ -34,6 +34,9 @@ impl Protocol {
             self.services.pools.close_idle();
         }
         if self.pin.is_some() {
+            if self.pin_resettable {
+                self.watch_pinned(t, text);
+            }
             return;
         }
         match t {
@@ -48,6 +51,8 @@ impl Protocol {
                 }
                 if let Some(why) = session_pin(text) {
                     self.pin_session(why);
+                    // The same text may do more, past its first reason.
+                    self.watch_pinned(t, Some(text));
                 }
             }
             // A statement's text pins like a Query's (named statements
@@ -56,6 +61,7 @@ impl Protocol {
                 (Some(name), Some(text)) => {
                     if let Some(why) = session_pin(text) {
                         self.pin_session(why);
+                        self.watch_pinned(t, Some(text));
                     } else if name.is_empty() {
                         // Kept to make it again on the next connection; the
                         // buffer is reused, so this allocates only to grow.
@@ -68,6 +74,33 @@ impl Protocol {
             tag::FUNCTION_CALL => self.pin_session("FunctionCall message"),
             _ => {}
         }
+    }
+
+    /// A pinned session's statements, looked at for what DISCARD ALL would
+    /// not undo; its connection is closed at its end if one comes.
+    fn watch_pinned(&mut self, t: u8, text: Option<&str>) {
+        let undone = match t {
+            tag::QUERY | tag::PARSE => text.is_some_and(|text| pin_past_reset(text).is_none()),
+            tag::FUNCTION_CALL => false,
+            _ => true,
+        };
+        if !undone {
+            self.pin_resettable = false;
+        }
+    }
+
+    /// The client of a pinned session left at a point where its connection
+    /// could have been given back, and DISCARD ALL undoes everything that
+    /// pinned it: reset, the connection can serve the pool again.
+    pub fn resettable_at_end(&self) -> bool {
+        self.pin.is_some() && self.pin_resettable && self.clean_point()
+    }
+
+    /// A pinned session's connection was reset with DISCARD ALL: it holds
+    /// no statements and no settings of the client's.
+    pub fn server_was_reset(&mut self) {
+        self.named.server = ServerStatements::default();
+        self.sets = SessionSets::new();
     }
 
     /// A pooled session without a server connection, its client's next
@@ -138,6 +171,7 @@ impl Protocol {
             return;
         }
         self.pin = Some(why);
+        self.pin_resettable = reset_undoes(why);
         let _ = self.info.pin.set(why);
         if let Some(pins) = &self.pool_pins {
             pins.fetch_add(1, Relaxed);
@@ -177,9 +211,13 @@ impl Protocol {
     /// needs its buffers empty.) A BEGIN held here, not sent, is no reason
     /// to stay: it goes up with the next statement, wherever that runs.
     pub fn releasable(&self) -> bool {
+        self.pin.is_none() && self.clean_point()
+    }
+
+    /// What `releasable` asks of a session, but for its pin.
+    fn clean_point(&self) -> bool {
         self.pooled
             && !self.fresh_upstream
-            && self.pin.is_none()
             && self.quiet()
             && self.flight.answered()
             && !self.flight.begin_on_its_way()

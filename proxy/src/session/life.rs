@@ -339,7 +339,10 @@ fn relay_to_the_end(
         let upstream = match (upstream, s.pooled.as_mut()) {
             // A pooled session that ended cleanly: its connection stays in
             // the pool, as after any transaction.
-            (Some(Stream::Plain(t)), Some(pooled)) => {
+            (Some(Stream::Plain(mut t)), Some(pooled)) => {
+                if proto.pin.is_some() && !reset_pinned(&mut t, &mut proto).await {
+                    return Some(proto);
+                }
                 match t
                     .into_std()
                     .and_then(|t| t.set_nonblocking(true).map(|()| t))
@@ -371,6 +374,34 @@ fn relay_to_the_end(
         }
         Some(proto)
     })
+}
+
+/// A pinned session ended at a clean point, and DISCARD ALL undoes what
+/// pinned it: its connection is reset to serve the pool again. False when
+/// that failed (the connection is dropped, which ends its backend).
+async fn reset_pinned(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> bool {
+    let config = proto.services.config.clone();
+    let (max, limit) = (
+        config.limits.max_message_bytes,
+        config.upstream.connect_timeout,
+    );
+    let owed = proto.flight.readies();
+    let reset = reuse::reset(t, &mut proto.server_params, max, owed);
+    match crate::timers::timeout(limit, reset).await {
+        Ok(Ok(())) => {
+            proto.server_was_reset();
+            debug!(pin = proto.pin, "pinned connection reset for its pool");
+            true
+        }
+        Ok(Err(e)) => {
+            debug!("pinned connection not reset: {e}");
+            false
+        }
+        Err(_) => {
+            debug!("pinned connection not reset within {limit:?}");
+            false
+        }
+    }
 }
 
 /// The plain sockets of a session that released its connection, out of

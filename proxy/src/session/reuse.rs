@@ -121,7 +121,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
 /// ALL reports the values it restores) update `params`; notices and
 /// notifications still on their way to the old client are dropped, and so
 /// are the answers to `owed` queries of the proxy's own sent before.
-async fn reset(
+pub(super) async fn reset(
     tcp: &mut tokio::net::TcpStream,
     params: &mut Vec<(String, String)>,
     max: usize,
