@@ -72,8 +72,24 @@ async fn psycopg_pipeline_scenarios() {
         "cte_no_rows",
         "cte_rows",
     ] {
-        let d = both(&env, &py, "co_psycopg.py", &[s]).await;
-        assert!(d.coalesced_batches >= 1, "{s} should coalesce: {d:?}");
+        // psycopg writes a batch and its Flush in two sends, and PostgreSQL
+        // sends an error at once: when the error overtakes the Flush, the
+        // server is already skipping to the Sync and there is nothing left
+        // to coalesce (on a loaded machine, now and then). So up to three
+        // runs, one of which must coalesce.
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let d = both(&env, &py, "co_psycopg.py", &[s]).await;
+            let coalesced = d.coalesced_batches >= 1;
+            runs.push(d);
+            if coalesced {
+                break;
+            }
+        }
+        assert!(
+            runs.last().is_some_and(|d| d.coalesced_batches >= 1),
+            "{s} should coalesce: {runs:?}"
+        );
     }
     let d = both(&env, &py, "co_psycopg.py", &["cte_no_rows"]).await;
     assert_eq!((d.probes_passed, d.probes_failed), (1, 0), "{d:?}");
