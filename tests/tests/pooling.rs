@@ -264,14 +264,25 @@ async fn a_client_that_dies_mid_transaction_leaves_nothing() {
         .await
         .unwrap();
     let mut a = raw::connect_ready(env.proxy_port()).await;
-    a.write_all(&raw::query("BEGIN; INSERT INTO die_t VALUES (1)"))
-        .await
-        .unwrap();
+    a.write_all(&raw::query(
+        "BEGIN; INSERT INTO die_t VALUES (1); SELECT pg_backend_pid()",
+    ))
+    .await
+    .unwrap();
     let answer = raw::read_to_z(&mut a).await;
     assert_eq!(answer.last().map(|(_, b)| b.as_slice()), Some(&b"T"[..]));
+    let pid = rows_of(&answer);
     drop(a);
-    // The same startup packet: the pool's one connection, once freed.
+    // The same startup packet: the pool's one connection, rolled back.
     let mut b = raw::connect_ready(env.proxy_port()).await;
+    b.write_all(&raw::query("SELECT pg_backend_pid()"))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows_of(&raw::read_to_z(&mut b).await),
+        pid,
+        "the same backend"
+    );
     for _ in 0..3 {
         b.write_all(&raw::query("SELECT count(*) FROM die_t"))
             .await
@@ -632,6 +643,25 @@ async fn a_pinned_connection_is_reset_for_the_next_client() {
     let locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'";
     assert_eq!(one(&b, locks).await.as_deref(), Some("0"));
     assert_eq!(one(&b, "SHOW TimeZone").await, zone);
+    // Pinned, and gone inside a failed transaction block: rolled back, then
+    // reset.
+    drop(b);
+    let mut raw_b = raw::connect_ready(env.proxy_port()).await;
+    raw_b
+        .write_all(&raw::query("LISTEN pinned_chan; BEGIN; SELECT 1/0"))
+        .await
+        .unwrap();
+    let got = raw::read_to_z(&mut raw_b).await;
+    assert_eq!(got.last().map(|(_, s)| s.as_slice()), Some(&b"E"[..]));
+    drop(raw_b);
+    let b = connect(&dsn).await;
+    assert_eq!(
+        one(&b, "SELECT pg_backend_pid()").await,
+        pid,
+        "the same backend"
+    );
+    let channels = "SELECT count(*) FROM pg_listening_channels()";
+    assert_eq!(one(&b, channels).await.as_deref(), Some("0"));
     // A DO block: not reset, not reused.
     b.batch_execute("LISTEN x; DO $$BEGIN PERFORM 1; END$$")
         .await

@@ -240,7 +240,7 @@ impl Protocol {
                 self.flow = Flow::Terminated;
                 if (self.keep_upstream && self.quiet())
                     || self.releasable()
-                    || self.resettable_at_end()
+                    || self.reusable_at_end()
                 {
                     self.terminate_withheld = true;
                     return false;

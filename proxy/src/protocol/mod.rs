@@ -248,8 +248,12 @@ impl Protocol {
     /// (once the answers to the proxy's own queries, which may still be on
     /// their way, are read).
     pub fn quiet(&self) -> bool {
-        self.txn_status == b'I'
-            && self.flight.client_answered()
+        self.txn_status == b'I' && self.still()
+    }
+
+    /// What `quiet` asks, but for the transaction status.
+    fn still(&self) -> bool {
+        self.flight.client_answered()
             && !self.flight.skipping()
             && !self.unsynced
             && !self.in_copy

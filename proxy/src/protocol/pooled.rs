@@ -89,11 +89,31 @@ impl Protocol {
         }
     }
 
-    /// The client of a pinned session left at a point where its connection
-    /// could have been given back, and DISCARD ALL undoes everything that
-    /// pinned it: reset, the connection can serve the pool again.
-    pub fn resettable_at_end(&self) -> bool {
-        self.pin.is_some() && self.pin_resettable && self.clean_point()
+    /// The client left (or is leaving) with nothing in flight, and what it
+    /// left on its connection can be undone (`reset_at_end`): the
+    /// connection can serve the pool again. A transaction it left open is
+    /// rolled back; a pinned session's state is undone by DISCARD ALL when
+    /// that undoes everything that pinned it.
+    pub fn reusable_at_end(&self) -> bool {
+        (self.pin.is_none() || self.pin_resettable)
+            && self.clean_point_in(true)
+            && (self.txn_status == b'I' || self.txn_status_known_open())
+    }
+
+    fn txn_status_known_open(&self) -> bool {
+        matches!(self.txn_status, b'T' | b'E')
+    }
+
+    /// The queries that make a connection left as `reusable_at_end` one a
+    /// new client can have, each its own Query (DISCARD ALL can't run in a
+    /// transaction block, nor in a multi-statement Query).
+    pub fn reset_at_end(&self) -> &'static [&'static str] {
+        match (self.txn_status_known_open(), self.pin.is_some()) {
+            (false, false) => &[],
+            (false, true) => &["DISCARD ALL"],
+            (true, false) => &["ROLLBACK"],
+            (true, true) => &["ROLLBACK", "DISCARD ALL"],
+        }
     }
 
     /// A pinned session's connection was reset with DISCARD ALL: it holds
@@ -216,9 +236,15 @@ impl Protocol {
 
     /// What `releasable` asks of a session, but for its pin.
     fn clean_point(&self) -> bool {
+        self.clean_point_in(false)
+    }
+
+    /// `clean_point`, or (`any_txn`) the same inside a transaction block.
+    fn clean_point_in(&self, any_txn: bool) -> bool {
         self.pooled
             && !self.fresh_upstream
-            && self.quiet()
+            && (self.txn_status == b'I' || any_txn)
+            && self.still()
             && self.flight.answered()
             && !self.flight.begin_on_its_way()
             && !self.fatal_relayed

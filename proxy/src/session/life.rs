@@ -340,7 +340,7 @@ fn relay_to_the_end(
             // A pooled session that ended cleanly: its connection stays in
             // the pool, as after any transaction.
             (Some(Stream::Plain(mut t)), Some(pooled)) => {
-                if proto.pin.is_some() && !reset_pinned(&mut t, &mut proto).await {
+                if !reset_for_pool(&mut t, &mut proto).await {
                     return Some(proto);
                 }
                 match t
@@ -376,29 +376,37 @@ fn relay_to_the_end(
     })
 }
 
-/// A pinned session ended at a clean point, and DISCARD ALL undoes what
-/// pinned it: its connection is reset to serve the pool again. False when
-/// that failed (the connection is dropped, which ends its backend).
-async fn reset_pinned(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> bool {
+/// A pooled session ended with its connection as `reusable_at_end`: the
+/// transaction it left open is rolled back, and a pinned one's state undone
+/// by DISCARD ALL, so that the connection can serve the pool again. False
+/// when that failed (the connection is dropped, which ends its backend).
+async fn reset_for_pool(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> bool {
+    let queries = proto.reset_at_end();
+    if queries.is_empty() {
+        return true;
+    }
     let config = proto.services.config.clone();
     let (max, limit) = (
         config.limits.max_message_bytes,
         config.upstream.connect_timeout,
     );
     let owed = proto.flight.readies();
-    let reset = reuse::reset(t, &mut proto.server_params, max, owed);
+    let reset = reuse::reset(t, queries, &mut proto.server_params, max, owed);
     match crate::timers::timeout(limit, reset).await {
         Ok(Ok(())) => {
-            proto.server_was_reset();
-            debug!(pin = proto.pin, "pinned connection reset for its pool");
+            if proto.pin.is_some() {
+                proto.server_was_reset();
+            }
+            proto.txn_status = b'I';
+            debug!(pin = proto.pin, ?queries, "connection reset for its pool");
             true
         }
         Ok(Err(e)) => {
-            debug!("pinned connection not reset: {e}");
+            debug!("connection not reset for its pool: {e}");
             false
         }
         Err(_) => {
-            debug!("pinned connection not reset within {limit:?}");
+            debug!("connection not reset for its pool within {limit:?}");
             false
         }
     }

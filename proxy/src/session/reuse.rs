@@ -86,6 +86,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let limit = shared.config().upstream.connect_timeout;
     let reset = reset(
         &mut tcp,
+        &["DISCARD ALL"],
         &mut params,
         shared.config().limits.max_message_bytes,
         owed,
@@ -117,21 +118,27 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     }
 }
 
-/// DISCARD ALL, read to its ReadyForQuery. ParameterStatus messages (RESET
-/// ALL reports the values it restores) update `params`; notices and
-/// notifications still on their way to the old client are dropped, and so
-/// are the answers to `owed` queries of the proxy's own sent before.
+/// The `queries` (DISCARD ALL, or a ROLLBACK first), one Query each, read
+/// to their ReadyForQuery. ParameterStatus messages (RESET ALL reports the
+/// values it restores) update `params`; notices and notifications still on
+/// their way to the old client are dropped, and so are the answers to
+/// `owed` queries of the proxy's own sent before.
 pub(super) async fn reset(
     tcp: &mut tokio::net::TcpStream,
+    queries: &[&str],
     params: &mut Vec<(String, String)>,
     max: usize,
     mut owed: usize,
 ) -> Result<(), ParkError> {
-    let mut query = BytesMut::with_capacity(17);
-    write::message(&mut query, tag::QUERY, |b| {
-        b.extend_from_slice(b"DISCARD ALL\0")
-    });
-    tcp.write_all(&query).await?;
+    let mut out = BytesMut::with_capacity(64);
+    for q in queries {
+        write::message(&mut out, tag::QUERY, |b| {
+            b.extend_from_slice(q.as_bytes());
+            b.extend_from_slice(b"\0");
+        });
+    }
+    tcp.write_all(&out).await?;
+    let mut left = queries.len();
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         let msg = read_message(tcp, &mut buf, max).await?;
@@ -148,6 +155,7 @@ pub(super) async fn reset(
                     crate::protocol::set_param(params, k, v);
                 }
             }
+            tag::READY_FOR_QUERY if left > 1 => left -= 1,
             tag::READY_FOR_QUERY if backend::ready_status(&msg) == b'I' && buf.is_empty() => {
                 return Ok(());
             }
