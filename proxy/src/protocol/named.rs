@@ -18,8 +18,7 @@ pub struct Named {
     /// The Parse message of each named statement the client made (the
     /// flight says whether the server accepted it).
     client: FxHashMap<String, Bytes>,
-    /// What the server connection surely holds, by name: the Parse message
-    /// that made it. A name not here is unknown, never known absent.
+    /// What the server connection holds, or may hold, under each name.
     pub server: super::server_statements::ServerStatements,
 }
 
