@@ -604,6 +604,20 @@ async fn a_held_begin_takes_no_connection() {
     }
 }
 
+/// The client runs on the backend `pid`, which listens to no channel.
+async fn assert_same_backend_listening_to_nothing(
+    c: &tokio_postgres::Client,
+    pid: &Option<String>,
+) {
+    assert_eq!(
+        &one(c, "SELECT pg_backend_pid()").await,
+        pid,
+        "the same backend"
+    );
+    let channels = "SELECT count(*) FROM pg_listening_channels()";
+    assert_eq!(one(c, channels).await.as_deref(), Some("0"));
+}
+
 /// A pinned client that leaves cleanly, pinned only by what DISCARD ALL
 /// undoes, leaves its connection reset in the pool: the next client gets
 /// the same backend and none of the first one's state. Pinned by what it
@@ -625,17 +639,7 @@ async fn a_pinned_connection_is_reset_for_the_next_client() {
     let pid = one(&a, "SELECT pg_backend_pid()").await;
     drop(a);
     let b = connect(&dsn).await;
-    assert_eq!(
-        one(&b, "SELECT pg_backend_pid()").await,
-        pid,
-        "the same backend"
-    );
-    assert_eq!(
-        one(&b, "SELECT count(*) FROM pg_listening_channels()")
-            .await
-            .as_deref(),
-        Some("0")
-    );
+    assert_same_backend_listening_to_nothing(&b, &pid).await;
     assert_eq!(
         one(&b, "SELECT to_regclass('pg_temp.tt')::text").await,
         None
@@ -655,13 +659,7 @@ async fn a_pinned_connection_is_reset_for_the_next_client() {
     assert_eq!(got.last().map(|(_, s)| s.as_slice()), Some(&b"E"[..]));
     drop(raw_b);
     let b = connect(&dsn).await;
-    assert_eq!(
-        one(&b, "SELECT pg_backend_pid()").await,
-        pid,
-        "the same backend"
-    );
-    let channels = "SELECT count(*) FROM pg_listening_channels()";
-    assert_eq!(one(&b, channels).await.as_deref(), Some("0"));
+    assert_same_backend_listening_to_nothing(&b, &pid).await;
     // A DO block: not reset, not reused.
     b.batch_execute("LISTEN x; DO $$BEGIN PERFORM 1; END$$")
         .await
