@@ -145,19 +145,20 @@ impl ServerStatements {
         if self.unsettled == 0 {
             return;
         }
-        self.by_name
-            .retain(|_, e| e.group >= done || e.state != State::Closing);
-        for e in self.by_name.values_mut() {
+        let (mut unsettled, mut closing) = (0, 0);
+        self.by_name.retain(|_, e| {
             if e.group < done {
+                if e.state == State::Closing {
+                    return false;
+                }
                 e.group = SETTLED;
             }
-        }
-        self.unsettled = self.by_name.values().filter(|e| e.group != SETTLED).count();
-        self.closing = self
-            .by_name
-            .values()
-            .filter(|e| e.state == State::Closing)
-            .count();
+            unsettled += usize::from(e.group != SETTLED);
+            closing += usize::from(e.state == State::Closing);
+            true
+        });
+        self.unsettled = unsettled;
+        self.closing = closing;
     }
 
     /// Names the server may hold.

@@ -397,7 +397,6 @@ async fn reset_for_pool(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> 
             if proto.pin.is_some() {
                 proto.server_was_reset();
             }
-            proto.txn_status = b'I';
             debug!(pin = proto.pin, ?queries, "connection reset for its pool");
             true
         }
