@@ -238,10 +238,7 @@ impl Protocol {
             }
             tag::TERMINATE => {
                 self.flow = Flow::Terminated;
-                if (self.keep_upstream && self.quiet())
-                    || self.releasable()
-                    || self.reusable_at_end()
-                {
+                if (self.keep_upstream && self.quiet()) || self.reusable_at_end() {
                     self.terminate_withheld = true;
                     return false;
                 }

@@ -90,7 +90,8 @@ impl Protocol {
     }
 
     /// The client left (or is leaving) with nothing in flight, and what it
-    /// left on its connection can be undone (`reset_at_end`): the
+    /// left on its connection is nothing (`releasable`) or can be undone
+    /// (`reset_at_end`): the
     /// connection can serve the pool again. A transaction it left open is
     /// rolled back; a pinned session's state is undone by DISCARD ALL when
     /// that undoes everything that pinned it.

@@ -29,7 +29,7 @@ pub(super) fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Sh
         End::ClientClosed => {
             bufs.to_client = gone();
             let clean = match proto.pooled {
-                true => proto.releasable() || proto.reusable_at_end(),
+                true => proto.reusable_at_end(),
                 false => proto.keep_upstream && proto.quiet(),
             };
             if clean && bufs.uin.is_empty() && !bufs.to_up.wants_write() {
