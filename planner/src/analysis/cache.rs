@@ -51,7 +51,10 @@ struct Slot {
 pub struct AnalysisCache {
     analyzer: Arc<Analyzer>,
     capacity: usize,
-    index: HashMap<Arc<str>, usize>,
+    /// Hashed with FxHash, not SipHash: a statement of every message is
+    /// looked up, and a client that made its texts collide would slow only
+    /// its own session, bounded by `capacity`.
+    index: HashMap<Arc<str>, usize, rustc_hash::FxBuildHasher>,
     slots: Vec<Slot>,
     hand: usize,
     /// The slots' weights, summed.
@@ -65,7 +68,7 @@ impl AnalysisCache {
         AnalysisCache {
             analyzer,
             capacity,
-            index: HashMap::new(),
+            index: HashMap::default(),
             slots: Vec::new(),
             hand: 0,
             bytes: 0,

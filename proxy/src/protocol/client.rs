@@ -213,7 +213,11 @@ impl Protocol {
         }
         let msg = rewritten.as_ref().unwrap_or(msg);
         if self.pooled {
-            self.watch_for_pins(t, msg);
+            let analysis = match &rewritten {
+                None => sql.as_ref().and_then(|s| s.analysis()),
+                Some(_) => None,
+            };
+            self.watch_for_pins(t, msg, analysis.cloned());
             self.fix_named_before(t, msg, to_up);
         }
         if wire::is_flush_request(t) {
@@ -367,8 +371,13 @@ impl Protocol {
             return Routed::Plain(None);
         };
         let words = Words::scan(text);
-        let sql = Sql::within(msg, text, Some(words));
+        let mut sql = Sql::within(msg, text, Some(words));
         if !may_route(words) {
+            if self.pooled {
+                // Asked for its pins below, and kept for the coalescer.
+                let analysis = self.coalescer.analyses.of(&sql);
+                sql = sql.with_analysis(analysis);
+            }
             // Nothing about it depends on the session's state: remember it.
             self.last_plain = Some((msg.clone(), sql.clone()));
             return Routed::Plain(Some(sql));

@@ -5,11 +5,33 @@
 use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 
 use bytes::{Bytes, BytesMut};
-use onetrip_planner::classify::{database_command, pin_past_reset, reset_undoes, session_pin};
+use onetrip_planner::{
+    analysis::Analysis,
+    classify::{database_command, pin_past_reset, reset_undoes, session_pin},
+};
 
 use super::*;
 
 pub use super::server_statements::ServerStatements;
+
+/// What a statement's text says of pins (`Analysis::pin` and the rest).
+#[derive(Clone, Copy)]
+struct PinFacts {
+    pin: Option<&'static str>,
+    past_reset: Option<&'static str>,
+    database: bool,
+}
+
+impl PinFacts {
+    /// For a text with no analysis at hand (a rewritten statement).
+    fn of(text: &str) -> Self {
+        PinFacts {
+            pin: session_pin(text),
+            past_reset: pin_past_reset(text),
+            database: database_command(text),
+        }
+    }
+}
 
 /// Why a session gets no new server connection (its pin), for the client
 /// that can't be read.
@@ -18,7 +40,10 @@ const PARSE_NOT_READ: &str = "Parse message not read";
 impl Protocol {
     /// Looks at a client message going upstream for what would tie the
     /// session to its server connection. Once pinned, nothing is looked at.
-    pub(super) fn watch_for_pins(&mut self, t: u8, msg: &[u8]) {
+    /// `analysis` is its statement's, when it has one: what it says of
+    /// pins was found once per text, where the text would be lexed again
+    /// here.
+    pub(super) fn watch_for_pins(&mut self, t: u8, msg: &[u8], analysis: Option<Arc<Analysis>>) {
         // Each message's text is read once, for both looks below.
         let (name, text) = match t {
             tag::QUERY => (None, frontend::query_text(msg)),
@@ -28,14 +53,22 @@ impl Protocol {
             },
             _ => (None, None),
         };
-        if text.is_some_and(database_command) {
+        let facts = text.map(|text| match &analysis {
+            Some(a) => PinFacts {
+                pin: a.pin,
+                past_reset: a.pin_past_reset,
+                database: a.database_command,
+            },
+            None => PinFacts::of(text),
+        });
+        if facts.is_some_and(|f| f.database) {
             // The pools' idle connections would keep the database in use
             // (a dedicated client's would have closed with it).
             self.services.pools.close_idle();
         }
         if self.pin.is_some() {
             if self.pin_resettable {
-                self.watch_pinned(t, text);
+                self.watch_pinned(t, facts);
             }
             return;
         }
@@ -43,25 +76,25 @@ impl Protocol {
             tag::QUERY => {
                 // A simple Query drops the server's unnamed statement.
                 self.unnamed_parse.clear();
-                let Some(text) = text else {
+                let (Some(text), Some(facts)) = (text, facts) else {
                     return self.pin_session("Query message not read");
                 };
                 if self.takes_replayable_set(text) {
                     return;
                 }
-                if let Some(why) = session_pin(text) {
+                if let Some(why) = facts.pin {
                     self.pin_session(why);
                     // The same text may do more, past its first reason.
-                    self.watch_pinned(t, Some(text));
+                    self.watch_pinned(t, Some(facts));
                 }
             }
             // A statement's text pins like a Query's (named statements
             // follow their client: `named.rs`).
-            tag::PARSE => match (name, text) {
-                (Some(name), Some(text)) => {
-                    if let Some(why) = session_pin(text) {
+            tag::PARSE => match (name, facts) {
+                (Some(name), Some(facts)) => {
+                    if let Some(why) = facts.pin {
                         self.pin_session(why);
-                        self.watch_pinned(t, Some(text));
+                        self.watch_pinned(t, Some(facts));
                     } else if name.is_empty() {
                         // Kept to make it again on the next connection; the
                         // buffer is reused, so this allocates only to grow.
@@ -78,9 +111,9 @@ impl Protocol {
 
     /// A pinned session's statements, looked at for what DISCARD ALL would
     /// not undo; its connection is closed at its end if one comes.
-    fn watch_pinned(&mut self, t: u8, text: Option<&str>) {
+    fn watch_pinned(&mut self, t: u8, facts: Option<PinFacts>) {
         let undone = match t {
-            tag::QUERY | tag::PARSE => text.is_some_and(|text| pin_past_reset(text).is_none()),
+            tag::QUERY | tag::PARSE => facts.is_some_and(|f| f.past_reset.is_none()),
             tag::FUNCTION_CALL => false,
             _ => true,
         };

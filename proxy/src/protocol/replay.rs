@@ -29,6 +29,9 @@ impl Protocol {
         if self.pending_set.is_some() || !self.quiet_upstream() {
             return false;
         }
+        if !may_be_set(text) {
+            return false;
+        }
         let Some(op) = session_set(text) else {
             return false;
         };
@@ -88,4 +91,39 @@ pub fn replay_query(sets: &SessionSets) -> Bytes {
     let mut out = BytesMut::with_capacity(sql.len() + 6);
     crate::wire::write::query(&mut out, &sql);
     out.freeze()
+}
+
+/// Only a text that starts with SET or RESET, or with a comment, can be
+/// one: most Queries are turned away without being lexed.
+fn may_be_set(text: &str) -> bool {
+    let t = text.as_bytes().trim_ascii_start();
+    matches!(t.first(), Some(b'/' | b'-')) || super::client_txn::first_word_is(t, &["set", "reset"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_be_set;
+
+    #[test]
+    fn only_what_may_be_a_set_is_lexed() {
+        for t in [
+            "SET a = 1",
+            "  reset all",
+            "set\ttime zone 'UTC'",
+            "/* c */ SET a = 1",
+            "-- c\nSET a = 1",
+        ] {
+            assert!(may_be_set(t), "{t:?}");
+        }
+        for t in [
+            "SELECT 1",
+            "settle",
+            "resets",
+            "",
+            "  ",
+            "UPDATE t SET a = 1",
+        ] {
+            assert!(!may_be_set(t), "{t:?}");
+        }
+    }
 }
