@@ -218,6 +218,35 @@ pub struct PoolConfig {
     /// Named statements a server connection holds at most; past it, the
     /// least recently used is closed.
     pub max_prepared_statements: usize,
+    /// Users whose server connections need a password: onetrip checks
+    /// their clients' passwords itself and opens pooled connections with it.
+    pub users: Vec<PoolUser>,
+}
+
+impl PoolConfig {
+    /// The password pooled connections of `user` are opened with, if set.
+    pub fn password_of(&self, user: &str) -> Option<&str> {
+        let u = self.users.iter().find(|u| u.name == user)?;
+        Some(u.password.as_str())
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolUser {
+    pub name: String,
+    #[serde(skip_serializing)]
+    pub password: String,
+}
+
+// By hand: a derived Debug would print the password into logs and panics.
+impl std::fmt::Debug for PoolUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolUser")
+            .field("name", &self.name)
+            .field("password", &"(hidden)")
+            .finish()
+    }
 }
 
 impl Default for PoolConfig {
@@ -228,6 +257,7 @@ impl Default for PoolConfig {
             query_wait_timeout: Duration::from_secs(120),
             min_idle: 0,
             max_prepared_statements: 200,
+            users: Vec::new(),
         }
     }
 }
@@ -526,6 +556,17 @@ impl Config {
         }
         if self.pool.max_prepared_statements == 0 {
             return Err(key("pool.max_prepared_statements", "must be at least 1"));
+        }
+        for (i, u) in self.pool.users.iter().enumerate() {
+            if u.name.is_empty() || u.password.is_empty() {
+                return Err(key("pool.users", "each needs a name and a password"));
+            }
+            if self.pool.users[..i].iter().any(|o| o.name == u.name) {
+                return Err(key(
+                    "pool.users",
+                    &format!("\"{}\" is listed twice", u.name),
+                ));
+            }
         }
         if self.pool.min_idle > self.pool.pool_size {
             return Err(key("pool.min_idle", "must be at most pool.pool_size"));

@@ -98,6 +98,75 @@ async fn scram_md5_and_cleartext_users_log_in_as_direct() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "scram_user");
 }
 
+/// In transaction pooling, users of `[pool] users` are checked by onetrip
+/// and share the server connections it opens with their passwords, whatever
+/// the server asks for; a wrong password gets PostgreSQL's error. A user
+/// not listed logs in as before, its answers relayed to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_users_log_in_with_their_passwords_and_share_connections() {
+    let listed = [("scram_user", "sCr@m pass"), ("md5_user", "md5 pass")];
+    let env = env_with_users(|c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 2;
+        c.pool.users = listed
+            .iter()
+            .map(|(name, password)| onetrip::config::PoolUser {
+                name: name.to_string(),
+                password: password.to_string(),
+            })
+            .collect();
+    })
+    .await;
+    for (user, password) in listed {
+        let dsn = format!(
+            "host=127.0.0.1 port={} user={user} password='{password}' dbname=postgres",
+            env.proxy_port()
+        );
+        let mut clients = Vec::new();
+        for _ in 0..6 {
+            let (c, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            clients.push(c);
+        }
+        let mut backends = std::collections::HashSet::new();
+        for c in &clients {
+            let row = c
+                .query_one("select current_user::text, pg_backend_pid()", &[])
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, String>(0), user);
+            backends.insert(row.get::<_, i32>(1));
+        }
+        // Each on a backend of its own would be six.
+        assert!(backends.len() <= 2, "{user}: {backends:?}");
+        assert_eq!(
+            login(&env, true, user, "wrong").await,
+            Err(Some(SqlState::INVALID_PASSWORD)),
+            "{user}"
+        );
+    }
+    assert_eq!(
+        login(&env, true, "clear_user", "clear pass").await,
+        Ok("clear_user".to_owned())
+    );
+    // libpq's SCRAM against onetrip's.
+    let out = psql(
+        &env,
+        true,
+        "scram_user",
+        &[("PGPASSWORD", "sCr@m pass")],
+        "select current_user",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "scram_user");
+}
+
 fn psql(
     env: &Env,
     via: bool,

@@ -81,6 +81,17 @@ pub(super) async fn authenticate<'a>(
     }
 }
 
+/// Checks with SCRAM-SHA-256 that the client knows `password` (a pooled
+/// session's login, `[pool] users`), up to (not including)
+/// AuthenticationOk.
+pub(crate) async fn check_password(
+    client: &mut Client,
+    user: &str,
+    password: &str,
+) -> Result<(), AuthError> {
+    scram(client, user, password).await
+}
+
 /// AuthenticationOk.
 pub fn ok(out: &mut BytesMut) {
     write::auth_request(out, code::OK, &[]);
@@ -280,7 +291,12 @@ async fn scram(client: &mut Client, user: &str, password: &str) -> Result<(), Au
     let state = Scram::start(password, data, random::<16>()?, &server_nonce)?;
     send(client, code::SASL_CONTINUE, state.server_first().as_bytes()).await?;
     let client_final = password_message(client).await?;
-    let server_final = state.finish(&client_final, user)?;
+    // 4096 rounds of PBKDF2 take milliseconds: not on the runtime's thread.
+    let user_owned = user.to_owned();
+    let server_final =
+        tokio::task::spawn_blocking(move || state.finish(&client_final, &user_owned))
+            .await
+            .map_err(|_| AuthError::Scram("the check was stopped"))??;
     send(client, code::SASL_FINAL, server_final.as_bytes()).await
 }
 

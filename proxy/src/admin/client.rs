@@ -16,7 +16,7 @@ use crate::{
 /// short.
 const MAX_MESSAGE: usize = 1 << 20;
 
-pub(super) struct Client {
+pub(crate) struct Client {
     stream: Stream,
     unread: BytesMut,
     /// Largest message read now: PostgreSQL's own limit until the user is
@@ -28,13 +28,18 @@ pub(super) struct Client {
 }
 
 impl Client {
-    pub(super) fn new(stream: Stream, write_timeout: std::time::Duration) -> Self {
+    pub(crate) fn new(stream: Stream, write_timeout: std::time::Duration) -> Self {
         Self {
             stream,
             unread: BytesMut::new(),
             limit: MAX_AUTH_MESSAGE,
             write_timeout,
         }
+    }
+
+    /// The stream, and what was read of it past the last message.
+    pub(crate) fn into_parts(self) -> (Stream, BytesMut) {
+        (self.stream, self.unread)
     }
 
     /// The user is in: commands up to `MAX_MESSAGE` bytes.

@@ -2,8 +2,8 @@
 //! `[admin] database` talks to the proxy itself, over the simple query
 //! protocol, like PgBouncer's `pgbouncer` database.
 
-mod auth;
-mod client;
+pub(crate) mod auth;
+pub(crate) mod client;
 mod command;
 
 use std::{net::SocketAddr, sync::Arc};

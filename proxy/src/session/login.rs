@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tracing::{debug, info, warn};
 
-use super::{handshake, life::Start, reuse};
+use super::{handshake, life::Start, pooled, reuse};
 use crate::{
     cancel::Pid,
     config::PoolMode,
@@ -85,6 +85,39 @@ pub(super) async fn connect_and_authenticate(
     };
     let mut pool = None;
     let mut grant = None;
+    // A user of `[pool] users`: its server connections are opened here,
+    // with its password, so the client proves it knows it first, before
+    // it takes one. Others' logins are the server's to check (trust).
+    let config = shared.config();
+    let password = config.pool.password_of(&user).filter(|_| pooling);
+    let mut client = client;
+    let mut unread = BytesMut::new();
+    if let Some(password) = password {
+        let limit = config.limits.client_write_timeout;
+        let mut c = crate::admin::client::Client::new(client, limit);
+        let checked = deadline
+            .bound(crate::admin::auth::check_password(&mut c, &user, password))
+            .await;
+        let (stream, rest) = c.into_parts();
+        match checked {
+            Ok(Ok(())) => (client, unread) = (stream, rest),
+            // psql hangs up at the request, to ask its user for the password.
+            Ok(Err(crate::admin::auth::AuthError::Io(e))) => {
+                debug!("login ended during authentication: {e}");
+                shared.stats.close_session(&info, Default::default());
+                return None;
+            }
+            Ok(Err(e)) => {
+                refuse(stream, shared, &info, e.sqlstate(), &e.to_string()).await;
+                return None;
+            }
+            Err(_) => {
+                let why = format!("authentication not completed within {limit:?}");
+                refuse(stream, shared, &info, "08006", &why).await;
+                return None;
+            }
+        }
+    }
     if pooling {
         // Logins take their connection from the pool too, so its size
         // bounds them as well.
@@ -133,6 +166,35 @@ pub(super) async fn connect_and_authenticate(
         Some(Grant::Open(slot)) => (kept, Some(slot)),
         None => (kept, None),
     };
+    // The client is in already: the server hears onetrip's password, not
+    // the client's answers.
+    let kept = match (kept, password) {
+        (None, Some(_)) => match pooled::open(shared, &startup_raw, &user).await {
+            Ok(o) => match o.tcp.into_std() {
+                Ok(tcp) => {
+                    let _ = tcp.set_nodelay(true);
+                    let now = std::time::Instant::now();
+                    Some(Kept {
+                        tcp,
+                        params: o.params,
+                        key: o.key,
+                        settings: None,
+                        opened: now,
+                        since: now,
+                    })
+                }
+                Err(e) => {
+                    refuse(client, shared, &info, "08006", &e.to_string()).await;
+                    return None;
+                }
+            },
+            Err(e) => {
+                refuse(client, shared, &info, "08006", &e.to_string()).await;
+                return None;
+            }
+        },
+        (kept, _) => kept,
+    };
     let startup_for_pool = startup_raw.clone();
     let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
     proto.server_holds(statements);
@@ -142,7 +204,15 @@ pub(super) async fn connect_and_authenticate(
         let greet = reuse::adopt(kept, client, shared, &info, key_pid);
         let greeted = deadline.bound(greet).await;
         Counters::add(&info.counters.reused_upstreams, 1);
-        greeted.unwrap_or_else(|_| Err(timed_out()))
+        greeted
+            .unwrap_or_else(|_| Err(timed_out()))
+            .map(|(io, mut a)| {
+                // What the client sent past its password, if anything.
+                if !unread.is_empty() {
+                    a.cin = unread;
+                }
+                (io, a)
+            })
     } else {
         let upstream = match handshake::connect_upstream(shared).await {
             Ok(u) => u,
@@ -181,7 +251,7 @@ pub(super) async fn connect_and_authenticate(
                 ),
                 (Some(_), _) => {
                     info!(
-                        "session mode: the upstream asked for a password (only trust connections are pooled)"
+                        "session mode: the upstream asked for a password (a user not in [pool] users)"
                     );
                     None
                 }

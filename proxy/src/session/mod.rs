@@ -7,6 +7,7 @@ mod life;
 mod login;
 pub(crate) mod pooled;
 pub mod reuse;
+mod upstream_auth;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 

@@ -12,7 +12,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
-use super::handshake::{ConnectError, connect_upstream};
+use super::{
+    handshake::{ConnectError, connect_upstream},
+    upstream_auth::{Answerer, PasswordError},
+};
 use crate::{
     net::Stream,
     pooling::{Grant, Idle, Pooled, Taken, WaitTimeout},
@@ -39,8 +42,8 @@ pub enum PoolError {
     Read(#[from] ReadError),
     #[error("opening a pooled upstream connection failed: {0}")]
     Io(#[from] std::io::Error),
-    #[error("upstream asked for a password for a pooled connection (only trust is pooled)")]
-    Password,
+    #[error("opening a pooled upstream connection failed: {0}")]
+    Password(#[from] PasswordError),
     #[error("upstream refused a pooled connection: {0}")]
     Refused(String),
     #[error("upstream answered a pooled connection's startup with message type '{}'", char::from(*.0))]
@@ -71,15 +74,17 @@ pub struct Opened {
     pub params: Vec<(String, String)>,
 }
 
-pub async fn open(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError> {
+/// `user` is the startup packet's: a password asked for is its own, from
+/// `[pool] users`.
+pub async fn open(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
     let limit = shared.config().upstream.connect_timeout;
-    match crate::timers::timeout(limit, open_now(shared, startup)).await {
+    match crate::timers::timeout(limit, open_now(shared, startup, user)).await {
         Ok(r) => r,
         Err(_) => Err(PoolError::Timeout(limit)),
     }
 }
 
-async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError> {
+async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
     let Stream::Plain(mut tcp) = connect_upstream(shared).await? else {
         return Err(PoolError::Refused("the connection is TLS".into()));
     };
@@ -88,11 +93,20 @@ async fn open_now(shared: &Shared, startup: &Bytes) -> Result<Opened, PoolError>
     let mut key = None;
     let mut params = Vec::new();
     let max = crate::wire::frame::MAX_AUTH_MESSAGE;
+    let config = shared.config();
+    let mut answerer = Answerer::new(user, config.pool.password_of(user));
+    let mut answer = BytesMut::new();
     loop {
         let msg = read_message(&mut tcp, &mut buf, max).await?;
         match msg[0] {
             tag::AUTHENTICATION if backend::auth_code(&msg) == Some(backend::auth::OK) => {}
-            tag::AUTHENTICATION => return Err(PoolError::Password),
+            tag::AUTHENTICATION => {
+                answerer.answer(&msg, &mut answer)?;
+                if !answer.is_empty() {
+                    tcp.write_all(&answer).await?;
+                    answer.clear();
+                }
+            }
             // The same startup packet as the session's: the same values
             // its client was told at login.
             tag::PARAMETER_STATUS => {
@@ -167,7 +181,7 @@ pub fn fill_pools(shared: &Arc<Shared>) {
         for slot in slots {
             let (shared, pool) = (shared.clone(), pool.clone());
             tokio::spawn(async move {
-                let idle = match open(&shared, &pool.startup).await {
+                let idle = match open(&shared, &pool.startup, &pool.user).await {
                     Ok(o) => o.tcp.into_std().ok().map(|tcp| {
                         let now = Instant::now();
                         Idle {
@@ -264,7 +278,7 @@ pub async fn between(
                 },
             }
         }
-        Ok(Grant::Open(slot)) => match open(shared, &pooled.startup).await {
+        Ok(Grant::Open(slot)) => match open(shared, &pooled.startup, &pooled.pool.user).await {
             Ok(o) => {
                 let taken = Taken {
                     key: o.key,
