@@ -67,7 +67,10 @@ pub(super) async fn authenticate<'a>(
     };
     let exchanged = match admin.auth {
         AdminAuth::Md5 => md5(client, user, &password).await,
-        _ => scram(client, user, &password).await,
+        _ => match Secret::made(&password).await {
+            Ok(secret) => scram(client, user, secret).await,
+            Err(e) => Err(e),
+        },
     };
     match entry {
         Some(u) => exchanged.map(|()| u),
@@ -89,7 +92,8 @@ pub(crate) async fn check_password(
     user: &str,
     password: &str,
 ) -> Result<(), AuthError> {
-    scram(client, user, password).await
+    let secret = pool_secret(user, password).await?;
+    scram(client, user, secret).await
 }
 
 /// AuthenticationOk.
@@ -153,11 +157,67 @@ fn sha256(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// A password salted for SCRAM-SHA-256, as PostgreSQL stores it: made
+/// once per salt, since its 4096 rounds of PBKDF2 take milliseconds.
+#[derive(Clone)]
+pub struct Secret {
+    salt: [u8; 16],
+    salted: [u8; 32],
+}
+
+impl Secret {
+    pub fn new(password: &str, salt: [u8; 16]) -> Secret {
+        // PostgreSQL uses the raw password when SASLprep rejects it.
+        let password = stringprep::saslprep(password)
+            .map(|p| p.into_owned())
+            .unwrap_or_else(|_| password.into());
+        let mut salted = [0u8; 32];
+        let iterations =
+            std::num::NonZeroU32::new(SCRAM_ITERATIONS).unwrap_or(std::num::NonZeroU32::MIN);
+        pbkdf2::derive(
+            pbkdf2::PBKDF2_HMAC_SHA256,
+            iterations,
+            &salt,
+            password.as_bytes(),
+            &mut salted,
+        );
+        Secret { salt, salted }
+    }
+
+    /// Made with a new random salt, off the runtime's thread.
+    async fn made(password: &str) -> Result<Secret, AuthError> {
+        let (password, salt) = (password.to_owned(), random::<16>()?);
+        tokio::task::spawn_blocking(move || Secret::new(&password, salt))
+            .await
+            .map_err(|_| AuthError::Scram("making the secret was stopped"))
+    }
+}
+
+/// The secrets of `[pool] users`, by user, with the password each was
+/// made from (a reload may change it). Taken at logins only.
+static POOL_SECRETS: std::sync::Mutex<Vec<(String, String, Secret)>> =
+    std::sync::Mutex::new(Vec::new());
+
+async fn pool_secret(user: &str, password: &str) -> Result<Secret, AuthError> {
+    let lock = || POOL_SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    let known = lock()
+        .iter()
+        .find(|(u, p, _)| u == user && p == password)
+        .map(|(_, _, s)| s.clone());
+    if let Some(secret) = known {
+        return Ok(secret);
+    }
+    let secret = Secret::made(password).await?;
+    let mut all = lock();
+    all.retain(|(u, _, _)| u != user);
+    all.push((user.to_owned(), password.to_owned(), secret.clone()));
+    Ok(secret)
+}
+
 /// The server's view of one SCRAM-SHA-256 exchange, as pure functions over
 /// the messages so it can be tested without a socket.
 pub struct Scram {
-    password: Vec<u8>,
-    salt: [u8; 16],
+    secret: Secret,
     nonce: String,
     gs2_header: String,
     client_first_bare: String,
@@ -167,9 +227,8 @@ pub struct Scram {
 impl Scram {
     /// Parses client-first-message and builds server-first-message.
     pub fn start(
-        password: &str,
+        secret: Secret,
         client_first: &[u8],
-        salt: [u8; 16],
         server_nonce: &str,
     ) -> Result<Self, AuthError> {
         let msg = std::str::from_utf8(client_first)
@@ -192,14 +251,12 @@ impl Scram {
             .filter(|n| !n.is_empty())
             .ok_or(AuthError::Scram("missing client nonce"))?;
         let nonce = format!("{client_nonce}{server_nonce}");
-        let server_first = format!("r={nonce},s={},i={SCRAM_ITERATIONS}", B64.encode(salt));
-        // PostgreSQL uses the raw password when SASLprep rejects it.
-        let password = stringprep::saslprep(password)
-            .map(|p| p.into_owned())
-            .unwrap_or_else(|_| password.into());
+        let server_first = format!(
+            "r={nonce},s={},i={SCRAM_ITERATIONS}",
+            B64.encode(secret.salt)
+        );
         Ok(Self {
-            password: password.into_bytes(),
-            salt,
+            secret,
             nonce,
             gs2_header: format!("{flag},{authzid},"),
             client_first_bare: bare.into(),
@@ -239,16 +296,7 @@ impl Scram {
         let proof = B64
             .decode(proof)
             .map_err(|_| AuthError::Scram("invalid proof encoding"))?;
-        let mut salted = [0u8; 32];
-        let iterations =
-            std::num::NonZeroU32::new(SCRAM_ITERATIONS).unwrap_or(std::num::NonZeroU32::MIN);
-        pbkdf2::derive(
-            pbkdf2::PBKDF2_HMAC_SHA256,
-            iterations,
-            &self.salt,
-            &self.password,
-            &mut salted,
-        );
+        let salted = self.secret.salted;
         let stored_key = sha256(&hmac(&salted, b"Client Key"));
         let auth_message = format!(
             "{},{},{}",
@@ -267,7 +315,7 @@ impl Scram {
     }
 }
 
-async fn scram(client: &mut Client, user: &str, password: &str) -> Result<(), AuthError> {
+async fn scram(client: &mut Client, user: &str, secret: Secret) -> Result<(), AuthError> {
     // SCRAM-SHA-256-PLUS is never offered: TLS may end at the proxy.
     send(client, code::SASL, b"SCRAM-SHA-256\0\0").await?;
     let body = password_message(client).await?;
@@ -288,15 +336,10 @@ async fn scram(client: &mut Client, user: &str, password: &str) -> Result<(), Au
         .and_then(|l| rest.get(4..4 + l))
         .ok_or(AuthError::Scram("bad length"))?;
     let server_nonce = B64.encode(random::<18>()?);
-    let state = Scram::start(password, data, random::<16>()?, &server_nonce)?;
+    let state = Scram::start(secret, data, &server_nonce)?;
     send(client, code::SASL_CONTINUE, state.server_first().as_bytes()).await?;
     let client_final = password_message(client).await?;
-    // 4096 rounds of PBKDF2 take milliseconds: not on the runtime's thread.
-    let user_owned = user.to_owned();
-    let server_final =
-        tokio::task::spawn_blocking(move || state.finish(&client_final, &user_owned))
-            .await
-            .map_err(|_| AuthError::Scram("the check was stopped"))??;
+    let server_final = state.finish(&client_final, user)?;
     send(client, code::SASL_FINAL, server_final.as_bytes()).await
 }
 
@@ -313,9 +356,8 @@ mod tests {
             .try_into()
             .unwrap();
         let s = Scram::start(
-            "pencil",
+            Secret::new("pencil", salt),
             b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO",
-            salt,
             "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0",
         )
         .unwrap();
@@ -335,6 +377,7 @@ mod tests {
             "user",
         );
         assert!(matches!(bad, Err(AuthError::BadPassword(_))));
-        assert!(Scram::start("x", b"p=tls-server-end-point,,n=,r=abc", salt, "x").is_err());
+        let secret = Secret::new("x", salt);
+        assert!(Scram::start(secret, b"p=tls-server-end-point,,n=,r=abc", "x").is_err());
     }
 }

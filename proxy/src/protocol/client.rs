@@ -373,8 +373,9 @@ impl Protocol {
         let words = Words::scan(text);
         let mut sql = Sql::within(msg, text, Some(words));
         if !may_route(words) {
-            if self.pooled {
-                // Asked for its pins below, and kept for the coalescer.
+            if self.pooled && text.len() <= onetrip_planner::analysis::MAX_CACHED_LEN {
+                // Asked for its pins below, and kept for the coalescer (a
+                // text too long to be kept is only lexed for its pins).
                 let analysis = self.coalescer.analyses.of(&sql);
                 sql = sql.with_analysis(analysis);
             }
