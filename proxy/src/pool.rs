@@ -52,16 +52,7 @@ impl Kept {
     /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery;
     /// `key` is the new client's own BackendKeyData (never the backend's).
     pub fn greeting(&self, key: Option<&[u8]>) -> Bytes {
-        let mut out = BytesMut::with_capacity(512);
-        write::auth_request(&mut out, backend::auth::OK, &[]);
-        for (k, v) in &self.params {
-            write::parameter_status(&mut out, k, v);
-        }
-        if let Some(key) = key {
-            out.extend_from_slice(key);
-        }
-        write::ready_for_query(&mut out, b'I');
-        out.freeze()
+        greeting(&self.params, key)
     }
 }
 
@@ -71,6 +62,22 @@ pub struct KeptRow {
     pub user: String,
     pub pid: Option<i32>,
     pub opened: Instant,
+}
+
+/// A login's answer from `params` (the server's ParameterStatus values)
+/// and `key` (the client's own BackendKeyData): AuthenticationOk,
+/// ParameterStatus, BackendKeyData, ReadyForQuery.
+pub fn greeting(params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
+    let mut out = BytesMut::with_capacity(512);
+    write::auth_request(&mut out, backend::auth::OK, &[]);
+    for (k, v) in params {
+        write::parameter_status(&mut out, k, v);
+    }
+    if let Some(key) = key {
+        out.extend_from_slice(key);
+    }
+    write::ready_for_query(&mut out, b'I');
+    out.freeze()
 }
 
 /// Kept connections by startup packet. The lock is taken only when a

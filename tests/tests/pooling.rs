@@ -242,17 +242,65 @@ async fn a_held_pool_makes_the_next_client_wait_then_fail() {
     let dsn = env.proxy_dsn();
     let a = connect(&dsn).await;
     a.batch_execute("BEGIN; SELECT 1").await.unwrap();
-    let err = match tokio_postgres::connect(&dsn, NoTls).await {
-        Ok(_) => panic!("the pool's one connection is in a transaction"),
-        Err(e) => e,
-    };
+    // Logged in with the pool's greeting; its first query waits.
+    let b = connect(&dsn).await;
+    let err = b
+        .simple_query("SELECT 1")
+        .await
+        .expect_err("the pool's one connection is in a transaction");
     let db = err.as_db_error().expect("the proxy's error");
     assert_eq!(db.code(), &SqlState::PROTOCOL_VIOLATION);
+    assert_eq!(db.severity(), "FATAL");
     assert!(db.message().contains("query_wait_timeout"), "{db}");
     assert!(db.message().contains("postgres/postgres"), "{db}");
     a.batch_execute("COMMIT").await.unwrap();
     let c = connect(&dsn).await;
     assert_eq!(one(&c, "SELECT 1").await.as_deref(), Some("1"));
+}
+
+/// Once a pool has opened a connection, a login is answered with what it
+/// greeted onetrip with, as a dedicated connection greets its client, and
+/// takes no connection: clients log in while every connection is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_are_greeted_without_a_connection() {
+    let env = pooled(1).await;
+    let greeting = |msgs: &[(u8, Vec<u8>)]| -> Vec<(u8, Vec<u8>)> {
+        // The key is each client's own.
+        msgs.iter().filter(|(t, _)| *t != b'K').cloned().collect()
+    };
+    let login = |port: u16| async move {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(&raw::startup("postgres", "postgres"))
+            .await
+            .unwrap();
+        let msgs = raw::read_to_z(&mut s).await;
+        (s, msgs)
+    };
+    let (_direct, direct) = login(env.pg.port()).await;
+    let (mut a, first) = login(env.proxy_port()).await;
+    assert_eq!(greeting(&first), greeting(&direct));
+    a.write_all(&raw::query("BEGIN; SELECT 1")).await.unwrap();
+    raw::read_to_z(&mut a).await;
+    let mut waiting = Vec::new();
+    for _ in 0..10 {
+        let (s, msgs) = tokio::time::timeout(Duration::from_secs(2), login(env.proxy_port()))
+            .await
+            .expect("logged in while the pool's one connection is taken");
+        assert_eq!(greeting(&msgs), greeting(&direct));
+        let keys: Vec<_> = msgs.iter().filter(|(t, _)| *t == b'K').collect();
+        assert_eq!(keys.len(), 1);
+        waiting.push(s);
+    }
+    a.write_all(&raw::query("COMMIT")).await.unwrap();
+    raw::read_to_z(&mut a).await;
+    for s in &mut waiting {
+        s.write_all(&raw::query("SELECT 1")).await.unwrap();
+        let answer = raw::read_to_z(s).await;
+        assert_eq!(raw::errors(&answer), vec![]);
+        assert_eq!(rows_of(&answer).len(), 1);
+    }
 }
 
 #[tokio::test]

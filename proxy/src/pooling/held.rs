@@ -65,6 +65,18 @@ impl Pooled {
         }
     }
 
+    /// A session greeted without a connection (`Pool::greeting`): it
+    /// takes one when its client first speaks.
+    pub fn waiting(pool: Arc<Pool>, startup: Bytes, cancel: Arc<CancelKeys>) -> Self {
+        pool.clients.fetch_add(1, Relaxed);
+        Self {
+            pool,
+            slot: None,
+            startup,
+            cancel,
+        }
+    }
+
     /// Gives the session's clean connection back to the pool; true when it
     /// went to a client whose task waits on this thread. Its backend is
     /// about to run other clients' queries: this client's key cancels

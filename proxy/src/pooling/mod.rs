@@ -133,6 +133,18 @@ pub struct Pool {
     /// How long clients waited for a connection (every acquire, zero when
     /// one was free).
     waits: Waits,
+    /// What a new connection of this pool greeted onetrip with, the last
+    /// time one was opened: a login is answered with it, and takes no
+    /// connection (`Pool::greeting`).
+    greeting: Mutex<Option<Greeting>>,
+}
+
+/// A pool's greeting: its connections' ParameterStatus values as they
+/// start, and a BackendKeyData of one (for its secret's length).
+#[derive(Clone)]
+pub struct Greeting {
+    pub params: Vec<(String, String)>,
+    pub key: Bytes,
 }
 
 /// A histogram of waits, in `LATENCY_BUCKETS` (last slot: over them).
@@ -176,6 +188,26 @@ pub struct PoolRow {
 }
 
 impl Pool {
+    /// A connection of this pool was opened, as a new one greets.
+    pub fn greeted(&self, params: &[(String, String)], key: Option<&Bytes>) {
+        let g = key.map(|key| Greeting {
+            params: params.to_vec(),
+            key: key.clone(),
+        });
+        *self.greeting.lock().unwrap_or_else(|e| e.into_inner()) = g;
+    }
+
+    /// The greeting a login gets without a connection, once one has been
+    /// opened (`None` again after a connection failed to open, or after a
+    /// database was created, altered or dropped: the next login hears
+    /// the server).
+    pub fn greeting(&self) -> Option<Greeting> {
+        self.greeting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Each change under the lock is a push or a pop: a panic elsewhere
         // can leave nothing half done here.
@@ -400,6 +432,7 @@ impl Pools {
                     clients: AtomicUsize::new(0),
                     pinned: Arc::new(AtomicUsize::new(0)),
                     waits: Waits::default(),
+                    greeting: Mutex::default(),
                 })
             })
             .clone()
@@ -447,6 +480,9 @@ impl Pools {
     /// template), which the server waits a few seconds for.
     pub fn close_idle(&self) {
         self.clear();
+        for pool in self.all() {
+            pool.greeted(&[], None);
+        }
     }
 
     /// Closes every idle connection (shutdown).

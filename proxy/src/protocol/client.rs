@@ -270,6 +270,20 @@ impl Protocol {
     /// the answer is in before the client's first statement needs it (the
     /// client is still reading its greeting). No round trip is counted: the
     /// client waits for nothing.
+    /// `start` when the session first has a server connection: it was
+    /// greeted without one.
+    pub fn start_later(&mut self) {
+        self.start_due = true;
+    }
+
+    /// The session has just taken a server connection, its client's bytes
+    /// not yet handled: what `start` sends goes first, if it is due.
+    pub fn start_if_due(&mut self, to_up: &mut WriteQueue) {
+        if std::mem::take(&mut self.start_due) {
+            self.start(to_up);
+        }
+    }
+
     pub fn start(&mut self, to_up: &mut WriteQueue) {
         if self.settings.asked() {
             // A kept connection's, learned by an earlier client.

@@ -174,6 +174,9 @@ pub struct Protocol {
     /// The client's replayable settings, and a `SET` awaiting its answer.
     sets: SessionSets,
     pending_set: Option<replay::PendingSet>,
+    /// Greeted with no server connection: what `start` sends goes with the
+    /// first one the session takes (`start_if_due`).
+    start_due: bool,
 }
 
 /// A Query or Parse after routing.
@@ -236,6 +239,7 @@ impl Protocol {
             named: named::Named::default(),
             sets: SessionSets::new(),
             pending_set: None,
+            start_due: false,
         }
     }
 

@@ -715,6 +715,7 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     }
     *upstream = Some(tcp);
     e.upstream = Ready::FRESH;
+    proto.start_if_due(&mut b.to_up);
     Ok(true)
 }
 

@@ -150,6 +150,10 @@ impl<'a> KeyGuard<'a> {
         Self { shared, key }
     }
 
+    pub fn key(&self) -> Option<&Key> {
+        self.key.as_ref()
+    }
+
     /// The BackendKeyData message for the client, if it has a key.
     pub fn message(&self) -> Option<Bytes> {
         self.key.as_ref().map(Key::message)

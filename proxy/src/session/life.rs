@@ -20,12 +20,12 @@ use std::{
     time::Instant,
 };
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tracing::{Instrument, Span, debug, warn};
 
 use super::{
     farewell::{farewells, write_farewells},
-    login::connect_and_authenticate,
+    login::{Ready, connect_and_authenticate},
     pooled::{self, Next},
     reuse,
 };
@@ -64,13 +64,22 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         return;
     };
     let info = proto.info.clone();
-    let proto = match ready {
-        Some((io, cin, uin)) => {
+    let (streams, cin, uin) = match ready {
+        Some(Ready::Relay(io, cin, uin)) => (Streams::Runtime(io), cin, uin),
+        Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
+        None => (Streams::Closed, BytesMut::new(), BytesMut::new()),
+    };
+    let proto = match streams {
+        Streams::Closed => Some(proto),
+        streams => {
             let mut proto = proto;
             let mut bufs = Bufs::new(cin, uin);
-            proto.start(&mut bufs.to_up);
+            match &streams {
+                Streams::Waiting(_) => proto.start_later(),
+                _ => proto.start(&mut bufs.to_up),
+            }
             // A TLS stream's state lives in this task: it stays here.
-            let may_move = !io.client.is_tls() && !io.upstream.is_tls();
+            let may_move = !streams.is_tls();
             // Sessions start on the worker that accepted them, the first.
             let seat = Seat::take(shared.workers.clone(), 0, may_move);
             let s = Session {
@@ -79,9 +88,8 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 span: span.clone(),
                 pooled,
             };
-            relay_to_the_end(Streams::Runtime(io), proto, bufs, seat, s).await
+            relay_to_the_end(streams, proto, bufs, seat, s).await
         }
-        None => Some(proto),
     };
     async {
         info.set_state(SessionState::Closing);
@@ -117,9 +125,21 @@ type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
 pub(super) enum Streams {
     Runtime(Pair),
     Std(std::net::TcpStream, std::net::TcpStream),
+    /// A pooled session's client, with no server connection yet: it waits
+    /// for its client's first bytes (`pooled::between`) before it relays.
+    Waiting(std::net::TcpStream),
+    /// Nothing to relay: the login ended the session.
+    Closed,
 }
 
 impl Streams {
+    fn is_tls(&self) -> bool {
+        match self {
+            Streams::Runtime(io) => io.client.is_tls() || io.upstream.is_tls(),
+            _ => false,
+        }
+    }
+
     /// The sockets for this thread's runtime.
     fn registered(self) -> std::io::Result<Pair> {
         Ok(match self {
@@ -128,6 +148,7 @@ impl Streams {
                 client: Stream::Plain(tokio::net::TcpStream::from_std(c)?),
                 upstream: Stream::Plain(tokio::net::TcpStream::from_std(u)?),
             },
+            Streams::Waiting(_) | Streams::Closed => return Err(no_connection()),
         })
     }
 
@@ -152,8 +173,15 @@ impl Streams {
                 upstream: Stream::Plain(u),
             }) => Ok(c.into_std().and_then(|c| Ok((c, u.into_std()?)))),
             Streams::Runtime(io) => Err(io),
+            Streams::Waiting(_) | Streams::Closed => Ok(Err(no_connection())),
         }
     }
+}
+
+/// Relaying asked of a session that has no server connection (never: such
+/// a session waits first).
+fn no_connection() -> std::io::Error {
+    std::io::Error::other("the session has no server connection")
 }
 
 /// Where relaying got to.
@@ -200,72 +228,91 @@ fn relay_to_the_end(
         // Each turn relays over one server connection; a pooled session
         // turns again after each release point, on the connection it takes.
         let relayed = loop {
-            let relayed = if fast::may_relay(&proto) {
-                match streams.unregistered() {
-                    Ok(Ok((c, u))) => {
-                        let mut pooled = s.pooled.take();
-                        let fast = relay_fast(
-                            (c, u, away.take()),
-                            proto,
-                            bufs,
-                            seat,
-                            &mut pooled,
-                            &mut forced,
-                            &s,
-                        );
-                        let relayed = Box::pin(fast).await;
-                        s.pooled = pooled;
-                        relayed
-                    }
-                    Ok(Err(e)) => {
-                        let why = format!("it could not leave the runtime: {e}");
-                        Some((Relayed::Lost(why), proto, seat))
-                    }
-                    Err(io) => {
-                        let io = Streams::Runtime(io);
-                        Some(Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s)).await)
-                    }
-                }
-            } else {
-                if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
-                    spot.leave(c);
-                }
-                Some(Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s)).await)
-            };
             // The client, the connection if the session still has it, why
             // the relay stopped without one.
-            let (sockets, b, stopped) = match relayed {
-                Some((Relayed::Done(st, out), p, se)) if matches!(out.end, End::Release) => {
-                    (proto, seat) = (p, se);
-                    (
-                        released_sockets(st).map(|(c, u)| (c, Some(u))),
-                        out.bufs,
-                        None,
-                    )
-                }
-                Some((
-                    Relayed::Released {
-                        client,
-                        bufs,
-                        end,
-                        spot,
-                    },
-                    p,
-                    se,
-                )) => {
-                    (proto, seat) = (p, se);
-                    // Read ahead and waiting only for a connection: the
-                    // client stays in the worker's epoll meanwhile.
-                    let waits_for_a_connection =
-                        !bufs.cin.is_empty() && matches!(end, None | Some(End::Release));
-                    match (spot, waits_for_a_connection) {
-                        (Some(spot), true) => away = Some(spot),
-                        (Some(spot), false) => spot.leave(&client),
-                        (None, _) => fast::release(&client),
+            let (sockets, b, stopped) = match streams {
+                // Greeted without a connection: where the worker's relay
+                // can't wait for the client's first bytes, it waits here.
+                Streams::Waiting(c) if !fast::may_relay(&proto) => (Ok((c, None)), bufs, None),
+                streams => {
+                    let relayed = if fast::may_relay(&proto) {
+                        let sockets = match streams {
+                            Streams::Waiting(c) => Ok(Ok((c, None))),
+                            streams => streams.unregistered().map(|r| r.map(|(c, u)| (c, Some(u)))),
+                        };
+                        match sockets {
+                            Ok(Ok((c, u))) => {
+                                let mut pooled = s.pooled.take();
+                                let fast = relay_fast(
+                                    (c, u, away.take()),
+                                    proto,
+                                    bufs,
+                                    seat,
+                                    &mut pooled,
+                                    &mut forced,
+                                    &s,
+                                );
+                                let relayed = Box::pin(fast).await;
+                                s.pooled = pooled;
+                                relayed
+                            }
+                            Ok(Err(e)) => {
+                                let why = format!("it could not leave the runtime: {e}");
+                                Some((Relayed::Lost(why), proto, seat))
+                            }
+                            Err(io) => {
+                                let io = Streams::Runtime(io);
+                                Some(
+                                    Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s))
+                                        .await,
+                                )
+                            }
+                        }
+                    } else {
+                        if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
+                            spot.leave(c);
+                        }
+                        Some(
+                            Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s))
+                                .await,
+                        )
+                    };
+                    match relayed {
+                        Some((Relayed::Done(st, out), p, se))
+                            if matches!(out.end, End::Release) =>
+                        {
+                            (proto, seat) = (p, se);
+                            (
+                                released_sockets(st).map(|(c, u)| (c, Some(u))),
+                                out.bufs,
+                                None,
+                            )
+                        }
+                        Some((
+                            Relayed::Released {
+                                client,
+                                bufs,
+                                end,
+                                spot,
+                            },
+                            p,
+                            se,
+                        )) => {
+                            (proto, seat) = (p, se);
+                            // Read ahead and waiting only for a connection: the
+                            // client stays in the worker's epoll meanwhile.
+                            let waits_for_a_connection =
+                                !bufs.cin.is_empty() && matches!(end, None | Some(End::Release));
+                            match (spot, waits_for_a_connection) {
+                                (Some(spot), true) => away = Some(spot),
+                                (Some(spot), false) => spot.leave(&client),
+                                (None, _) => fast::release(&client),
+                            }
+                            (Ok((client, None)), bufs, end)
+                        }
+                        other => break other,
                     }
-                    (Ok((client, None)), bufs, end)
                 }
-                other => break other,
             };
             let next = match (s.pooled.as_mut(), sockets) {
                 (Some(pooled), Ok((c, u))) => {
@@ -294,6 +341,7 @@ fn relay_to_the_end(
                 Next::Go(c, u) => {
                     streams = Streams::Std(c, u);
                     bufs = b;
+                    proto.start_if_due(&mut bufs.to_up);
                 }
                 Next::End => {
                     drop(away);
@@ -429,7 +477,11 @@ fn released_sockets(
 /// `None` when the session was lost (never: a worker's tasks stay on it).
 #[allow(clippy::too_many_arguments)]
 async fn relay_fast(
-    (client, upstream, away): (std::net::TcpStream, std::net::TcpStream, Option<fast::Spot>),
+    (client, upstream, away): (
+        std::net::TcpStream,
+        Option<std::net::TcpStream>,
+        Option<fast::Spot>,
+    ),
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
@@ -439,7 +491,7 @@ async fn relay_fast(
 ) -> Option<(Relayed, Box<Protocol>, Seat)> {
     let parts = fast::Parts {
         client,
-        upstream: Some(upstream),
+        upstream,
         proto,
         bufs,
         seat,

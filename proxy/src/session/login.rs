@@ -13,7 +13,7 @@ use crate::{
     config::PoolMode,
     net::{Pair, Stream},
     pool::Kept,
-    pooling::{Grant, Pooled},
+    pooling::{Grant, Greeting, Pooled},
     protocol::{Protocol, ServerStatements},
     shared::Shared,
     stats::{Counters, SessionState},
@@ -25,8 +25,15 @@ use crate::{
     },
 };
 
-/// The ready session's streams and leftover read buffers.
-pub(super) type Ready = (Pair, BytesMut, BytesMut);
+/// How the ready session goes on.
+pub(super) enum Ready {
+    /// Over its streams, with their leftover read buffers.
+    Relay(Pair, BytesMut, BytesMut),
+    /// A pooled session greeted without a server connection: it waits for
+    /// its client's first bytes, then for a connection (what the client
+    /// sent past its password, if anything, is read already).
+    Waiting(std::net::TcpStream, BytesMut),
+}
 
 /// A login that gets no server connection: the client is told why
 /// (FATAL `code`), within `limits.client_write_timeout`, and the session is
@@ -119,9 +126,14 @@ pub(super) async fn connect_and_authenticate(
         }
     }
     if pooling {
-        // Logins take their connection from the pool too, so its size
-        // bounds them as well.
         let p = shared.pools.pool(&startup_raw);
+        if let Some(greeting) = p.greeting() {
+            let pooled = Pooled::waiting(p, startup_raw.clone(), shared.cancel.clone());
+            return greet_alone(client, unread, greeting, pooled, shared, info).await;
+        }
+        // The pool's first logins take their connection from the pool, so
+        // its size bounds them as well, and learn its greeting.
+        let p = p;
         let up = &shared.config().upstream;
         let wait = shared.config().pool.query_wait_timeout;
         match p
@@ -169,7 +181,7 @@ pub(super) async fn connect_and_authenticate(
     // The client is in already: the server hears onetrip's password, not
     // the client's answers.
     let kept = match (kept, password) {
-        (None, Some(_)) => match pooled::open(shared, &startup_raw, &user).await {
+        (None, Some(_)) => match pooled::open(shared, pool.as_deref()?).await {
             Ok(o) => match o.tcp.into_std() {
                 Ok(tcp) => {
                     let _ = tcp.set_nodelay(true);
@@ -200,6 +212,8 @@ pub(super) async fn connect_and_authenticate(
     proto.server_holds(statements);
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
+    // A connection opened for this login: its greeting is its pool's.
+    let relayed = kept.is_none();
     let authed = if let Some(kept) = kept {
         let greet = reuse::adopt(kept, client, shared, &info, key_pid);
         let greeted = deadline.bound(greet).await;
@@ -258,6 +272,9 @@ pub(super) async fn connect_and_authenticate(
                 _ => None,
             };
             if let Some(p) = &pooled {
+                if relayed {
+                    p.pool.greeted(&a.params, proto.upstream_key.as_ref());
+                }
                 proto.pooled = true;
                 proto.keep_upstream = false;
                 proto.count_pins_in(p.pool.pinned.clone());
@@ -272,11 +289,60 @@ pub(super) async fn connect_and_authenticate(
             shared.stats.admit(&info);
             info.set_state(SessionState::Idle);
             debug!(database = %database, user = %user, "session ready");
-            Some((proto, Some((io, a.cin, a.uin)), pooled))
+            Some((proto, Some(Ready::Relay(io, a.cin, a.uin)), pooled))
         }
         Err(e) => {
             info!("{e}");
             Some((proto, None, None))
         }
     }
+}
+
+/// A pooled login answered here, with no server connection: the pool's
+/// greeting, as a new connection of the pool gave it, and a cancel key
+/// that cancels nothing until the session takes a connection.
+async fn greet_alone(
+    client: Stream,
+    unread: BytesMut,
+    greeting: Greeting,
+    pooled: Pooled,
+    shared: &Shared,
+    info: Arc<crate::stats::SessionInfo>,
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
+    let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
+    let Stream::Plain(mut tcp) = client else {
+        // Pooling is for plain clients only.
+        return Some((proto, None, None));
+    };
+    let registered = handshake::KeyGuard::issue(shared, Some(&greeting.key), Pid::MadeUp);
+    if let Some(key) = registered.key() {
+        // Issued pointing at the greeting's backend, another client's now.
+        shared.cancel.detach(key);
+    }
+    let hello = crate::pool::greeting(&greeting.params, registered.message().as_deref());
+    let limit = shared.config().limits.client_write_timeout;
+    let written = timeout(limit, tokio::io::AsyncWriteExt::write_all(&mut tcp, &hello)).await;
+    if !matches!(written, Ok(Ok(()))) {
+        debug!("login ended before its greeting was written");
+        return Some((proto, None, None));
+    }
+    Counters::add(&info.counters.bytes_to_client, hello.len() as u64);
+    let tcp = match tcp.into_std() {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            warn!("session closed: its client socket could not wait: {e}");
+            return Some((proto, None, None));
+        }
+    };
+    proto.client_key = registered.keep();
+    proto.on_server_params(&greeting.params);
+    proto.upstream_opened = std::time::Instant::now();
+    proto.pooled = true;
+    proto.count_pins_in(pooled.pool.pinned.clone());
+    info.pooled
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    shared.stats.admit(&info);
+    info.set_state(SessionState::Idle);
+    debug!("pooled session greeted without a server connection");
+    Some((proto, Some(Ready::Waiting(tcp, unread)), Some(pooled)))
 }

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     net::Stream,
-    pooling::{Grant, Idle, Pooled, Taken, WaitTimeout},
+    pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout},
     protocol::{Protocol, SessionSets, replay_query},
     relay::{Closer, End},
     shared::Shared,
@@ -74,14 +74,21 @@ pub struct Opened {
     pub params: Vec<(String, String)>,
 }
 
-/// `user` is the startup packet's: a password asked for is its own, from
-/// `[pool] users`.
-pub async fn open(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
+/// A password asked for is the pool's user's, from `[pool] users`. The
+/// greeting is the pool's next logins' (`Pool::greeting`); a connection
+/// refused leaves them to the server.
+pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
     let limit = shared.config().upstream.connect_timeout;
-    match crate::timers::timeout(limit, open_now(shared, startup, user)).await {
-        Ok(r) => r,
-        Err(_) => Err(PoolError::Timeout(limit)),
+    let opened =
+        match crate::timers::timeout(limit, open_now(shared, &pool.startup, &pool.user)).await {
+            Ok(r) => r,
+            Err(_) => Err(PoolError::Timeout(limit)),
+        };
+    match &opened {
+        Ok(o) => pool.greeted(&o.params, o.key.as_ref()),
+        Err(_) => pool.greeted(&[], None),
     }
+    opened
 }
 
 async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
@@ -181,7 +188,7 @@ pub fn fill_pools(shared: &Arc<Shared>) {
         for slot in slots {
             let (shared, pool) = (shared.clone(), pool.clone());
             tokio::spawn(async move {
-                let idle = match open(&shared, &pool.startup, &pool.user).await {
+                let idle = match open(&shared, &pool).await {
                     Ok(o) => o.tcp.into_std().ok().map(|tcp| {
                         let now = Instant::now();
                         Idle {
@@ -278,7 +285,7 @@ pub async fn between(
                 },
             }
         }
-        Ok(Grant::Open(slot)) => match open(shared, &pooled.startup, &pooled.pool.user).await {
+        Ok(Grant::Open(slot)) => match open(shared, &pooled.pool).await {
             Ok(o) => {
                 let taken = Taken {
                     key: o.key,
