@@ -133,7 +133,6 @@ pub(super) async fn connect_and_authenticate(
         }
         // The pool's first logins take their connection from the pool, so
         // its size bounds them as well, and learn its greeting.
-        let p = p;
         let up = &shared.config().upstream;
         let wait = shared.config().pool.query_wait_timeout;
         match p
@@ -181,6 +180,7 @@ pub(super) async fn connect_and_authenticate(
     // The client is in already: the server hears onetrip's password, not
     // the client's answers.
     let kept = match (kept, password) {
+        // (`password` is only set when pooling, and `pool` is then.)
         (None, Some(_)) => match pooled::open(shared, pool.as_deref()?).await {
             Ok(o) => match o.tcp.into_std() {
                 Ok(tcp) => {
