@@ -83,19 +83,7 @@ async fn scram_md5_and_cleartext_users_log_in_as_direct() {
         }
     }
     // libpq's SCRAM through the proxy too.
-    let out = psql(
-        &env,
-        true,
-        "scram_user",
-        &[("PGPASSWORD", "sCr@m pass")],
-        "select current_user",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "scram_user");
+    psql_logs_in_with_scram(&env);
 }
 
 /// In transaction pooling, users of `[pool] users` are checked by onetrip
@@ -152,8 +140,13 @@ async fn pooled_users_log_in_with_their_passwords_and_share_connections() {
         Ok("clear_user".to_owned())
     );
     // libpq's SCRAM against onetrip's.
+    psql_logs_in_with_scram(&env);
+}
+
+/// psql (libpq's SCRAM) logs in through the proxy as `scram_user`.
+fn psql_logs_in_with_scram(env: &Env) {
     let out = psql(
-        &env,
+        env,
         true,
         "scram_user",
         &[("PGPASSWORD", "sCr@m pass")],

@@ -268,16 +268,6 @@ async fn logins_are_greeted_without_a_connection() {
         // The key is each client's own.
         msgs.iter().filter(|(t, _)| *t != b'K').cloned().collect()
     };
-    let login = |port: u16| async move {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        s.write_all(&raw::startup("postgres", "postgres"))
-            .await
-            .unwrap();
-        let msgs = raw::read_to_z(&mut s).await;
-        (s, msgs)
-    };
     let (_direct, direct) = login(env.pg.port()).await;
     let (mut a, first) = login(env.proxy_port()).await;
     assert_eq!(greeting(&first), greeting(&direct));
@@ -518,24 +508,28 @@ async fn a_database_its_clients_left_can_be_dropped() {
     c.batch_execute("DROP DATABASE gone").await.unwrap();
 }
 
-/// The process id in the BackendKeyData a fresh raw client gets.
-async fn key_pid(port: u16) -> (tokio::net::TcpStream, i32) {
+/// A raw client's login: its stream, and what it was answered up to its
+/// ReadyForQuery.
+async fn login(port: u16) -> (tokio::net::TcpStream, Vec<(u8, Vec<u8>)>) {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
     s.write_all(&raw::startup("postgres", "postgres"))
         .await
         .unwrap();
-    let mut pid = None;
-    loop {
-        let (tag, body) = raw::read_message(&mut s, WAIT).await.expect("startup");
-        match tag {
-            b'K' => pid = Some(i32::from_be_bytes(body[..4].try_into().unwrap())),
-            b'Z' => return (s, pid.expect("BackendKeyData")),
-            b'E' => panic!("startup failed: {:?}", raw::fields(&body)),
-            _ => {}
-        }
-    }
+    let msgs = raw::read_to_z(&mut s).await;
+    assert_eq!(raw::errors(&msgs), vec![], "startup failed");
+    (s, msgs)
+}
+
+/// The process id in the BackendKeyData a fresh raw client gets.
+async fn key_pid(port: u16) -> (tokio::net::TcpStream, i32) {
+    let (s, msgs) = login(port).await;
+    let (_, key) = msgs
+        .iter()
+        .find(|(t, _)| *t == b'K')
+        .expect("BackendKeyData");
+    (s, i32::from_be_bytes(key[..4].try_into().unwrap()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
