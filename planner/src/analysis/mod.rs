@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use cache::{AnalysisCache, MAX_CACHED_LEN, lookups};
 
 use crate::{
-    classify::{self, Classification, Classifier},
+    classify::{Classification, Classifier, Pins},
     cypher::{Catalog, Rewrite, sql},
     lexer,
 };
@@ -36,14 +36,8 @@ pub struct Analysis {
     pub rewrite: Rewrite,
     /// Running it may change AGE's catalog (graphs, labels).
     pub changes_catalog: bool,
-    /// Why it would tie a pooled session to its server connection
-    /// (`classify::session_pin`), and the first such reason DISCARD ALL
-    /// would not undo (`classify::pin_past_reset`): asked of every
-    /// statement of a pooled session, so kept with the rest.
-    pub pin: Option<&'static str>,
-    pub pin_past_reset: Option<&'static str>,
-    /// CREATE, ALTER or DROP DATABASE (`classify::database_command`).
-    pub database_command: bool,
+    /// What would tie a pooled session to its server connection.
+    pub pins: Pins,
 }
 
 /// Analyses statements with a fixed set of extra read-only functions;
@@ -89,9 +83,7 @@ impl Analyzer {
             class,
             rewrite,
             changes_catalog: examined.changes_catalog,
-            pin: classify::session_pin(sql),
-            pin_past_reset: classify::pin_past_reset(sql),
-            database_command: classify::database_command(sql),
+            pins: Pins::of(sql),
         }
     }
 
@@ -144,14 +136,11 @@ mod tests {
         assert!(matches!(r.rewrite, Rewrite::Rewritten(_)));
         assert_eq!(a.analyze(read, None).rewrite, Rewrite::Unchanged);
 
-        assert_eq!(
-            (r.pin, r.pin_past_reset, r.database_command),
-            (None, None, false)
-        );
-        let pins = a.analyze("listen x; load 'auto_explain'", None);
+        assert_eq!(r.pins, Pins::default());
+        let pins = a.analyze("listen x; load 'auto_explain'", None).pins;
         assert_eq!(pins.pin, Some("LISTEN"));
-        assert_eq!(pins.pin_past_reset, Some("LOAD"));
-        assert!(a.analyze("DROP DATABASE d", None).database_command);
+        assert_eq!(pins.past_reset, Some("LOAD"));
+        assert!(a.analyze("DROP DATABASE d", None).pins.database_command);
 
         let ddl = a.analyze("select ag_catalog.create_vlabel('g', 'City')", None);
         assert!(ddl.changes_catalog);

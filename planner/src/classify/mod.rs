@@ -50,7 +50,7 @@ use crate::cypher::effect::CypherEffect;
 use sqlparser::parser::Parser;
 
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
-pub use pins::{pin_past_reset, reset_undoes, session_pin};
+pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 pub use set::{SessionSet, database_command, session_set};
 

@@ -5,6 +5,28 @@
 
 use crate::lexer::{self, Kind, Token};
 
+/// What a text says of pins, found together: a transaction pooler asks it
+/// of every statement, so it is kept with the text's analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pins {
+    /// `session_pin`.
+    pub pin: Option<&'static str>,
+    /// `pin_past_reset`.
+    pub past_reset: Option<&'static str>,
+    /// CREATE, ALTER or DROP DATABASE (`database_command`).
+    pub database_command: bool,
+}
+
+impl Pins {
+    pub fn of(sql: &str) -> Pins {
+        Pins {
+            pin: session_pin(sql),
+            past_reset: pin_past_reset(sql),
+            database_command: super::database_command(sql),
+        }
+    }
+}
+
 /// Why `sql` (one or more statements) ties its session to its server
 /// connection, if it does. When unsure, it says so: a pin costs a
 /// connection, a wrong move shows one client another's state.

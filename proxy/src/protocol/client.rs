@@ -266,10 +266,6 @@ impl Protocol {
         }
     }
 
-    /// Relaying starts: the session's settings are asked for at once, so
-    /// the answer is in before the client's first statement needs it (the
-    /// client is still reading its greeting). No round trip is counted: the
-    /// client waits for nothing.
     /// `start` when the session first has a server connection: it was
     /// greeted without one.
     pub fn start_later(&mut self) {
@@ -284,6 +280,10 @@ impl Protocol {
         }
     }
 
+    /// Relaying starts: the session's settings are asked for at once, so
+    /// the answer is in before the client's first statement needs it (the
+    /// client is still reading its greeting). No round trip is counted: the
+    /// client waits for nothing.
     pub fn start(&mut self, to_up: &mut WriteQueue) {
         if self.settings.asked() {
             // A kept connection's, learned by an earlier client.

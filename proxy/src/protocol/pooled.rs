@@ -7,31 +7,12 @@ use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 use bytes::{Bytes, BytesMut};
 use onetrip_planner::{
     analysis::Analysis,
-    classify::{database_command, pin_past_reset, reset_undoes, session_pin},
+    classify::{Pins, reset_undoes},
 };
 
 use super::*;
 
 pub use super::server_statements::ServerStatements;
-
-/// What a statement's text says of pins (`Analysis::pin` and the rest).
-#[derive(Clone, Copy)]
-struct PinFacts {
-    pin: Option<&'static str>,
-    past_reset: Option<&'static str>,
-    database: bool,
-}
-
-impl PinFacts {
-    /// For a text with no analysis at hand (a rewritten statement).
-    fn of(text: &str) -> Self {
-        PinFacts {
-            pin: session_pin(text),
-            past_reset: pin_past_reset(text),
-            database: database_command(text),
-        }
-    }
-}
 
 /// Why a session gets no new server connection (its pin), for the client
 /// that can't be read.
@@ -54,14 +35,10 @@ impl Protocol {
             _ => (None, None),
         };
         let facts = text.map(|text| match &analysis {
-            Some(a) => PinFacts {
-                pin: a.pin,
-                past_reset: a.pin_past_reset,
-                database: a.database_command,
-            },
-            None => PinFacts::of(text),
+            Some(a) => a.pins,
+            None => Pins::of(text),
         });
-        if facts.is_some_and(|f| f.database) {
+        if facts.is_some_and(|f| f.database_command) {
             // The pools' idle connections would keep the database in use
             // (a dedicated client's would have closed with it).
             self.services.pools.close_idle();
@@ -111,7 +88,7 @@ impl Protocol {
 
     /// A pinned session's statements, looked at for what DISCARD ALL would
     /// not undo; its connection is closed at its end if one comes.
-    fn watch_pinned(&mut self, t: u8, facts: Option<PinFacts>) {
+    fn watch_pinned(&mut self, t: u8, facts: Option<Pins>) {
         let undone = match t {
             tag::QUERY | tag::PARSE => facts.is_some_and(|f| f.past_reset.is_none()),
             tag::FUNCTION_CALL => false,
