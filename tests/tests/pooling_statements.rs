@@ -221,3 +221,62 @@ async fn a_connection_holds_a_bounded_number_of_statements() {
     assert_eq!(held, "T D(5) C Z", "held on the one server connection");
     assert_eq!(step(&mut a, &run("s0")).await, "2 D(s0) C Z");
 }
+
+/// Closes of statements and portals (`kind`, name), then a Sync.
+fn closes(targets: &[(u8, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (kind, name) in targets {
+        let mut body = vec![*kind];
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        out.extend(raw::message(b'C', &body));
+    }
+    out.extend(raw::message(b'S', &[]));
+    out
+}
+
+/// A client that closes its statements with Closes alone, while `hold`
+/// (another client of the same pool) holds its connection in a
+/// transaction, if given; then uses the names again.
+async fn close_script(c: &mut TcpStream, mut hold: Option<&mut TcpStream>) -> Vec<String> {
+    let mut heard = Vec::new();
+    heard.push(step(c, &sync_after(parse("st", "SELECT 'a'"))).await);
+    heard.push(step(c, &sync_after(parse("", "SELECT 'u'"))).await);
+    heard.push(step(c, &run("st")).await);
+    if let Some(h) = hold.as_deref_mut() {
+        assert_eq!(
+            step(h, &raw::query("BEGIN; SELECT 1")).await,
+            "C T D(1) C Z"
+        );
+    }
+    let all = closes(&[(b'S', "st"), (b'P', ""), (b'S', ""), (b'S', "never")]);
+    let answered = tokio::time::timeout(Duration::from_secs(5), step(c, &all))
+        .await
+        .expect("Closes alone are answered while the pool's connection is held");
+    heard.push(answered);
+    if let Some(h) = hold {
+        assert_eq!(step(h, &raw::query("COMMIT")).await, "C Z");
+    }
+    heard.push(step(c, &run("st")).await);
+    heard.push(step(c, &run("")).await);
+    heard.push(step(c, &sync_after(parse("st", "SELECT 'b'"))).await);
+    heard.push(step(c, &run("st")).await);
+    heard
+}
+
+/// tokio-postgres drops a statement with a Close and a Sync of their own:
+/// answered with no server connection, as the server answers, and the
+/// names are the client's no longer, on whichever connection it gets.
+#[tokio::test]
+async fn closes_alone_take_no_connection_and_answer_as_a_dedicated_one() {
+    let env = pooled(1).await;
+    let mut direct = raw::connect_ready(env.pg.port()).await;
+    let expected = close_script(&mut direct, None).await;
+    assert_eq!(expected[3], "3 3 3 3 Z");
+    assert!(expected[4].contains("26000"), "{expected:?}");
+    let mut hold = raw::connect_ready(env.proxy_port()).await;
+    let mut c = raw::connect_ready(env.proxy_port()).await;
+    assert_eq!(close_script(&mut c, Some(&mut hold)).await, expected);
+    let rows = pools(&env).await;
+    assert_eq!(rows[0][6].as_deref(), Some("0"), "nothing pinned: {rows:?}");
+}

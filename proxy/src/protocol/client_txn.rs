@@ -354,7 +354,7 @@ impl Protocol {
     }
 
     /// An answer given here, in its turn.
-    fn answer_here(&mut self, answers: Bytes, to_client: &mut WriteQueue) {
+    pub(super) fn answer_here(&mut self, answers: Bytes, to_client: &mut WriteQueue) {
         self.client_rt = true;
         if let Some(now) = self.flight.local(answers) {
             self.emit(to_client, now);

@@ -5,7 +5,7 @@
 //! under that name (Close, then Parse, sent in the same write, their
 //! answers unseen), or none under it when the client has none.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
 use super::own::close_statement;
@@ -125,4 +125,69 @@ impl Protocol {
             _ => {}
         }
     }
+}
+
+impl Protocol {
+    /// A pooled session with no server connection and no transaction:
+    /// `cin` that is only Closes and the Sync that ends them (how
+    /// tokio-postgres drops a statement) is answered here, as the server
+    /// answers it (closing what does not exist is no error): a
+    /// CloseComplete each, then ReadyForQuery `I`. False, having changed
+    /// nothing, for anything else. The client's statements are forgotten;
+    /// a server connection that holds one keeps it, known to, and closes
+    /// it before a message of this client names it again (`fix_named_before`).
+    pub(super) fn close_alone(&mut self, cin: &[u8], to_client: &mut WriteQueue) -> bool {
+        if self.txn.held.is_some() || self.txn.failed || self.unsynced {
+            return false;
+        }
+        let Some(closes) = closes_then_sync(cin) else {
+            return false;
+        };
+        let mut answers = BytesMut::with_capacity(closes * 5 + 6);
+        let mut pos = 0;
+        while let Ok(Some(h)) = frame::peek_header(&cin[pos..], usize::MAX) {
+            let msg = &cin[pos..pos + h.wire_len];
+            pos += h.wire_len;
+            let Some((kind, name)) = frontend::target(msg) else {
+                break;
+            };
+            if kind == b'S' {
+                self.forget_client_statement(name);
+            }
+            answers.extend_from_slice(&[tag::CLOSE_COMPLETE, 0, 0, 0, 4]);
+        }
+        crate::wire::write::ready_for_query(&mut answers, b'I');
+        self.answer_here(answers.freeze(), to_client);
+        true
+    }
+
+    /// The client closed its statement `name` (never sent upstream).
+    fn forget_client_statement(&mut self, name: &str) {
+        self.flight.forget(name);
+        match name.is_empty() {
+            // The server's unnamed statement may still be the client's old
+            // one: it is dropped before a message uses it.
+            true => self.unnamed_fix = Some(super::client_txn::UnnamedFix::Drop),
+            false => {
+                self.named.client.remove(name);
+            }
+        }
+    }
+}
+
+/// How many Closes `cin` holds when it is Closes (of a statement or a
+/// portal, each readable) and then the one Sync that ends it.
+fn closes_then_sync(cin: &[u8]) -> Option<usize> {
+    let mut pos = 0;
+    let mut closes = 0;
+    while let Ok(Some(h)) = frame::peek_header(cin.get(pos..)?, usize::MAX) {
+        let msg = cin.get(pos..pos + h.wire_len)?;
+        pos += h.wire_len;
+        match h.tag {
+            tag::CLOSE if matches!(frontend::target(msg), Some((b'S' | b'P', _))) => closes += 1,
+            tag::SYNC if closes > 0 && pos == cin.len() => return Some(closes),
+            _ => return None,
+        }
+    }
+    None
 }

@@ -139,11 +139,11 @@ impl Protocol {
     /// that the session would hold, or the COMMIT or ROLLBACK of a held
     /// one, it is answered here, and no connection is taken for it (under
     /// a busy pool, a transaction would otherwise wait in line more than
-    /// once). False when anything else is there; nothing is changed then.
+    /// once). So are Closes alone (`close_alone`). False when anything
+    /// else is there; nothing is changed then.
     pub fn answer_alone(&mut self, cin: &mut BytesMut, to_client: &mut WriteQueue) -> bool {
         let held = self.txn.held.is_some();
         if !self.pooled
-            || !self.txn.defer_begin
             || self.txn_group
             || self.pin.is_some()
             || self.fatal_relayed
@@ -161,6 +161,17 @@ impl Protocol {
         let Ok(Some(h)) = frame::peek_header(cin, usize::MAX) else {
             return false;
         };
+        // Closes alone need no connection either.
+        if h.tag == tag::CLOSE {
+            let answered = !held && self.close_alone(cin, to_client);
+            if answered {
+                cin.clear();
+            }
+            return answered;
+        }
+        if !self.txn.defer_begin {
+            return false;
+        }
         let words: &[&str] = match held {
             false => &["begin", "start"],
             true => &["commit", "end", "rollback", "abort"],
