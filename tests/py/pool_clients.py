@@ -33,6 +33,18 @@ def psycopg_client(dsn, client, out):
                     "select sum(id) + %s::int from pool_items where id <= %s", (client, i)
                 )
                 got.append(cur.fetchone()[0])
+        # Room for two prepared statements: each new one evicts the oldest,
+        # which psycopg closes (a Close and a Sync of their own with libpq
+        # 17 and later, DEALLOCATE before).
+        conn.prepared_max = 2
+        for i in range(3):
+            for k in range(4):
+                row = conn.execute(
+                    f"select {k} + %s::int from pool_items where id = %s",
+                    (client, i + 1),
+                    prepare=True,
+                ).fetchone()
+                got.append(row[0])
     out[client] = got
 
 
