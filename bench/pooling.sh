@@ -32,7 +32,8 @@
 #   bash bench/pooling.sh   # BENCH_SECONDS=15 BENCH_ROUNDS=1 BENCH_CLIENTS=200 BENCH_POOL_SIZE=20
 #
 # BENCH_DIRECT_CLIENTS (default: the pool size), BENCH_THREADS (pgbench -j,
-# 4), BENCH_WORKLOADS and BENCH_TARGETS ("direct onetrip onetrip-lazy
+# 4), BENCH_ONETRIP_THREADS (onetrip's [listen] threads; its default when
+# unset), BENCH_PGBOUNCER (a PgBouncer binary, below), BENCH_WORKLOADS and BENCH_TARGETS ("direct onetrip onetrip-lazy
 # pgbouncer") change what runs; BENCH_ROUNDS > 1 alternates the targets'
 # order and prints medians; BENCH_KEEP=1 keeps the work directory (logs,
 # pgbench output). Not a test: it takes minutes and the machine. Needs
@@ -59,7 +60,10 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 prepare_many_clients
 ONETRIP="$TARGET_DIR/release/onetrip"
 
-PGB_VERSION=$(pgbouncer --version | awk 'NR == 1 {print $2}')
+# BENCH_PGBOUNCER: another PgBouncer binary than the one on the PATH (one
+# built from source, say, where the distribution's is older than 1.21).
+PGBOUNCER=${BENCH_PGBOUNCER:-pgbouncer}
+PGB_VERSION=$("$PGBOUNCER" --version | awk 'NR == 1 {print $2}')
 # max_prepared_statements (named statements in transaction mode) came in 1.21.
 if [ "$(printf '%s\n' 1.21 "$PGB_VERSION" | sort -V | head -1)" = 1.21 ]; then PGB_PREPARED=1; else PGB_PREPARED=0; fi
 
@@ -113,6 +117,7 @@ onetrip_toml() {
     {
         echo "[listen]"
         echo "address = \"127.0.0.1:$PROXY_PORT\""
+        [ -z "${BENCH_ONETRIP_THREADS:-}" ] || echo "threads = $BENCH_ONETRIP_THREADS"
         echo "[upstream]"
         echo "address = \"127.0.0.1:$PG_PORT\""
         echo "[pool]"
@@ -162,7 +167,7 @@ start_target() {
             rm -f "$WORK/pgbouncer.pid"
             # Its log is its own file (it runs as postgres); what it says
             # before opening it goes beside.
-            "${AS[@]}" sh -c "ulimit -n \$(ulimit -Hn) && exec pgbouncer -q $WORK/pgbouncer.ini" 2>"$log.stderr" &
+            "${AS[@]}" sh -c "ulimit -n \$(ulimit -Hn) && exec $PGBOUNCER -q $WORK/pgbouncer.ini" 2>"$log.stderr" &
             PROXY_PID=$!
             ;;
         *) echo "unknown target $t" >&2; exit 1 ;;
