@@ -612,6 +612,10 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             WOKE_OTHERS.with(|w| w.set(true));
         }
         e.upstream = Ready::FRESH;
+        // Empty here: read room is taken again with the next bytes, so a
+        // client idle between transactions holds none.
+        b.cin = BytesMut::new();
+        b.uin = BytesMut::new();
         return Ok(true);
     }
     if let Some(j) = super::move_due(proto, b, seat) {

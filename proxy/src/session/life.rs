@@ -57,9 +57,10 @@ pub struct Start {
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
     let startup_raw = start.startup_raw.clone();
-    let opened = connect_and_authenticate(client, start, shared)
-        .instrument(span.clone())
-        .await;
+    // Boxed, and freed once the client is in: a future is as large as its
+    // largest await, and the login's would stay with every idle session.
+    let opened =
+        Box::pin(connect_and_authenticate(client, start, shared).instrument(span.clone())).await;
     let Some((proto, ready, pooled)) = opened else {
         return;
     };
@@ -328,7 +329,9 @@ fn relay_to_the_end(
                         shared,
                         &mut forced,
                     );
-                    between.instrument(s.span.clone()).await
+                    // Boxed, as the rarer awaits below: what the session
+                    // holds while it relays stays small.
+                    Box::pin(between.instrument(s.span.clone())).await
                 }
                 (_, Err(why)) => {
                     s.span.in_scope(|| warn!("session closed: {why}"));
@@ -360,7 +363,7 @@ fn relay_to_the_end(
                     .span
                     .in_scope(|| farewells(&proto, end.end, &mut bufs, &s.shared));
                 let limit = proto.services.config.limits.client_write_timeout;
-                match write_farewells(streams, &mut bufs, keep, limit).await {
+                match Box::pin(write_farewells(streams, &mut bufs, keep, limit)).await {
                     Ok(upstream) => upstream,
                     Err(why) => {
                         s.span.in_scope(|| warn!("session closed: {why}"));
@@ -369,7 +372,7 @@ fn relay_to_the_end(
                 }
             }
             Relayed::Move(j, streams, bufs) => {
-                return move_to(j, streams, proto, bufs, seat, s).await;
+                return Box::pin(move_to(j, streams, proto, bufs, seat, s)).await;
             }
             Relayed::Lost(why) => {
                 s.span.in_scope(|| warn!("session closed: {why}"));
@@ -388,7 +391,7 @@ fn relay_to_the_end(
             // A pooled session that ended cleanly: its connection stays in
             // the pool, as after any transaction.
             (Some(Stream::Plain(mut t)), Some(pooled)) => {
-                if !reset_for_pool(&mut t, &mut proto).await {
+                if !Box::pin(reset_for_pool(&mut t, &mut proto)).await {
                     return Some(proto);
                 }
                 match t
@@ -415,7 +418,7 @@ fn relay_to_the_end(
                 settings: proto.settings.after_reset(),
                 owed: proto.flight.readies(),
             };
-            match reuse::park(leaving, shared).await {
+            match Box::pin(reuse::park(leaving, shared)).await {
                 Ok(()) => debug!("upstream connection kept for the next client"),
                 Err(e) => debug!("upstream connection not kept: {e}"),
             }
