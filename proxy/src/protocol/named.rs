@@ -144,17 +144,13 @@ impl Protocol {
             return false;
         };
         let mut answers = BytesMut::with_capacity(closes * 5 + 6);
-        let mut pos = 0;
-        while let Ok(Some(h)) = frame::peek_header(&cin[pos..], usize::MAX) {
-            let msg = &cin[pos..pos + h.wire_len];
-            pos += h.wire_len;
-            let Some((kind, name)) = frontend::target(msg) else {
-                break;
-            };
-            if kind == b'S' {
-                self.forget_client_statement(name);
+        for (_, msg) in messages(cin) {
+            if let Some((kind, name)) = frontend::target(msg) {
+                if kind == b'S' {
+                    self.forget_client_statement(name);
+                }
+                answers.extend_from_slice(&[tag::CLOSE_COMPLETE, 0, 0, 0, 4]);
             }
-            answers.extend_from_slice(&[tag::CLOSE_COMPLETE, 0, 0, 0, 4]);
         }
         crate::wire::write::ready_for_query(&mut answers, b'I');
         self.answer_here(answers.freeze(), to_client);
@@ -178,16 +174,25 @@ impl Protocol {
 /// How many Closes `cin` holds when it is Closes (of a statement or a
 /// portal, each readable) and then the one Sync that ends it.
 fn closes_then_sync(cin: &[u8]) -> Option<usize> {
-    let mut pos = 0;
-    let mut closes = 0;
-    while let Ok(Some(h)) = frame::peek_header(cin.get(pos..)?, usize::MAX) {
-        let msg = cin.get(pos..pos + h.wire_len)?;
-        pos += h.wire_len;
-        match h.tag {
+    let (mut closes, mut seen) = (0, 0);
+    for (t, msg) in messages(cin) {
+        seen += msg.len();
+        match t {
             tag::CLOSE if matches!(frontend::target(msg), Some((b'S' | b'P', _))) => closes += 1,
-            tag::SYNC if closes > 0 && pos == cin.len() => return Some(closes),
+            tag::SYNC if closes > 0 && seen == cin.len() => return Some(closes),
             _ => return None,
         }
     }
     None
+}
+
+/// The whole messages at the start of `cin`: (type, message).
+fn messages(cin: &[u8]) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let h = frame::peek_header(cin.get(at..)?, usize::MAX).ok()??;
+        let msg = cin.get(at..at + h.wire_len)?;
+        at += h.wire_len;
+        Some((h.tag, msg))
+    })
 }
