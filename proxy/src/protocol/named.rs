@@ -144,7 +144,7 @@ impl Protocol {
             return false;
         };
         let mut answers = BytesMut::with_capacity(closes * 5 + 6);
-        for (_, msg) in messages(cin) {
+        for (_, msg) in frame::messages(cin) {
             if let Some((kind, name)) = frontend::target(msg) {
                 if kind == b'S' {
                     self.forget_client_statement(name);
@@ -175,7 +175,7 @@ impl Protocol {
 /// portal, each readable) and then the one Sync that ends it.
 fn closes_then_sync(cin: &[u8]) -> Option<usize> {
     let (mut closes, mut seen) = (0, 0);
-    for (t, msg) in messages(cin) {
+    for (t, msg) in frame::messages(cin) {
         seen += msg.len();
         match t {
             tag::CLOSE if matches!(frontend::target(msg), Some((b'S' | b'P', _))) => closes += 1,
@@ -184,15 +184,4 @@ fn closes_then_sync(cin: &[u8]) -> Option<usize> {
         }
     }
     None
-}
-
-/// The whole messages at the start of `cin`: (type, message).
-fn messages(cin: &[u8]) -> impl Iterator<Item = (u8, &[u8])> + '_ {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        let h = frame::peek_header(cin.get(at..)?, usize::MAX).ok()??;
-        let msg = cin.get(at..at + h.wire_len)?;
-        at += h.wire_len;
-        Some((h.tag, msg))
-    })
 }

@@ -169,6 +169,17 @@ pub fn headers(run: &[u8]) -> impl Iterator<Item = Header> + '_ {
     })
 }
 
+/// Iterates the complete messages in `run`: (type, whole message).
+pub fn messages(run: &[u8]) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+    let mut at = 0usize;
+    headers(run).map(move |h| {
+        // `headers` yields only messages that are whole in `run`.
+        let msg = &run[at..at + h.wire_len];
+        at += h.wire_len;
+        (h.tag, msg)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +189,16 @@ mod tests {
         v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn messages_are_whole_ones_with_their_type() {
+        let mut all = msg(b'C', b"Sa\0");
+        all.extend(msg(b'S', b""));
+        let whole = all.len();
+        all.extend(&msg(b'Q', b"SELECT 1\0")[..6]);
+        let got: Vec<_> = messages(&all).collect();
+        assert_eq!(got, [(b'C', &all[..8]), (b'S', &all[8..whole])]);
     }
 
     #[test]
