@@ -196,6 +196,9 @@ fn help(name: &str) -> &'static str {
         "local_ends" => {
             "COMMITs and ROLLBACKs answered by the proxy: the transaction never reached the server."
         }
+        "local_closes" => {
+            "Groups of Closes answered by the proxy with no server connection (transaction pooling)."
+        }
         "lazy_reads" => "Reads run outside a transaction block that had not reached the server.",
         _ => "onetrip counter.",
     }

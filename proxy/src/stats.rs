@@ -126,6 +126,9 @@ counters! {
     /// COMMITs and ROLLBACKs of transactions that never reached the server,
     /// answered here: each one a round trip saved.
     local_ends,
+    /// Groups of Closes of a pooled session with no server connection,
+    /// answered here: each one a round trip saved, and no connection taken.
+    local_closes,
     /// Reads run without their transaction block (`transactions.lazy_reads`).
     lazy_reads,
 }
@@ -139,15 +142,17 @@ impl Snapshot {
 
     /// Round trips saved, by what saved them: each coalesced batch, each
     /// BEGIN that rode along with the next statement, each COMMIT or
-    /// ROLLBACK answered here. A lazy read saves nothing by itself: it lets
+    /// ROLLBACK answered here, each group of Closes answered with no
+    /// connection (transaction pooling). A lazy read saves nothing by itself: it lets
     /// its transaction's end be answered here, and is counted there. The
     /// sum can differ from [`Self::round_trips_saved`] by the proxy's own
     /// queries (settings, catalog) and failed write probes.
-    pub fn saved_by_kind(&self) -> [(&'static str, u64); 3] {
+    pub fn saved_by_kind(&self) -> [(&'static str, u64); 4] {
         [
             ("coalesced", self.coalesced_batches),
             ("deferred_begin", self.deferred_begins),
             ("local_end", self.local_ends),
+            ("local_close", self.local_closes),
         ]
     }
 

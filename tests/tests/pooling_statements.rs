@@ -277,6 +277,8 @@ async fn closes_alone_take_no_connection_and_answer_as_a_dedicated_one() {
     let mut hold = raw::connect_ready(env.proxy_port()).await;
     let mut c = raw::connect_ready(env.proxy_port()).await;
     assert_eq!(close_script(&mut c, Some(&mut hold)).await, expected);
+    let stats = env.proxy.as_ref().unwrap().stats().total();
+    assert_eq!(stats.local_closes, 1, "one group of Closes answered here");
     let rows = pools(&env).await;
     assert_eq!(rows[0][6].as_deref(), Some("0"), "nothing pinned: {rows:?}");
 }

@@ -394,7 +394,12 @@ async fn held_transactions_and_savings_are_shown() {
     let t = s.lazy.stats().total();
     assert_eq!(
         t.saved_by_kind(),
-        [("coalesced", 0), ("deferred_begin", 1), ("local_end", 1)]
+        [
+            ("coalesced", 0),
+            ("deferred_begin", 1),
+            ("local_end", 1),
+            ("local_close", 0)
+        ]
     );
     assert_eq!(t.lazy_reads, 1);
     assert_eq!(t.client_round_trips - t.upstream_round_trips, 2);

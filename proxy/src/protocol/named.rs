@@ -153,6 +153,7 @@ impl Protocol {
             }
         }
         crate::wire::write::ready_for_query(&mut answers, b'I');
+        Counters::add(&self.info.counters.local_closes, 1);
         self.answer_here(answers.freeze(), to_client);
         true
     }

@@ -47,6 +47,7 @@ fn is_count(column: &str) -> bool {
         "coalesced_batches",
         "deferred_begins",
         "local_ends",
+        "local_closes",
         "lazy_reads",
         "probes_passed",
         "probes_failed",

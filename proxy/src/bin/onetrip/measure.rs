@@ -118,7 +118,7 @@ impl Report {
             self.exit_code, self.wall_seconds
         );
         let saved = |k: &str| self.saved_by_kind.get(k).copied().unwrap_or(0);
-        let rows: [(&str, String); 14] = [
+        let rows: [(&str, String); 15] = [
             ("client round trips", self.client_round_trips.to_string()),
             (
                 "upstream round trips",
@@ -139,6 +139,10 @@ impl Report {
             (
                 "ends answered by onetrip",
                 format!("{} ({} lazy reads)", saved("local_end"), self.lazy_reads),
+            ),
+            (
+                "Closes answered by onetrip",
+                saved("local_close").to_string(),
             ),
             (
                 "write probes passed/failed",
