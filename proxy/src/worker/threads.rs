@@ -96,7 +96,10 @@ fn runtime(
             .enable_io()
             .on_thread_park(super::park)
             .build()?;
-        let Ok(after) = eventpolls() else { break };
+        let Ok(after) = eventpolls() else {
+            rt.shutdown_background();
+            break;
+        };
         let new: Vec<RawFd> = after
             .into_iter()
             .filter(|fd| !before.contains(fd))
@@ -106,6 +109,9 @@ fn runtime(
         {
             return Ok((rt, Some(reactor)));
         }
+        // Dropped without waiting: workers may be started from inside a
+        // runtime (tests), where a runtime must not block to shut down.
+        rt.shutdown_background();
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -233,6 +239,21 @@ mod tests {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         churn.join().unwrap();
+    }
+
+    /// Workers are started from inside a runtime in tests: the runtimes
+    /// tried and set aside there must not block to shut down (a panic).
+    #[test]
+    fn runtimes_set_aside_inside_a_runtime_do_not_panic() {
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (rt, reactor) = outer.block_on(async {
+            // No epoll ever appears: each try is set aside.
+            runtime(NO_RELAY, || Ok(Vec::new())).unwrap()
+        });
+        assert!(reactor.is_none());
+        assert!(serves(rt, reactor));
     }
 
     #[test]
