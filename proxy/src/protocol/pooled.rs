@@ -163,7 +163,7 @@ impl Protocol {
         };
         // Closes alone need no connection either.
         if h.tag == tag::CLOSE {
-            let answered = !held && self.close_alone(cin, to_client);
+            let answered = self.close_alone(cin, to_client);
             if answered {
                 cin.clear();
             }
