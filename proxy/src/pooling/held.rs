@@ -1,9 +1,9 @@
 //! A pooled session's hold on its pool: the connection it has now, if
 //! any, given back at each release point and taken again when its client
 //! speaks. Both happen where the session relays (the worker's epoll, with
-//! no await), unless the session must wait: for a connection when none is
-//! idle, for one to open, or for its settings to be made on one
-//! (`session::pooled`).
+//! no await), and so does waiting in line for a connection when none is
+//! idle (`relay::epoll`); the session's task takes over to open one, or to
+//! make its settings on one (`session::pooled`).
 
 use std::{
     sync::{Arc, atomic::Ordering::Relaxed},
@@ -12,7 +12,7 @@ use std::{
 
 use bytes::Bytes;
 
-use super::{Idle, Pool, Slot};
+use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout};
 use crate::{
     cancel::{CancelKeys, Key},
     protocol::{Protocol, ServerStatements, SessionSets},
@@ -27,6 +27,20 @@ pub struct Pooled {
     pub slot: Option<Slot>,
     pub startup: Bytes,
     cancel: Arc<CancelKeys>,
+    /// What the session got while it waited in its worker's relay, for
+    /// its task to go on with (`session::pooled::between`).
+    pub granted: Option<Result<Grant, WaitTimeout>>,
+}
+
+/// What a session without a connection does when its client speaks.
+pub enum Waiting {
+    /// It goes on over this connection, taken now.
+    Ready(std::net::TcpStream),
+    /// Its task goes on with what it was granted (`Pooled::granted`): a
+    /// connection to open, or one to make its settings on.
+    Task,
+    /// It waits in line for a grant, left with its worker's relay.
+    InLine,
 }
 
 /// A server connection a pooled session takes: from the pool's idle ones,
@@ -62,6 +76,7 @@ impl Pooled {
             slot: Some(slot),
             startup,
             cancel,
+            granted: None,
         }
     }
 
@@ -74,6 +89,7 @@ impl Pooled {
             slot: None,
             startup,
             cancel,
+            granted: None,
         }
     }
 
@@ -105,22 +121,36 @@ impl Pooled {
         self.pool.give_back(idle)
     }
 
-    /// An idle connection of the pool, ready for the session as it is
-    /// (fit for reuse, with the session's settings), taken without
-    /// waiting; `None` sends the session the long way round.
-    pub fn take_ready(&mut self, proto: &mut Protocol) -> Option<std::net::TcpStream> {
+    /// A connection of the pool for the session now, or its place in line
+    /// (its grant left with `to` under `ticket`).
+    pub fn take_or_wait(
+        &mut self,
+        proto: &mut Protocol,
+        to: &Arc<dyn Deliver>,
+        ticket: u64,
+    ) -> Waiting {
         let up = &proto.services.config.upstream;
-        let idle = self
-            .pool
-            .take_ready(up.reuse_idle_timeout, up.reuse_lifetime)?;
-        if idle.sets != *proto.session_sets() {
-            // Its settings are made over a round trip of its own.
-            self.pool.give_back(idle);
-            return None;
+        let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
+        match self.pool.take_or_wait(max_idle, lifetime, to, ticket) {
+            Take::InLine => Waiting::InLine,
+            Take::Now(grant) => self.use_grant(proto, grant),
         }
-        let (tcp, _, taken) = idle.taken();
-        self.adopt(proto, taken);
-        Some(tcp)
+    }
+
+    /// Takes a grant: an idle connection with the session's settings is
+    /// used as it is; anything else is left for the task (`granted`).
+    pub fn use_grant(&mut self, proto: &mut Protocol, grant: Grant) -> Waiting {
+        match grant {
+            Grant::Idle(idle) if idle.sets == *proto.session_sets() => {
+                let (tcp, _, taken) = idle.taken();
+                self.adopt(proto, taken);
+                Waiting::Ready(tcp)
+            }
+            other => {
+                self.granted = Some(Ok(other));
+                Waiting::Task
+            }
+        }
     }
 
     /// The session goes on over `taken`: the client's cancel key points at

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 mod held;
-pub use held::{Pooled, Taken};
+pub use held::{Pooled, Taken, Waiting};
 
 use crate::{
     protocol::{ServerStatements, SessionSets, settings::Settings},
@@ -106,6 +106,24 @@ pub enum Grant {
     Open(Slot),
 }
 
+impl Grant {
+    /// Goes to the next in line (its client stopped waiting); true when
+    /// that one's task waits on this thread (`Pool::give_back`).
+    pub fn pass_on(self) -> bool {
+        match self {
+            Grant::Idle(idle) => match idle.slot.pool.clone() {
+                Some(pool) => pool.give_back(idle),
+                None => false,
+            },
+            // Dropped, the slot's place goes to the next in line.
+            Grant::Open(slot) => {
+                drop(slot);
+                false
+            }
+        }
+    }
+}
+
 /// Why no connection was given.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -168,8 +186,55 @@ struct Inner {
     /// Of them, being opened to be idle (`min_idle`).
     filling: usize,
     idle: Vec<Idle>,
-    /// Each with the thread its task waits on (`worker::thread_mark`).
-    waiters: VecDeque<(Instant, oneshot::Sender<Grant>, u64)>,
+    waiters: VecDeque<(Instant, Waiter)>,
+}
+
+/// A client waiting for a connection.
+enum Waiter {
+    /// Its task waits, on the thread marked (`worker::thread_mark`).
+    Task(oneshot::Sender<Grant>, u64),
+    /// It waits where it relays, on the thread marked: the grant is left
+    /// for it there, under its ticket.
+    Relay(Arc<dyn Deliver>, u64, u64),
+}
+
+/// Where clients that wait in a worker's relay are given their grants.
+pub trait Deliver: Send + Sync {
+    /// Leaves `grant` for the client of `ticket`; one that stopped waiting
+    /// gives it back to the pool.
+    fn deliver(&self, ticket: u64, grant: Grant);
+}
+
+impl Waiter {
+    /// Hands `grant` over; gives it back when the client stopped waiting.
+    /// `Ok(true)` when the client's task waits on this thread.
+    // Moved, not boxed, as `Grant` itself.
+    #[allow(clippy::result_large_err)]
+    fn grant(self, grant: Grant) -> Result<bool, Grant> {
+        match self {
+            Waiter::Task(tx, thread) => tx
+                .send(grant)
+                .map(|()| thread == crate::worker::thread_mark()),
+            Waiter::Relay(to, ticket, _) => {
+                to.deliver(ticket, grant);
+                Ok(false)
+            }
+        }
+    }
+
+    fn is_waiting(&self) -> bool {
+        match self {
+            Waiter::Task(tx, _) => !tx.is_closed(),
+            Waiter::Relay(..) => true,
+        }
+    }
+}
+
+/// A connection right away, or a place in line (`Pool::take_or_wait`).
+#[allow(clippy::large_enum_variant)]
+pub enum Take {
+    Now(Grant),
+    InLine,
 }
 
 /// A pool's figures for `SHOW POOLS`.
@@ -238,8 +303,9 @@ impl Pool {
                 return Ok(Grant::Open(Slot::new(self)));
             }
             let (tx, rx) = oneshot::channel();
+            let thread = crate::worker::thread_mark();
             g.waiters
-                .push_back((Instant::now(), tx, crate::worker::thread_mark()));
+                .push_back((Instant::now(), Waiter::Task(tx, thread)));
             rx
         };
         let mut rx = rx;
@@ -265,17 +331,66 @@ impl Pool {
         }
     }
 
-    /// An idle connection fit for reuse, if one is there now. One that is
-    /// not is closed, its place freed (for a waiting client, or for the
-    /// caller to open a connection in by `acquire`).
-    pub fn take_ready(&self, max_idle: Duration, lifetime: Duration) -> Option<Idle> {
-        let idle = self.lock().idle.pop()?;
-        match Self::checked(idle, max_idle, lifetime) {
-            Grant::Idle(idle) => {
-                self.waits.record(Duration::ZERO);
-                Some(idle)
-            }
-            Grant::Open(_freed) => None,
+    /// A connection now, as `acquire` gives one, or else a place in line
+    /// for a client that waits in a worker's relay: its grant is left
+    /// with `to` under `ticket`.
+    pub fn take_or_wait(
+        self: &Arc<Self>,
+        max_idle: Duration,
+        lifetime: Duration,
+        to: &Arc<dyn Deliver>,
+        ticket: u64,
+    ) -> Take {
+        let mut g = self.lock();
+        let now = if let Some(idle) = g.idle.pop() {
+            drop(g);
+            Self::checked(idle, max_idle, lifetime)
+        } else if g.places < self.size {
+            g.places += 1;
+            drop(g);
+            Grant::Open(Slot::new(self))
+        } else {
+            let thread = crate::worker::thread_mark();
+            let waiter = Waiter::Relay(to.clone(), ticket, thread);
+            g.waiters.push_back((Instant::now(), waiter));
+            return Take::InLine;
+        };
+        self.waits.record(Duration::ZERO);
+        Take::Now(now)
+    }
+
+    /// A client that waited in a worker's relay got its grant, or stopped
+    /// waiting, after `waited`: an idle connection is checked as
+    /// `acquire` checks it.
+    pub fn waited(
+        &self,
+        waited: Duration,
+        grant: Grant,
+        max_idle: Duration,
+        lifetime: Duration,
+    ) -> Grant {
+        self.waits.record(waited);
+        match grant {
+            Grant::Idle(idle) => Self::checked(idle, max_idle, lifetime),
+            open => open,
+        }
+    }
+
+    /// A client waiting in a worker's relay leaves the line.
+    pub fn leave_line(&self, ticket: u64, thread: u64) {
+        self.lock().waiters.retain(
+            |(_, w)| !matches!(w, Waiter::Relay(_, t, th) if (*t, *th) == (ticket, thread)),
+        );
+    }
+
+    /// A client that waited in a worker's relay ran out of time.
+    pub fn timed_out(&self, waited: Duration, timeout: Duration) -> WaitTimeout {
+        self.waits.record(waited);
+        WaitTimeout {
+            database: self.database.clone(),
+            user: self.user.clone(),
+            timeout,
+            size: self.size,
         }
     }
 
@@ -300,9 +415,9 @@ impl Pool {
     pub fn give_back(&self, idle: Idle) -> bool {
         let mut idle = idle;
         let mut g = self.lock();
-        while let Some((_, tx, thread)) = g.waiters.pop_front() {
-            match tx.send(Grant::Idle(idle)) {
-                Ok(()) => return thread == crate::worker::thread_mark(),
+        while let Some((_, waiter)) = g.waiters.pop_front() {
+            match waiter.grant(Grant::Idle(idle)) {
+                Ok(here) => return here,
                 Err(Grant::Idle(back)) => idle = back,
                 Err(Grant::Open(slot)) => {
                     slot.disarm();
@@ -319,9 +434,9 @@ impl Pool {
     /// the first waiting client, to open one in, or off the count.
     fn place_freed(self: Arc<Self>) {
         let mut g = self.lock();
-        while let Some((_, tx, _)) = g.waiters.pop_front() {
-            match tx.send(Grant::Open(Slot::new(&self))) {
-                Ok(()) => return,
+        while let Some((_, waiter)) = g.waiters.pop_front() {
+            match waiter.grant(Grant::Open(Slot::new(&self))) {
+                Ok(_) => return,
                 // The client stopped waiting: the new slot must not free
                 // the place again (this lock is held).
                 Err(Grant::Open(slot)) => slot.disarm(),
@@ -374,8 +489,8 @@ impl Pool {
         let waiting: Vec<Instant> = g
             .waiters
             .iter()
-            .filter(|(_, tx, _)| !tx.is_closed())
-            .map(|(t, _, _)| *t)
+            .filter(|(_, w)| w.is_waiting())
+            .map(|(t, _)| *t)
             .collect();
         PoolRow {
             database: self.database.clone(),

@@ -11,23 +11,33 @@
 //! task relays on through tokio.
 
 use std::{
-    cell::{Cell, RefCell},
+    cell::{Cell, OnceCell, RefCell},
     future::Future,
     io,
     net::TcpStream,
     os::fd::AsRawFd,
     pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll, Waker},
+    time::Instant,
 };
 
 use bytes::BytesMut;
 use tracing::Span;
 
 use super::{Bufs, End};
-use crate::{pooling::Pooled, protocol::Protocol, wire::write, worker::seats::Seat};
+use crate::{
+    pooling::{Deliver, Grant, Pooled, Waiting},
+    protocol::Protocol,
+    wire::write,
+    worker::seats::Seat,
+};
 use crate::{
     stats::Counters,
-    worker::{self, epoll::Event, thread_mark},
+    worker::{self, deadlines, epoll::Event, thread_mark},
 };
 
 /// A session as it enters or leaves the worker's relay.
@@ -65,7 +75,17 @@ struct Entry {
     waiter: Option<Waker>,
     /// Waits for another turn (`TURNS` ran out).
     pending: bool,
+    /// A pooled session waits in line for a connection, here.
+    wait: Option<InLine>,
     span: Span,
+}
+
+/// A session's wait for a connection in its worker's relay: its grant
+/// comes by the worker's `Mailbox`; its task is woken at
+/// `query_wait_timeout` (the deadline), to end the wait.
+struct InLine {
+    since: Instant,
+    deadline: Option<deadlines::Key>,
 }
 
 /// What a socket is known ready for, since its last report (edge-
@@ -131,6 +151,69 @@ thread_local! {
     /// the thread back to the runtime, which would not know otherwise. (A
     /// task on another thread is woken through its own runtime.)
     static WOKE_OTHERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Where a worker's pools leave grants for the sessions waiting in line in
+/// its relay, from any thread: one that rings the worker's bell.
+struct Mailbox {
+    thread: u64,
+    has_mail: AtomicBool,
+    mail: Mutex<Vec<(u64, Grant)>>,
+    bell: Arc<worker::Bell>,
+}
+
+impl Deliver for Mailbox {
+    fn deliver(&self, ticket: u64, grant: Grant) {
+        self.mail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ticket, grant));
+        self.has_mail.store(true, Ordering::Release);
+        // This thread looks at its mail before it waits again.
+        if self.thread != thread_mark() {
+            self.bell.ring();
+        }
+    }
+}
+
+thread_local! {
+    static MAIL: OnceCell<Option<Arc<Mailbox>>> = const { OnceCell::new() };
+}
+
+/// This worker's mailbox (`None` off a worker).
+fn mailbox() -> Option<Arc<Mailbox>> {
+    MAIL.with(|m| {
+        m.get_or_init(|| {
+            let bell = worker::bell()?;
+            Some(Arc::new(Mailbox {
+                thread: thread_mark(),
+                has_mail: AtomicBool::new(false),
+                mail: Mutex::default(),
+                bell,
+            }))
+        })
+        .clone()
+    })
+}
+
+/// The grants left for this worker's sessions since the last look.
+fn take_mail() -> Vec<(u64, Grant)> {
+    let Ok(Some(mb)) = MAIL.try_with(|m| m.get().cloned().flatten()) else {
+        return Vec::new();
+    };
+    if !mb.has_mail.swap(false, Ordering::Acquire) {
+        return Vec::new();
+    }
+    std::mem::take(&mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn has_mail() -> bool {
+    MAIL.try_with(|m| {
+        m.get()
+            .and_then(Option::as_ref)
+            .is_some_and(|mb| mb.has_mail.load(Ordering::Acquire))
+    })
+    .unwrap_or(false)
 }
 
 /// Whether a turn since the last ask woke another session's task.
@@ -224,6 +307,7 @@ fn give_back_all() {
                 _ => None,
             })
             .filter_map(|e| {
+                leave_line(e);
                 e.stop = Some(Stop::Fallback);
                 e.pending = false;
                 e.waiter.take()
@@ -231,6 +315,18 @@ fn give_back_all() {
             .collect()
     });
     woken.into_iter().for_each(Waker::wake);
+    // Grants left already go to the next in line.
+    deliver_mail();
+}
+
+/// A session in line leaves it (it stops relaying here).
+fn leave_line(e: &mut Entry) {
+    if e.wait.take().is_some()
+        && let Some(pooled) = e.parts.pooled.as_ref()
+    {
+        let ticket = token(e.slot, e.generation, 0);
+        pooled.pool.leave_line(ticket, thread_mark());
+    }
 }
 
 /// Sessions relay on this thread now.
@@ -240,9 +336,10 @@ fn any() -> bool {
 
 /// A session waits for another turn.
 fn has_pending() -> bool {
-    TABLE
-        .try_with(|t| !t.borrow().pending.is_empty())
-        .unwrap_or(false)
+    has_mail()
+        || TABLE
+            .try_with(|t| !t.borrow().pending.is_empty())
+            .unwrap_or(false)
 }
 
 /// The session can relay here: this is a worker, both sockets are plain
@@ -302,6 +399,7 @@ pub(crate) fn enter(
         stop: None,
         waiter: None,
         pending: false,
+        wait: None,
         span: span.clone(),
     };
     // What the handshake left in the buffers is handled now.
@@ -350,7 +448,10 @@ impl Relaying {
         TABLE
             .try_with(|t| {
                 let mut t = t.try_borrow_mut().ok()?;
-                let released = t.get(self.slot, self.generation)?.parts.upstream.is_none();
+                let e = t.get(self.slot, self.generation)?;
+                // Stopped while in line (shutdown, an idle timeout).
+                leave_line(e);
+                let released = e.parts.upstream.is_none();
                 if !released {
                     let e = t.remove(self.slot, self.generation)?;
                     return Some((e.parts, e.stop, None));
@@ -446,16 +547,44 @@ impl Future for Relaying {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => e.waiter = Some(cx.waker().clone()),
             }
+            if waited_too_long(e, cx.waker()) {
+                return Poll::Ready(());
+            }
             Poll::Pending
         })
     }
+}
+
+/// A session in line past `query_wait_timeout` stops waiting, for its
+/// task to tell its client; one in line for less has its deadline armed.
+fn waited_too_long(e: &mut Entry, waker: &Waker) -> bool {
+    let Some(wait) = e.wait.as_mut() else {
+        return false;
+    };
+    let timeout = e.parts.proto.services.config.pool.query_wait_timeout;
+    let waited = wait.since.elapsed();
+    if waited < timeout {
+        match &wait.deadline {
+            Some(key) => key.set_waker(waker),
+            None => wait.deadline = deadlines::arm(wait.since + timeout, waker),
+        }
+        return false;
+    }
+    leave_line(e);
+    if let Some(pooled) = e.parts.pooled.as_mut() {
+        pooled.granted = Some(Err(pooled.pool.timed_out(waited, timeout)));
+    }
+    e.stop = Some(Stop::End(End::Release));
+    true
 }
 
 impl Drop for Relaying {
     fn drop(&mut self) {
         // Taken already, or the task was stopped: then the session ends
         // here, its sockets closed (which takes them out of the epoll).
-        drop(self.remove());
+        if let Some(mut e) = self.remove() {
+            leave_line(&mut e);
+        }
     }
 }
 
@@ -499,10 +628,10 @@ fn on_event(ev: Event) -> bool {
 /// Another turn for each session that ran out of them; true when one
 /// stopped and its task was woken.
 fn run_pending() -> bool {
+    let mut woke = deliver_mail();
     let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
-        return false;
+        return woke;
     };
-    let mut woke = false;
     for (slot, generation) in waiting {
         let w = TABLE.with(|t| {
             let mut t = t.borrow_mut();
@@ -658,12 +787,16 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
 }
 
 /// A turn of a pooled session without a connection: its client's next
-/// bytes read, then a ready connection of its pool taken for them; the
-/// session's task takes over when it must wait for one.
+/// bytes read, then a connection of its pool taken for them, or a place
+/// in line for one, here; the session's task takes over when it must
+/// open a connection or make its settings on one.
 fn released(e: &mut Entry) -> Result<bool, Stop> {
+    // In line for a connection: it comes by the mailbox.
+    if e.wait.is_some() {
+        return Ok(false);
+    }
     let Parts {
         client,
-        upstream,
         proto,
         bufs: b,
         pooled,
@@ -710,17 +843,106 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     let Some(pooled) = pooled.as_mut() else {
         return Err(Stop::End(End::Release));
     };
-    let Some(tcp) = pooled.take_ready(proto) else {
+    let Some(to) = mailbox() else {
         return Err(Stop::End(End::Release));
     };
+    let to: Arc<dyn Deliver> = to;
+    match pooled.take_or_wait(proto, &to, token(e.slot, e.generation, 0)) {
+        Waiting::Ready(tcp) => attach(e, tcp).map(|()| true),
+        Waiting::Task => Err(Stop::End(End::Release)),
+        Waiting::InLine => {
+            let since = Instant::now();
+            // Armed here when the task has polled already, else when it does.
+            let deadline = e.waiter.as_ref().and_then(|w| {
+                let timeout = e.parts.proto.services.config.pool.query_wait_timeout;
+                deadlines::arm(since + timeout, w)
+            });
+            e.wait = Some(InLine { since, deadline });
+            Ok(false)
+        }
+    }
+}
+
+/// The session goes on over `tcp`, a connection it just took.
+fn attach(e: &mut Entry, tcp: TcpStream) -> Result<(), Stop> {
+    let Parts {
+        upstream,
+        proto,
+        bufs: b,
+        pooled,
+        ..
+    } = &mut e.parts;
     if worker::watch(tcp.as_raw_fd(), token(e.slot, e.generation, 1)).is_err() {
-        pooled.give_back(tcp, proto);
+        if let Some(pooled) = pooled.as_mut() {
+            pooled.give_back(tcp, proto);
+        }
         return Err(Stop::End(End::Release));
     }
     *upstream = Some(tcp);
     e.upstream = Ready::FRESH;
     proto.start_if_due(&mut b.to_up);
-    Ok(true)
+    Ok(())
+}
+
+/// Hands the grants left in this worker's mailbox to the sessions waiting
+/// in line for them; a grant whose session stopped waiting goes to the
+/// next in line. True when a task was woken.
+// A grant is moved, not boxed (`pooling::Grant`).
+#[allow(clippy::result_large_err)]
+fn deliver_mail() -> bool {
+    let mut woke = false;
+    loop {
+        let mail = take_mail();
+        if mail.is_empty() {
+            return woke;
+        }
+        for (ticket, grant) in mail {
+            let (slot, generation, _) = untoken(ticket);
+            let given = TABLE.with(|t| {
+                let mut t = t.borrow_mut();
+                let Some(e) = t.get(slot, generation) else {
+                    return Err(grant);
+                };
+                if e.stop.is_some() || e.wait.is_none() {
+                    return Err(grant);
+                }
+                let waiter = granted(e, grant);
+                if e.stop.is_none() && !e.pending {
+                    e.pending = true;
+                    t.pending.push((slot, generation));
+                }
+                Ok(waiter)
+            });
+            woke |= match given {
+                Ok(waiter) => wake(waiter),
+                Err(grant) => grant.pass_on(),
+            };
+        }
+    }
+}
+
+/// A session waiting in line got `grant`: it goes on over it here, or
+/// its task (woken: returned) opens a connection or makes its settings.
+fn granted(e: &mut Entry, grant: Grant) -> Option<Waker> {
+    let waited = e.wait.take().map(|w| w.since.elapsed()).unwrap_or_default();
+    let Parts { proto, pooled, .. } = &mut e.parts;
+    let Some(pooled) = pooled.as_mut() else {
+        drop(grant);
+        e.stop = Some(Stop::End(End::Release));
+        return e.waiter.take();
+    };
+    let up = &proto.services.config.upstream;
+    let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
+    let grant = pooled.pool.waited(waited, grant, max_idle, lifetime);
+    let stop = match pooled.use_grant(proto, grant) {
+        Waiting::Ready(tcp) => attach(e, tcp).err(),
+        Waiting::Task | Waiting::InLine => Some(Stop::End(End::Release)),
+    };
+    if stop.is_some() {
+        e.stop = stop;
+        return e.waiter.take();
+    }
+    None
 }
 
 /// One read into `buf`'s spare room: how much, and whether it emptied
@@ -759,6 +981,50 @@ mod tests {
             );
         }
         assert_ne!(token(0, 0, 0), u64::MAX, "never the runtime's word");
+    }
+
+    /// A pool's startup packet, for a pool of the test's own.
+    fn startup() -> bytes::Bytes {
+        let body = b"user\0u\0database\0d\0\0";
+        let mut b = Vec::new();
+        b.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
+        b.extend_from_slice(&196608u32.to_be_bytes());
+        b.extend_from_slice(body);
+        bytes::Bytes::from(b)
+    }
+
+    /// A grant left from another thread rings the worker's bell: the
+    /// sleeping worker wakes, finds no session waiting under its ticket,
+    /// and passes the grant on (a place, here: freed).
+    #[test]
+    fn a_grant_from_another_thread_wakes_the_worker_and_passes_on() {
+        let workers = crate::workers(1).expect("a worker");
+        assert_eq!(workers.relaying_themselves(), 1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = workers.handles()[0].clone();
+        let mb = rt
+            .block_on(handle.spawn(async { mailbox() }))
+            .unwrap()
+            .expect("a worker's mailbox");
+        let pools = crate::pooling::Pools::new(1);
+        let pool = pools.pool(&startup());
+        let long = std::time::Duration::from_secs(60);
+        let Ok(grant @ Grant::Open(_)) = rt.block_on(pool.acquire(long, long, long)) else {
+            panic!("a place to open a connection in");
+        };
+        assert_eq!(pools.rows()[0].active, 1);
+        mb.deliver(token(12345, 7, 0), grant);
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while pools.rows()[0].active != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the worker never looked at its mail"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

@@ -225,9 +225,10 @@ pub enum Next {
 }
 
 /// Between two transactions, the long way: the session's connection (if
-/// it still has it) goes back, the session waits for its client, or for a
-/// connection when none was ready, opens one or makes its settings on one
-/// (the worker's relay takes a ready one itself: `pooling::held`).
+/// it still has it) goes back, the session waits for its client, takes
+/// what it was granted in line in the worker's relay (`Pooled::granted`)
+/// or else waits for a connection here, opens one or makes its settings on
+/// one (the worker's relay takes an idle one itself: `pooling::held`).
 /// `stopped` is why the relay handed the session over while it had no
 /// connection; `buffered`, whether the client's next bytes are read. The
 /// sockets enter the runtime only to be waited on (the client's first
@@ -249,6 +250,11 @@ pub async fn between(
     if let Some(upstream) = upstream {
         pooled.give_back(upstream, proto);
     }
+    if !matches!(stopped, Some(End::Release) | None)
+        && let Some(Ok(grant)) = pooled.granted.take()
+    {
+        grant.pass_on();
+    }
     match stopped {
         Some(end @ (End::IdleTimeout | End::Shutdown)) => {
             return farewell(client, end, proto).await;
@@ -268,10 +274,16 @@ pub async fn between(
     let wait = config.pool.query_wait_timeout;
     let up = &config.upstream;
     let connect_limit = up.connect_timeout;
-    let grant = pooled
-        .pool
-        .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
-        .await;
+    // What it was granted while it waited in its worker's relay, if it did.
+    let grant = match pooled.granted.take() {
+        Some(granted) => granted,
+        None => {
+            pooled
+                .pool
+                .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
+                .await
+        }
+    };
     let got = match grant {
         Ok(Grant::Idle(idle)) => {
             let (tcp, sets, taken) = idle.taken();

@@ -41,6 +41,8 @@ use epoll::{Epoll, Events};
 
 /// The data word of the runtime's own epoll in the worker's.
 const RUNTIME: u64 = u64::MAX;
+/// The data word of the worker's bell (`Bell`).
+const BELL: u64 = u64::MAX - 1;
 
 /// The relay a worker's epoll loop drives: plain functions of the
 /// relaying thread's own table, so a report costs no dynamic dispatch
@@ -60,8 +62,46 @@ pub struct Relay {
     pub give_back_all: fn(),
 }
 
+/// Wakes a worker from another thread (an eventfd in its epoll): what was
+/// left for its relay (`Relay::has_pending`) is then handled at once.
+pub struct Bell {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Bell {
+    fn new() -> io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no pointers; a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Self {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub fn ring(&self) {
+        use std::os::fd::AsRawFd;
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: 8 bytes from a live buffer. A full counter (never in
+        // practice) means the worker is to wake anyway.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// Quiet again (it is watched level-triggered).
+    fn clear(&self) {
+        use std::os::fd::AsRawFd;
+        let mut n = [0u8; 8];
+        // SAFETY: 8 bytes into a live buffer.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+    }
+}
+
 struct Reactor {
     epoll: Epoll,
+    bell: std::sync::Arc<Bell>,
     events: RefCell<Events>,
     relay: Relay,
     /// The runtime's own epoll, waited in directly once ours has failed.
@@ -94,8 +134,15 @@ impl Reactor {
     fn new(runtime_epoll: RawFd, relay: Relay) -> io::Result<Self> {
         let epoll = Epoll::new()?;
         epoll.add(runtime_epoll, epoll::LEVEL_READABLE, RUNTIME)?;
+        let bell = Bell::new()?;
+        epoll.add(
+            std::os::fd::AsRawFd::as_raw_fd(&bell.fd),
+            epoll::LEVEL_READABLE,
+            BELL,
+        )?;
         Ok(Self {
             epoll,
+            bell: std::sync::Arc::new(bell),
             events: RefCell::new(Events::with_capacity(256)),
             relay,
             runtime_epoll,
@@ -157,6 +204,14 @@ pub fn watch(fd: RawFd, data: u64) -> io::Result<()> {
         Some(r) => r.epoll.add(fd, epoll::SOCKET, data),
         None => Err(io::Error::other("not a worker thread")),
     })
+}
+
+/// This worker's bell, for other threads to wake it with.
+pub fn bell() -> Option<std::sync::Arc<Bell>> {
+    REACTOR
+        .try_with(|r| r.get().map(|r| r.bell.clone()))
+        .ok()
+        .flatten()
 }
 
 /// Stops watching `fd`.
@@ -229,6 +284,9 @@ impl Reactor {
                 let Some(ev) = events.get(i) else { break };
                 if ev.data == RUNTIME {
                     runtime_has_work = true;
+                } else if ev.data == BELL {
+                    // What it was rung for is handled by `run_pending`.
+                    self.bell.clear();
                 } else {
                     runtime_has_work |= (relay.on_event)(ev);
                 }

@@ -1,0 +1,61 @@
+//! Transaction pooling's line: a client whose pool has no connection free
+//! waits where it relays, on its worker, and is handed the next one given
+//! back.
+
+use std::time::Duration;
+
+use onetrip_tests::{Env, PgOptions, connect, simple_rows};
+
+async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    simple_rows(&connect(&dsn).await.simple_query(sql).await.unwrap())
+}
+
+/// Clients in line are counted as waiting in `SHOW POOLS` while they
+/// wait; one whose `query_wait_timeout` passes leaves the line, told why,
+/// and the others keep their places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_in_line_are_counted_and_one_that_times_out_leaves_it() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.pool.query_wait_timeout = Duration::from_millis(1500);
+    })
+    .await;
+    let dsn = env.proxy_dsn();
+    let holder = connect(&dsn).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let early = connect(&dsn).await;
+    let late = connect(&dsn).await;
+    let early_asks = async { early.simple_query("SELECT 'early'").await };
+    let late_asks = async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        late.simple_query("SELECT 'late'").await
+    };
+    let watch = async {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let both = admin(&env, "SHOW POOLS").await;
+        // The early one's time runs out; the late one's does not.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let one_left = admin(&env, "SHOW POOLS").await;
+        holder.batch_execute("COMMIT").await.unwrap();
+        (both, one_left)
+    };
+    let (early, late, (both, one_left)) = tokio::join!(early_asks, late_asks, watch);
+    assert_eq!(both[0][3].as_deref(), Some("2"), "cl_waiting: {both:?}");
+    assert_eq!(
+        one_left[0][3].as_deref(),
+        Some("1"),
+        "cl_waiting: {one_left:?}"
+    );
+    let err = early.expect_err("the early client waited past query_wait_timeout");
+    let db = err.as_db_error().expect("the proxy's error");
+    assert!(db.message().contains("query_wait_timeout"), "{db}");
+    let late = late.expect("the late client got the connection");
+    assert_eq!(simple_rows(&late)[0][0].as_deref(), Some("late"));
+    let pools = admin(&env, "SHOW POOLS").await;
+    assert_eq!(pools[0][3].as_deref(), Some("0"), "cl_waiting: {pools:?}");
+}
