@@ -62,15 +62,18 @@ pub enum Pid {
 /// The keys handed to clients, each with the backend it cancels now.
 pub struct CancelKeys {
     /// `None`: the client runs nothing now (transaction pooling, between
-    /// two server connections), and its cancel goes nowhere.
-    map: DashMap<Key, Option<Key>>,
+    /// two server connections), and its cancel goes nowhere. Hashed with
+    /// FxHash, not SipHash: a pooled session points its key at each
+    /// transaction, and every key in the map is drawn here at random, so
+    /// no peer chooses what collides.
+    map: DashMap<Key, Option<Key>, rustc_hash::FxBuildHasher>,
     rng: SystemRandom,
 }
 
 impl Default for CancelKeys {
     fn default() -> Self {
         Self {
-            map: DashMap::new(),
+            map: DashMap::default(),
             rng: SystemRandom::new(),
         }
     }

@@ -59,3 +59,31 @@ async fn clients_in_line_are_counted_and_one_that_times_out_leaves_it() {
     let pools = admin(&env, "SHOW POOLS").await;
     assert_eq!(pools[0][3].as_deref(), Some("0"), "cl_waiting: {pools:?}");
 }
+
+/// A client in line has a query on its way: it is not idle, and
+/// `client_idle_timeout` does not end it however long it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_in_line_is_not_idle() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.limits.client_idle_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let dsn = env.proxy_dsn();
+    let holder = connect(&dsn).await;
+    let waiter = connect(&dsn).await;
+    // The holder keeps talking, so it is not idle either.
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let waits = async { waiter.simple_query("SELECT 'served'").await };
+    let holds = async {
+        for _ in 0..10 {
+            holder.batch_execute("SELECT 1").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        holder.batch_execute("COMMIT").await.unwrap();
+    };
+    let (served, ()) = tokio::join!(waits, holds);
+    let served = served.expect("served after a wait longer than client_idle_timeout");
+    assert_eq!(simple_rows(&served)[0][0].as_deref(), Some("served"));
+}

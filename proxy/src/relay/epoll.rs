@@ -36,7 +36,7 @@ use crate::{
     worker::seats::Seat,
 };
 use crate::{
-    stats::Counters,
+    stats::{Counters, SessionState},
     worker::{self, deadlines, epoll::Event, thread_mark},
 };
 
@@ -851,6 +851,8 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
         Waiting::Ready(tcp) => attach(e, tcp).map(|()| true),
         Waiting::Task => Err(Stop::End(End::Release)),
         Waiting::InLine => {
+            // Its query is on its way: not idle (`client_idle_timeout`).
+            e.parts.proto.info.set_state(SessionState::Active);
             let since = Instant::now();
             // Armed here when the task has polled already, else when it does.
             let deadline = e.waiter.as_ref().and_then(|w| {
