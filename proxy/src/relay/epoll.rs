@@ -622,7 +622,10 @@ fn on_event(ev: Event) -> bool {
         }
         waiter
     });
-    wake(woke) | woke_others()
+    // A connection given back in that turn goes to the next in line at
+    // once: it would otherwise sit idle until the batch of reports is done.
+    let handed = has_mail() && deliver_mail();
+    wake(woke) | handed | woke_others()
 }
 
 /// Another turn for each session that ran out of them; true when one
@@ -909,8 +912,12 @@ fn deliver_mail() -> bool {
                     return Err(grant);
                 }
                 let waiter = granted(e, grant);
-                if e.stop.is_none() && !e.pending {
-                    e.pending = true;
+                if e.stop.is_some() || e.pending {
+                    return Ok(waiter);
+                }
+                // Its statement goes to the server now, not after the batch.
+                let (more, waiter) = turns(e);
+                if more {
                     t.pending.push((slot, generation));
                 }
                 Ok(waiter)
