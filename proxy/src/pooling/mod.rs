@@ -289,26 +289,15 @@ impl Pool {
         max_idle: Duration,
         lifetime: Duration,
     ) -> Result<Grant, WaitTimeout> {
-        let rx = {
-            let mut g = self.lock();
-            if let Some(idle) = g.idle.pop() {
-                drop(g);
-                self.waits.record(Duration::ZERO);
-                return Ok(Self::checked(idle, max_idle, lifetime));
-            }
-            if g.places < self.size {
-                g.places += 1;
-                drop(g);
-                self.waits.record(Duration::ZERO);
-                return Ok(Grant::Open(Slot::new(self)));
-            }
+        let thread = crate::worker::thread_mark();
+        let line = self.take_or_line(max_idle, lifetime, || {
             let (tx, rx) = oneshot::channel();
-            let thread = crate::worker::thread_mark();
-            g.waiters
-                .push_back((Instant::now(), Waiter::Task(tx, thread)));
-            rx
+            (Waiter::Task(tx, thread), rx)
+        });
+        let mut rx = match line {
+            Ok(grant) => return Ok(grant),
+            Err(rx) => rx,
         };
-        let mut rx = rx;
         let started = Instant::now();
         let got = match crate::timers::timeout(timeout, &mut rx).await {
             Ok(Ok(grant)) => Some(grant),
@@ -318,16 +307,9 @@ impl Pool {
                 rx.try_recv().ok()
             }
         };
-        self.waits.record(started.elapsed());
         match got {
-            Some(Grant::Idle(idle)) => Ok(Self::checked(idle, max_idle, lifetime)),
-            Some(open) => Ok(open),
-            None => Err(WaitTimeout {
-                database: self.database.clone(),
-                user: self.user.clone(),
-                timeout,
-                size: self.size,
-            }),
+            Some(grant) => Ok(self.waited(started.elapsed(), grant, max_idle, lifetime)),
+            None => Err(self.timed_out(started.elapsed(), timeout)),
         }
     }
 
@@ -341,6 +323,25 @@ impl Pool {
         to: &Arc<dyn Deliver>,
         ticket: u64,
     ) -> Take {
+        let thread = crate::worker::thread_mark();
+        let line = self.take_or_line(max_idle, lifetime, || {
+            (Waiter::Relay(to.clone(), ticket, thread), ())
+        });
+        match line {
+            Ok(grant) => Take::Now(grant),
+            Err(()) => Take::InLine,
+        }
+    }
+
+    /// An idle connection (checked) or a place to open one in, now; else
+    /// the client `waiter` makes goes in line, and what it made with it
+    /// (the receiving end, say) is returned.
+    fn take_or_line<W>(
+        self: &Arc<Self>,
+        max_idle: Duration,
+        lifetime: Duration,
+        waiter: impl FnOnce() -> (Waiter, W),
+    ) -> Result<Grant, W> {
         let mut g = self.lock();
         let now = if let Some(idle) = g.idle.pop() {
             drop(g);
@@ -350,18 +351,16 @@ impl Pool {
             drop(g);
             Grant::Open(Slot::new(self))
         } else {
-            let thread = crate::worker::thread_mark();
-            let waiter = Waiter::Relay(to.clone(), ticket, thread);
+            let (waiter, made) = waiter();
             g.waiters.push_back((Instant::now(), waiter));
-            return Take::InLine;
+            return Err(made);
         };
         self.waits.record(Duration::ZERO);
-        Take::Now(now)
+        Ok(now)
     }
 
-    /// A client that waited in a worker's relay got its grant, or stopped
-    /// waiting, after `waited`: an idle connection is checked as
-    /// `acquire` checks it.
+    /// A client that waited in line got its grant after `waited`: an idle
+    /// connection is checked as one taken at once is.
     pub fn waited(
         &self,
         waited: Duration,
@@ -383,7 +382,7 @@ impl Pool {
         );
     }
 
-    /// A client that waited in a worker's relay ran out of time.
+    /// A client that waited in line ran out of time.
     pub fn timed_out(&self, waited: Duration, timeout: Duration) -> WaitTimeout {
         self.waits.record(waited);
         WaitTimeout {
