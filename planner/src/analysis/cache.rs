@@ -9,7 +9,7 @@ use std::sync::{
     atomic::{AtomicU64, Ordering},
 };
 
-use super::{Analysis, Analyzer};
+use super::{Analysis, Analyzer, texts};
 use crate::cypher::Catalog;
 
 /// Texts longer than this are analysed but not cached.
@@ -81,6 +81,11 @@ impl AnalysisCache {
     pub fn get(&mut self, sql: &str, catalog: Option<(u64, &Catalog)>) -> Arc<Analysis> {
         LOOKUPS.fetch_add(1, Ordering::Relaxed);
         let version = catalog.map(|(v, _)| v);
+        // Without a catalog, the thread's other sessions may have made it.
+        let shared = version.is_none() && self.capacity > 0;
+        if shared && let Some(a) = texts::analysis(sql, self.analyzer.id) {
+            return a;
+        }
         if let Some(&i) = self.index.get(sql) {
             let slot = &mut self.slots[i];
             if version.is_none() || slot.version == version {
@@ -89,6 +94,11 @@ impl AnalysisCache {
             }
         }
         let value = Arc::new(self.analyzer.analyze(sql, catalog.map(|(_, c)| c)));
+        if shared {
+            // Made without a catalog: the same for every session. Kept in
+            // this cache too, for when the session runs on another thread.
+            texts::keep_analysis(sql, self.analyzer.id, value.clone());
+        }
         self.put(sql, value.clone(), version);
         value
     }
@@ -130,7 +140,7 @@ impl AnalysisCache {
         {
             self.evict_one();
         }
-        let key: Arc<str> = Arc::from(sql);
+        let key = texts::shared(sql);
         self.index.insert(key.clone(), self.slots.len());
         self.slots.push(Slot {
             key,

@@ -14,6 +14,7 @@
 //! ```
 
 mod cache;
+pub mod texts;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,7 +46,14 @@ pub struct Analysis {
 #[derive(Clone, Debug, Default)]
 pub struct Analyzer {
     classifier: Classifier,
+    /// Tells analyzers apart where analyses are shared between sessions
+    /// (`texts`): analyzers with other functions judge the same text
+    /// otherwise. Clones, and every default one, judge alike and share it.
+    id: u64,
 }
+
+/// Ids of analyzers made with [`Analyzer::new`] (0 is the default's).
+static ANALYZER_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Analyses run in this process, for tests and reports: a statement run
 /// again should find its analysis in a cache, not here.
@@ -63,6 +71,7 @@ impl Analyzer {
     {
         Self {
             classifier: Classifier::new(read_only_functions),
+            id: ANALYZER_IDS.fetch_add(1, Ordering::Relaxed),
         }
     }
 

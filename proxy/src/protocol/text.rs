@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use onetrip_planner::{analysis::Analysis, words::Words};
+use onetrip_planner::{
+    analysis::{Analysis, texts},
+    words::Words,
+};
 use rustc_hash::FxHashMap;
 
 /// UTF-8 statement text (checked when made), with the words the session
@@ -28,6 +31,15 @@ impl PartialEq for Sql {
 
 impl Eq for Sql {}
 
+/// A kept text as the bytes of a `Bytes`.
+struct Kept(Arc<str>);
+
+impl AsRef<[u8]> for Kept {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 impl std::hash::Hash for Sql {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.text.hash(h);
@@ -47,10 +59,11 @@ impl Sql {
     }
 
     /// A copy, for text kept long after its message (it would otherwise
-    /// pin the whole read buffer the message arrived in).
+    /// pin the whole read buffer the message arrived in): the thread's
+    /// shared copy, so that sessions keeping the same text keep it once.
     pub fn detached(&self) -> Self {
         Sql {
-            text: Bytes::copy_from_slice(&self.text),
+            text: Bytes::from_owner(Kept(texts::shared(self.as_str()))),
             words: self.words,
             analysis: self.analysis.clone(),
         }
