@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout};
 use crate::{
     cancel::{CancelKeys, Key},
-    protocol::{Protocol, ServerStatements, SessionSets},
+    protocol::{Protocol, ServerStatements, SessionSets, settings::Settings},
     stats::SessionState,
     wire::backend,
 };
@@ -51,6 +51,8 @@ pub struct Taken {
     pub slot: Slot,
     pub statements: ServerStatements,
     pub params: Vec<(String, String)>,
+    /// What its backend answered when asked for its settings, if it was.
+    pub settings: Option<Settings>,
 }
 
 impl Idle {
@@ -63,6 +65,7 @@ impl Idle {
             slot: self.slot,
             statements: self.statements,
             params: self.params,
+            settings: self.settings,
         };
         (self.tcp, self.sets, taken)
     }
@@ -164,6 +167,15 @@ impl Pooled {
             }
         }
         info.set_state(SessionState::Idle);
+        // A session that has not asked for its settings takes what this
+        // backend answered an earlier client: one pool, so the same role,
+        // database and startup options, and so the same defaults. Its
+        // first statement then goes without the query.
+        if !proto.settings.asked()
+            && let Some(settings) = taken.settings
+        {
+            proto.settings = settings;
+        }
         proto.server_params = taken.params;
         proto.switched_upstream(taken.key, taken.opened, taken.statements);
         self.slot = Some(taken.slot);

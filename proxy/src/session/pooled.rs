@@ -305,6 +305,7 @@ pub async fn between(
                     slot,
                     statements: Default::default(),
                     params: o.params,
+                    settings: None,
                 };
                 let _ = o.tcp.set_nodelay(true);
                 settle(
