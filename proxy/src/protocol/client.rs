@@ -387,9 +387,15 @@ impl Protocol {
         let words = Words::scan(text);
         let mut sql = Sql::within(msg, text, Some(words));
         if !may_route(words) {
-            if self.pooled && text.len() <= onetrip_planner::analysis::MAX_CACHED_LEN {
-                // Asked for its pins below, and kept for the coalescer (a
-                // text too long to be kept is only lexed for its pins).
+            // A Parse's text is made to be sent again: analysed once, kept,
+            // and asked for its pins below. A simple Query's often carries
+            // its literals and is not: the lexer alone finds its pins below,
+            // and it is analysed only if something asks, as without pooling
+            // (a text too long to be kept is only lexed for its pins too).
+            if self.pooled
+                && t == tag::PARSE
+                && text.len() <= onetrip_planner::analysis::MAX_CACHED_LEN
+            {
                 let analysis = self.coalescer.analyses.of(&sql);
                 sql = sql.with_analysis(analysis);
             }
