@@ -371,6 +371,15 @@ impl Protocol {
         }
     }
 
+    /// The session lets go of its read buffer (between transactions): what
+    /// it remembers of its last statement is copied out of it, so that the
+    /// buffer serves other sessions' reads.
+    pub(crate) fn let_go_of_reads(&mut self) {
+        if let Some((msg, sql)) = self.last_plain.take() {
+            self.last_plain = Some((Bytes::copy_from_slice(&msg), sql.detached()));
+        }
+    }
+
     /// Routes a Query or Parse through the Cypher planner, unless it is the
     /// statement routed just before (a client repeating its unnamed
     /// statement), which went on unchanged: then it goes on again, and its

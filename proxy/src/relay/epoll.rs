@@ -746,8 +746,9 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         e.upstream = Ready::FRESH;
         // Empty here: read room is taken again with the next bytes, so a
         // client idle between transactions holds none.
-        b.cin = BytesMut::new();
-        b.uin = BytesMut::new();
+        proto.let_go_of_reads();
+        super::give_back_room(&mut b.cin);
+        super::give_back_room(&mut b.uin);
         return Ok(true);
     }
     if let Some(j) = super::move_due(proto, b, seat) {

@@ -137,9 +137,88 @@ pub(crate) fn release_due(proto: &Protocol, b: &Bufs) -> bool {
         && proto.releasable()
 }
 
+/// Room taken for reads.
+const READ_ROOM: usize = 32 * 1024;
+/// Most read buffers a thread keeps for its next reads (2 MiB).
+const SPARE_BUFFERS: usize = 64;
+
+thread_local! {
+    /// Read buffers pooled sessions gave back at release: a pooled
+    /// transaction would otherwise allocate and free two of them.
+    static SPARE: std::cell::RefCell<Vec<bytes::BytesMut>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
 /// Keeps room for the next read without growing past what one read needs.
 pub(crate) fn reserve(buf: &mut bytes::BytesMut) {
     if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(32 * 1024);
+        if buf.capacity() == 0
+            && let Some(spare) = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten()
+        {
+            *buf = spare;
+            return;
+        }
+        buf.reserve(READ_ROOM);
+    }
+}
+
+/// Empties `buf` (a session between transactions holds no read room),
+/// keeping its room for this thread's next reads when nothing points into
+/// it any more.
+pub(crate) fn give_back_room(buf: &mut bytes::BytesMut) {
+    let mut room = std::mem::take(buf);
+    if room.is_empty() && room.try_reclaim(READ_ROOM) {
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_BUFFERS {
+                s.push(room);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use super::*;
+
+    /// Room given back serves the thread's next read, unless a message
+    /// read into it is still in use: then it is left to that message.
+    #[test]
+    fn room_given_back_is_reused_only_when_nothing_points_into_it() {
+        let mut buf = BytesMut::new();
+        reserve(&mut buf);
+        let start = buf.as_ptr();
+        buf.extend_from_slice(b"Q\0\0\0\x0dSELECT 1\0");
+        let kept = buf.split().freeze();
+        give_back_room(&mut buf);
+        assert_eq!(
+            buf.capacity(),
+            0,
+            "a session between transactions holds none"
+        );
+        let mut next = BytesMut::new();
+        reserve(&mut next);
+        let reused = next.as_ptr() == start || next.as_ptr() == start.wrapping_add(kept.len());
+        assert!(!reused, "room a message still uses was reused");
+        assert_eq!(&kept[5..], b"SELECT 1\0");
+
+        drop(kept);
+        let mut buf = BytesMut::new();
+        reserve(&mut buf);
+        buf.extend_from_slice(b"done");
+        drop(buf.split());
+        let at = buf.as_ptr();
+        give_back_room(&mut buf);
+        let mut next = BytesMut::new();
+        reserve(&mut next);
+        assert!(next.capacity() >= READ_ROOM);
+        assert_eq!(
+            next.as_ptr(),
+            at.wrapping_sub(4),
+            "free room was not reused"
+        );
     }
 }
