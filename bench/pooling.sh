@@ -10,6 +10,8 @@
 #   tpcb-prepared   TPC-B-like, -M prepared (PgBouncer only from 1.21, with
 #                   max_prepared_statements; older ones print n/a)
 #   select          -S, -M extended
+#   select-simple   -S in the simple protocol (pgbench's default): every
+#                   query's text differs by its literal
 #   think           read-only transactions with 5 ms of client think time
 #                   between two reads (a custom script, -M extended)
 #
@@ -52,7 +54,7 @@ THREADS=${BENCH_THREADS:-4}
 SCALE=${BENCH_SCALE:-10}
 SAMPLE_MS=${BENCH_SAMPLE_MS:-50}
 WARMUP=${BENCH_WARMUP:-1}
-read -r -a workloads <<<"${BENCH_WORKLOADS:-tpcb-extended tpcb-prepared select think}"
+read -r -a workloads <<<"${BENCH_WORKLOADS:-tpcb-extended tpcb-prepared select select-simple think}"
 read -r -a targets <<<"${BENCH_TARGETS:-direct onetrip onetrip-lazy pgbouncer}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
@@ -235,6 +237,7 @@ run() {
         tpcb-extended) flags=(-M extended) ;;
         tpcb-prepared) flags=(-M prepared) ;;
         select) flags=(-S -M extended) ;;
+        select-simple) flags=(-S -M simple) ;;
         think) flags=(-f "$WORK/think.sql" -s "$SCALE" -M extended) ;;
         *) echo "unknown workload $w" >&2; exit 1 ;;
     esac
