@@ -231,7 +231,7 @@ impl Protocol {
                     self.coalescer.on_simple_query(sql);
                     self.note_settings_change(sql.words());
                 }
-                self.note_statement(sql.clone());
+                self.note_query(sql.as_ref());
             }
             tag::EXECUTE => {
                 let sql = self.coalescer.batch_statement();

@@ -288,9 +288,19 @@ impl Protocol {
     }
 
     fn note_statement(&mut self, sql: Option<Sql>) {
+        self.statements.start(sql);
+        self.note_start();
+    }
+
+    /// A simple Query's statement: counted under its fingerprint.
+    fn note_query(&mut self, sql: Option<&Sql>) {
+        self.statements.start_query(sql);
+        self.note_start();
+    }
+
+    fn note_start(&mut self) {
         Counters::add(&self.info.counters.statements, 1);
         self.work_since_idle = true;
-        self.statements.start(sql);
         self.info.set_state(SessionState::Active);
     }
 

@@ -1,9 +1,14 @@
 //! A session's round trips per statement: counted by statement text while
-//! the session runs, merged by fingerprint when it ends.
+//! the session runs, merged by fingerprint when it ends. A simple Query's
+//! text usually carries its literals and is seldom sent again: it is
+//! counted under its fingerprint at once.
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
+
+use onetrip_planner::fingerprint::fingerprint;
 
 use super::text::Sql;
 use crate::stats::StatementCounts;
@@ -25,32 +30,55 @@ pub struct Statements {
     /// Keys are client text: a fast hash is enough, since a client can only
     /// slow its own session, and at most `MAX_TEXTS` entries.
     index: FxHashMap<Sql, usize>,
-    counts: Vec<(Sql, StatementCounts)>,
+    /// Each text, whether it is a fingerprint already, and its counts.
+    counts: Vec<(Sql, bool, StatementCounts)>,
     /// The texts' bytes, summed.
     bytes: usize,
+    /// The last simple Query's text and where it counts: applications
+    /// repeat theirs, and the same text needs no fingerprint again.
+    last_query: Option<(Bytes, usize)>,
 }
 
 impl Statements {
     /// A statement starts: later round trips count for it (for none when
     /// its text is unknown or the session has counted too many texts).
     pub fn start(&mut self, sql: Option<Sql>) {
-        self.current = self.find(sql);
+        self.current = self.find(sql, false);
         if let Some(c) = self.current() {
             c.statements += 1;
         }
     }
 
+    /// A simple Query's statement starts: counted under its fingerprint.
+    pub fn start_query(&mut self, sql: Option<&Sql>) {
+        self.current = sql.and_then(|s| self.find_query(s.as_str()));
+        if let Some(c) = self.current() {
+            c.statements += 1;
+        }
+    }
+
+    fn find_query(&mut self, text: &str) -> Option<usize> {
+        if let Some((last, i)) = &self.last_query
+            && last.as_ref() == text.as_bytes()
+        {
+            return Some(*i);
+        }
+        let i = self.find(Some(Sql::owned(fingerprint(text))), true)?;
+        self.last_query = Some((Bytes::copy_from_slice(text.as_bytes()), i));
+        Some(i)
+    }
+
     /// The counts of the statement that runs now.
     pub fn current(&mut self) -> Option<&mut StatementCounts> {
         let i = self.current?;
-        self.counts.get_mut(i).map(|(_, c)| c)
+        self.counts.get_mut(i).map(|(_, _, c)| c)
     }
 
-    fn find(&mut self, sql: Option<Sql>) -> Option<usize> {
+    fn find(&mut self, sql: Option<Sql>, printed: bool) -> Option<usize> {
         let sql = sql?;
         // Most often the statement is the one before it again.
         if let Some(i) = self.current
-            && self.counts.get(i).is_some_and(|(s, _)| *s == sql)
+            && self.counts.get(i).is_some_and(|(s, _, _)| *s == sql)
         {
             return Some(i);
         }
@@ -62,9 +90,10 @@ impl Statements {
         }
         self.bytes += sql.as_str().len();
         let i = self.counts.len();
-        let sql = sql.detached();
+        // A fingerprint is its own copy already.
+        let sql = if printed { sql } else { sql.detached() };
         self.index.insert(sql.clone(), i);
-        self.counts.push((sql, StatementCounts::default()));
+        self.counts.push((sql, printed, StatementCounts::default()));
         Some(i)
     }
 
@@ -83,12 +112,14 @@ impl Statements {
     }
 }
 
-fn by_fingerprint(texts: Vec<(Sql, StatementCounts)>) -> HashMap<String, StatementCounts> {
+fn by_fingerprint(texts: Vec<(Sql, bool, StatementCounts)>) -> HashMap<String, StatementCounts> {
     let mut out: HashMap<String, StatementCounts> = HashMap::new();
-    for (sql, c) in texts {
-        let e = out
-            .entry(onetrip_planner::fingerprint::fingerprint(sql.as_str()))
-            .or_default();
+    for (sql, printed, c) in texts {
+        let print = match printed {
+            true => sql.as_str().to_string(),
+            false => fingerprint(sql.as_str()),
+        };
+        let e = out.entry(print).or_default();
         e.statements += c.statements;
         e.client_round_trips += c.client_round_trips;
         e.upstream_round_trips += c.upstream_round_trips;
@@ -123,5 +154,23 @@ mod tests {
             s.start(sql(format!("select {i}")));
         }
         assert_eq!(s.counts.len(), MAX_TEXTS);
+    }
+
+    /// Simple Queries that differ only in their literals count as one
+    /// statement, keep one entry, and merge with the same statement sent
+    /// with Parse.
+    #[tokio::test]
+    async fn simple_queries_count_under_their_fingerprint() {
+        let mut s = Statements::default();
+        for i in 0..50 {
+            let q = sql(format!("SELECT v FROM t WHERE id = {i}"));
+            s.start_query(q.as_ref());
+            s.start_query(q.as_ref());
+        }
+        s.start(sql("select v from t where id = 7".to_string()));
+        assert_eq!(s.counts.len(), 2, "one entry per fingerprint, one per text");
+        let merged = s.take().await;
+        let c = &merged["select v from t where id = ?"];
+        assert_eq!(c.statements, 101);
     }
 }

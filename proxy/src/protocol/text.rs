@@ -58,6 +58,15 @@ impl Sql {
         }
     }
 
+    /// `text` made here (a fingerprint, say), with no words looked for.
+    pub fn owned(text: String) -> Self {
+        Sql {
+            text: Bytes::from(text),
+            words: Words::default(),
+            analysis: None,
+        }
+    }
+
     /// A copy, for text kept long after its message (it would otherwise
     /// pin the whole read buffer the message arrived in): the thread's
     /// shared copy, so that sessions keeping the same text keep it once.
