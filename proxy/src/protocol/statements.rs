@@ -43,15 +43,19 @@ impl Statements {
     /// A statement starts: later round trips count for it (for none when
     /// its text is unknown or the session has counted too many texts).
     pub fn start(&mut self, sql: Option<Sql>) {
-        self.current = self.find(sql, false);
-        if let Some(c) = self.current() {
-            c.statements += 1;
-        }
+        let i = self.find(sql, false);
+        self.count_from(i);
     }
 
     /// A simple Query's statement starts: counted under its fingerprint.
     pub fn start_query(&mut self, sql: Option<&Sql>) {
-        self.current = sql.and_then(|s| self.find_query(s.as_str()));
+        let i = sql.and_then(|s| self.find_query(s.as_str()));
+        self.count_from(i);
+    }
+
+    /// Later round trips count for the statement at `i`, which runs once more.
+    fn count_from(&mut self, i: Option<usize>) {
+        self.current = i;
         if let Some(c) = self.current() {
             c.statements += 1;
         }
