@@ -375,8 +375,12 @@ impl Protocol {
     /// it remembers of its last statement is copied out of it, so that the
     /// buffer serves other sessions' reads.
     pub(crate) fn let_go_of_reads(&mut self) {
+        // One copy, the text pointing into it: a simple Query's text,
+        // literals and all, is not worth the thread's shared table.
         if let Some((msg, sql)) = self.last_plain.take() {
-            self.last_plain = Some((Bytes::copy_from_slice(&msg), sql.detached()));
+            let copy = Bytes::copy_from_slice(&msg);
+            let sql = sql.moved_to(&msg, &copy);
+            self.last_plain = Some((copy, sql));
         }
     }
 

@@ -78,6 +78,22 @@ impl Sql {
         }
     }
 
+    /// The same text in `copy`, a copy of `from`, when it lies inside
+    /// `from` (as a statement's text lies inside its message); else kept
+    /// as it is.
+    pub fn moved_to(&self, from: &Bytes, copy: &Bytes) -> Self {
+        let start = (self.text.as_ptr() as usize).wrapping_sub(from.as_ptr() as usize);
+        let text = match start.checked_add(self.text.len()) {
+            Some(end) if end <= from.len() && copy.len() == from.len() => copy.slice(start..end),
+            _ => self.text.clone(),
+        };
+        Sql {
+            text,
+            words: self.words,
+            analysis: self.analysis.clone(),
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.text).unwrap_or_default()
     }
@@ -173,6 +189,21 @@ mod tests {
         assert!(!may_set_isolation(Words::scan(
             "select abalance from pgbench_accounts where aid = 42"
         )));
+    }
+
+    #[test]
+    fn a_text_moved_to_a_copy_points_into_the_copy() {
+        let msg = Bytes::from(b"Q\0\0\0\x0dselect 1\0".to_vec());
+        let text = std::str::from_utf8(&msg[5..13]).unwrap();
+        let sql = Sql::within(&msg, text, None);
+        let copy = Bytes::copy_from_slice(&msg);
+        let moved = sql.moved_to(&msg, &copy);
+        assert_eq!(moved.as_str(), "select 1");
+        assert_eq!(moved.text.as_ptr(), copy[5..].as_ptr());
+        // Not inside `from`: kept as it was.
+        let other = Bytes::from_static(b"select 1");
+        let kept = sql.moved_to(&other, &other);
+        assert_eq!(kept.text.as_ptr(), sql.text.as_ptr());
     }
 
     #[test]
