@@ -160,7 +160,7 @@ impl Pooled {
     /// its backend.
     pub fn adopt(&mut self, proto: &mut Protocol, taken: Taken) {
         let info = &proto.info;
-        if let Some((pid, secret)) = taken.key.as_deref().and_then(backend::backend_key) {
+        if let Some((pid, secret)) = taken.key.as_ref().and_then(backend::backend_key_in) {
             info.upstream_pid.store(pid as u64, Relaxed);
             if let Some(ck) = &proto.client_key {
                 self.cancel.point(ck, Key { pid, secret });

@@ -196,7 +196,14 @@ fn mailbox() -> Option<Arc<Mailbox>> {
     })
 }
 
-/// The grants left for this worker's sessions since the last look.
+thread_local! {
+    /// The mail list handed out last, emptied: swapped back into the
+    /// mailbox, so that leaving a grant allocates nothing.
+    static SPARE_MAIL: Cell<Vec<(u64, Grant)>> = const { Cell::new(Vec::new()) };
+}
+
+/// The grants left for this worker's sessions since the last look; the
+/// list goes back with `recycle_mail`.
 fn take_mail() -> Vec<(u64, Grant)> {
     let Ok(Some(mb)) = MAIL.try_with(|m| m.get().cloned().flatten()) else {
         return Vec::new();
@@ -204,7 +211,21 @@ fn take_mail() -> Vec<(u64, Grant)> {
     if !mb.has_mail.swap(false, Ordering::Acquire) {
         return Vec::new();
     }
-    std::mem::take(&mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()))
+    let mut mail = SPARE_MAIL.take();
+    std::mem::swap(
+        &mut mail,
+        &mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()),
+    );
+    mail
+}
+
+fn recycle_mail(mut mail: Vec<(u64, Grant)>) {
+    // An empty list from no mail has no room to give.
+    if mail.capacity() == 0 {
+        return;
+    }
+    mail.clear();
+    let _ = SPARE_MAIL.try_with(|s| s.set(mail));
 }
 
 fn has_mail() -> bool {
@@ -898,11 +919,11 @@ fn attach(e: &mut Entry, tcp: TcpStream) -> Result<(), Stop> {
 fn deliver_mail() -> bool {
     let mut woke = false;
     loop {
-        let mail = take_mail();
+        let mut mail = take_mail();
         if mail.is_empty() {
             return woke;
         }
-        for (ticket, grant) in mail {
+        for (ticket, grant) in mail.drain(..) {
             let (slot, generation, _) = untoken(ticket);
             let given = TABLE.with(|t| {
                 let mut t = t.borrow_mut();
@@ -928,6 +949,7 @@ fn deliver_mail() -> bool {
                 Err(grant) => grant.pass_on(),
             };
         }
+        recycle_mail(mail);
     }
 }
 

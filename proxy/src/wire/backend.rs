@@ -91,6 +91,16 @@ pub fn ready_status(msg: &[u8]) -> u8 {
     body(msg).first().copied().unwrap_or(b'I')
 }
 
+/// (pid, secret) of a BackendKeyData message kept as `Bytes`: the secret
+/// a slice of it, not a copy (a pooled session reads it at every
+/// connection it takes).
+pub fn backend_key_in(msg: &Bytes) -> Option<(i32, Bytes)> {
+    let b = body(msg);
+    let pid = b.get(..4)?;
+    let secret = msg.slice_ref(b.get(4..)?);
+    Some((i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]), secret))
+}
+
 /// (pid, secret) of a BackendKeyData message.
 pub fn backend_key(msg: &[u8]) -> Option<(i32, Bytes)> {
     let b = body(msg);
@@ -128,6 +138,19 @@ pub fn is_fatal(msg: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_key_is_read_without_a_copy() {
+        let msg = Bytes::from_static(b"K\0\0\0\x0c\0\0\x01\x00abcd");
+        let (pid, secret) = backend_key_in(&msg).unwrap();
+        assert_eq!((pid, &secret[..]), (256, &b"abcd"[..]));
+        assert_eq!(secret.as_ptr(), msg[9..].as_ptr());
+        assert_eq!(backend_key(&msg), Some((256, secret)));
+        assert_eq!(
+            backend_key_in(&Bytes::from_static(b"K\0\0\0\x06\0\0")),
+            None
+        );
+    }
 
     #[test]
     fn strips_plus_mechanism() {
