@@ -33,6 +33,9 @@ pub(super) enum UnnamedFix {
     /// The session moved to another server connection (transaction
     /// pooling): the client's own unnamed Parse, made again and recorded.
     Reparse(Bytes),
+    /// As `Reparse`, with the Parse the session keeps (`unnamed_parse`),
+    /// copied only if a message uses it: most clients send a new Parse.
+    ReparseKept,
 }
 
 impl Protocol {
@@ -421,7 +424,13 @@ impl Protocol {
         if !uses_unnamed {
             return;
         }
-        let frame = match self.unnamed_fix.take() {
+        let fix = match self.unnamed_fix.take() {
+            Some(UnnamedFix::ReparseKept) if !self.unnamed_parse.is_empty() => Some(
+                UnnamedFix::Reparse(Bytes::copy_from_slice(&self.unnamed_parse)),
+            ),
+            other => other,
+        };
+        let frame = match fix {
             Some(UnnamedFix::Parse(p)) => p,
             Some(UnnamedFix::Reparse(p)) => {
                 let sql = frontend::parse(&p).map(|(_, text)| Sql::within(&p, text, None));

@@ -300,9 +300,10 @@ impl Protocol {
         });
         self.flight.forget("");
         if self.unnamed_fix.is_none() {
-            // One copy per connection switch, not per message.
+            // Copied when a message uses it: a new Parse or a Query, which
+            // both change `unnamed_parse`, end the fix first.
             self.unnamed_fix = Some(match held {
-                true => UnnamedFix::Reparse(Bytes::copy_from_slice(&self.unnamed_parse)),
+                true => UnnamedFix::ReparseKept,
                 false => UnnamedFix::Drop,
             });
         }
