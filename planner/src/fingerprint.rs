@@ -23,6 +23,14 @@ pub const MAX_FINGERPRINT_LEN: usize = 200;
 /// [`MAX_FINGERPRINT_LEN`].
 pub fn fingerprint(sql: &str) -> String {
     let mut out = String::new();
+    fingerprint_into(sql, &mut out);
+    out
+}
+
+/// [`fingerprint`] into `out`, which is cleared first: a caller that
+/// fingerprints every statement keeps one buffer and allocates only to grow.
+pub fn fingerprint_into(sql: &str, out: &mut String) {
+    out.clear();
     let mut prev_end: Option<usize> = None;
     let mut prev_open = false;
     // A `-` here would be a sign, not subtraction (start, after an operator, `(` or `,`).
@@ -70,7 +78,6 @@ pub fn fingerprint(sql: &str) -> String {
         }
         out.truncate(cut);
     }
-    out
 }
 
 #[cfg(test)]
@@ -109,6 +116,9 @@ mod tests {
             (";", ""),
         ] {
             assert_eq!(fingerprint(sql), want, "{sql:?}");
+            let mut reused = String::from("left over from before");
+            fingerprint_into(sql, &mut reused);
+            assert_eq!(reused, want, "{sql:?}");
         }
     }
 

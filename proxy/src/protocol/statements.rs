@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use onetrip_planner::fingerprint::fingerprint;
+use onetrip_planner::fingerprint::{fingerprint, fingerprint_into};
 
 use super::text::Sql;
 use crate::stats::StatementCounts;
@@ -34,9 +33,15 @@ pub struct Statements {
     counts: Vec<(Sql, bool, StatementCounts)>,
     /// The texts' bytes, summed.
     bytes: usize,
-    /// The last simple Query's text and where it counts: applications
-    /// repeat theirs, and the same text needs no fingerprint again.
-    last_query: Option<(Bytes, usize)>,
+    /// Where the last simple Query counted, its text and its fingerprint:
+    /// applications repeat their texts, and texts that differ only in
+    /// literals share a fingerprint. The buffers are reused, so a stream
+    /// of such queries allocates nothing here.
+    last_at: Option<usize>,
+    last_query: Vec<u8>,
+    last_print: String,
+    /// The fingerprint being made.
+    print: String,
 }
 
 impl Statements {
@@ -62,14 +67,18 @@ impl Statements {
     }
 
     fn find_query(&mut self, text: &str) -> Option<usize> {
-        if let Some((last, i)) = &self.last_query
-            && last.as_ref() == text.as_bytes()
-        {
-            return Some(*i);
+        if self.last_at.is_some() && self.last_query == text.as_bytes() {
+            return self.last_at;
         }
-        let i = self.find(Some(Sql::owned(fingerprint(text))), true)?;
-        self.last_query = Some((Bytes::copy_from_slice(text.as_bytes()), i));
-        Some(i)
+        fingerprint_into(text, &mut self.print);
+        if self.last_at.is_none() || self.print != self.last_print {
+            let i = self.find(Some(Sql::owned(self.print.clone())), true)?;
+            self.last_at = Some(i);
+            std::mem::swap(&mut self.print, &mut self.last_print);
+        }
+        self.last_query.clear();
+        self.last_query.extend_from_slice(text.as_bytes());
+        self.last_at
     }
 
     /// The counts of the statement that runs now.
@@ -176,5 +185,21 @@ mod tests {
         let merged = s.take().await;
         let c = &merged["select v from t where id = ?"];
         assert_eq!(c.statements, 101);
+    }
+
+    /// Two statements taking turns each keep their own count: the last
+    /// fingerprint stands only for its own statement.
+    #[tokio::test]
+    async fn alternating_simple_queries_count_apart() {
+        let mut s = Statements::default();
+        for i in 0..30 {
+            s.start_query(sql(format!("select a from t where id = {i}")).as_ref());
+            s.start_query(sql(format!("select b from t where id = {i}")).as_ref());
+            s.start_query(sql(format!("select b from t where id = {i}")).as_ref());
+        }
+        assert_eq!(s.counts.len(), 2);
+        let merged = s.take().await;
+        assert_eq!(merged["select a from t where id = ?"].statements, 30);
+        assert_eq!(merged["select b from t where id = ?"].statements, 60);
     }
 }
