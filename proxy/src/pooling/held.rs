@@ -6,6 +6,7 @@
 //! make its settings on one (`session::pooled`).
 
 use std::{
+    os::fd::AsRawFd,
     sync::{Arc, atomic::Ordering::Relaxed},
     time::Instant,
 };
@@ -18,6 +19,7 @@ use crate::{
     protocol::{Protocol, ServerStatements, SessionSets, settings::Settings},
     stats::SessionState,
     wire::backend,
+    worker::Kept,
 };
 
 /// A pooled session's place in its pool: counted among its clients while
@@ -34,8 +36,9 @@ pub struct Pooled {
 
 /// What a session without a connection does when its client speaks.
 pub enum Waiting {
-    /// It goes on over this connection, taken now.
-    Ready(std::net::TcpStream),
+    /// It goes on over this connection, taken now (still in the worker
+    /// epoll it was kept in, if it was).
+    Ready(std::net::TcpStream, Option<Kept>),
     /// Its task goes on with what it was granted (`Pooled::granted`): a
     /// connection to open, or one to make its settings on.
     Task,
@@ -57,8 +60,18 @@ pub struct Taken {
 
 impl Idle {
     /// The connection, the settings its last client left in it, and what
-    /// the session that takes it adopts.
-    pub fn taken(self) -> (std::net::TcpStream, SessionSets, Taken) {
+    /// the session that takes it adopts. Out of any worker epoll: the
+    /// session's task relays it now.
+    pub fn taken(mut self) -> (std::net::TcpStream, SessionSets, Taken) {
+        if let Some(kept) = self.kept.take() {
+            kept.end(self.tcp.as_raw_fd());
+        }
+        let (tcp, _, sets, taken) = self.taken_kept();
+        (tcp, sets, taken)
+    }
+
+    /// As `taken`, for a worker's relay: left in the epoll it was kept in.
+    fn taken_kept(self) -> (std::net::TcpStream, Option<Kept>, SessionSets, Taken) {
         let taken = Taken {
             key: self.key,
             opened: self.opened,
@@ -67,7 +80,7 @@ impl Idle {
             params: self.params,
             settings: self.settings,
         };
-        (self.tcp, self.sets, taken)
+        (self.tcp, self.kept, self.sets, taken)
     }
 }
 
@@ -99,8 +112,14 @@ impl Pooled {
     /// Gives the session's clean connection back to the pool; true when it
     /// went to a client whose task waits on this thread. Its backend is
     /// about to run other clients' queries: this client's key cancels
-    /// nothing until the session has another.
-    pub fn give_back(&mut self, tcp: std::net::TcpStream, proto: &mut Protocol) -> bool {
+    /// nothing until the session has another. `kept`: the worker epoll it
+    /// stays in.
+    pub fn give_back(
+        &mut self,
+        tcp: std::net::TcpStream,
+        kept: Option<Kept>,
+        proto: &mut Protocol,
+    ) -> bool {
         if let Some(key) = &proto.client_key {
             self.cancel.detach(key);
         }
@@ -120,6 +139,7 @@ impl Pooled {
             opened: proto.upstream_opened,
             since: Instant::now(),
             slot,
+            kept,
         };
         self.pool.give_back(idle)
     }
@@ -145,9 +165,9 @@ impl Pooled {
     pub fn use_grant(&mut self, proto: &mut Protocol, grant: Grant) -> Waiting {
         match grant {
             Grant::Idle(idle) if idle.sets == *proto.session_sets() => {
-                let (tcp, _, taken) = idle.taken();
+                let (tcp, kept, _, taken) = idle.taken_kept();
                 self.adopt(proto, taken);
-                Waiting::Ready(tcp)
+                Waiting::Ready(tcp, kept)
             }
             other => {
                 self.granted = Some(Ok(other));

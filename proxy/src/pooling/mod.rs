@@ -28,6 +28,7 @@ use crate::{
         startup::{self, StartupMessage},
         write,
     },
+    worker::Kept,
 };
 
 /// How long a connection may have been idle and still be handed over
@@ -50,6 +51,8 @@ pub struct Idle {
     pub opened: Instant,
     pub since: Instant,
     pub slot: Slot,
+    /// The worker epoll it stays in, when a relay gave it back.
+    pub kept: Option<Kept>,
 }
 
 impl Idle {
@@ -626,6 +629,7 @@ mod tests {
             opened: now,
             since: now,
             slot,
+            kept: None,
         };
         (i, peer)
     }

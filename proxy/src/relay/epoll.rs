@@ -26,6 +26,7 @@ use std::{
 };
 
 use bytes::BytesMut;
+use rustc_hash::FxHashMap;
 use tracing::Span;
 
 use super::{Bufs, End};
@@ -37,7 +38,7 @@ use crate::{
 };
 use crate::{
     stats::{Counters, SessionState},
-    worker::{self, deadlines, epoll::Event, thread_mark},
+    worker::{self, Kept, deadlines, epoll::Event, thread_mark},
 };
 
 /// A session as it enters or leaves the worker's relay.
@@ -70,6 +71,10 @@ struct Entry {
     generation: u32,
     client: Ready,
     upstream: Ready,
+    /// The upstream's place in this epoll when it is a pooled connection
+    /// kept there between sessions; else it is watched under the
+    /// session's own token.
+    server: Option<Kept>,
     stop: Option<Stop>,
     /// The session's task, woken when relaying stops.
     waiter: Option<Waker>,
@@ -151,6 +156,10 @@ thread_local! {
     /// the thread back to the runtime, which would not know otherwise. (A
     /// task on another thread is woken through its own runtime.)
     static WOKE_OTHERS: Cell<bool> = const { Cell::new(false) };
+    /// The sessions holding the server connections kept in this epoll
+    /// (`worker::Kept`), by their data word: a report for one no session
+    /// here holds is dropped.
+    static SERVERS: RefCell<FxHashMap<u64, (usize, u32)>> = RefCell::default();
 }
 
 /// Where a worker's pools leave grants for the sessions waiting in line in
@@ -251,6 +260,27 @@ fn untoken(data: u64) -> (usize, u32, u64) {
     ((data >> 33) as usize, (data >> 1) as u32, data & 1)
 }
 
+/// The mark of a kept server connection's data word (a session's slot
+/// never reaches it; the worker's own words have the top bit too).
+const SERVER: u64 = 1 << 62;
+
+/// A new data word for a server connection kept in a worker's epoll.
+fn server_token() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    SERVER | ((n << 1) & (SERVER - 1)) | 1
+}
+
+/// The session's kept connection leaves this epoll with it.
+fn unkeep(e: &mut Entry) {
+    if let Some(k) = e.server.take() {
+        SERVERS.with(|s| s.borrow_mut().remove(&k.data()));
+        if let Some(up) = &e.parts.upstream {
+            k.end(up.as_raw_fd());
+        }
+    }
+}
+
 impl Table {
     fn get(&mut self, slot: usize, generation: u32) -> Option<&mut Entry> {
         match self.slots.get_mut(slot)? {
@@ -261,9 +291,10 @@ impl Table {
 
     fn remove(&mut self, slot: usize, generation: u32) -> Option<Entry> {
         self.get(slot, generation)?;
-        let Slot::Here(e) = std::mem::take(&mut self.slots[slot]) else {
+        let Slot::Here(mut e) = std::mem::take(&mut self.slots[slot]) else {
             return None;
         };
+        unkeep(&mut e);
         self.free.push(slot);
         self.live -= 1;
         Some(e)
@@ -273,9 +304,10 @@ impl Table {
     fn step_away(&mut self, slot: usize, generation: u32) -> Option<Entry> {
         let client = self.get(slot, generation)?.client;
         let away = Slot::Away { generation, client };
-        let Slot::Here(e) = std::mem::replace(&mut self.slots[slot], away) else {
+        let Slot::Here(mut e) = std::mem::replace(&mut self.slots[slot], away) else {
             return None;
         };
+        unkeep(&mut e);
         self.live -= 1;
         Some(e)
     }
@@ -417,6 +449,7 @@ pub(crate) fn enter(
         generation,
         client,
         upstream: Ready::FRESH,
+        server: None,
         stop: None,
         waiter: None,
         pending: false,
@@ -611,7 +644,14 @@ impl Drop for Relaying {
 
 /// A readiness report for a relayed socket; true when it woke a task.
 fn on_event(ev: Event) -> bool {
-    let (slot, generation, side) = untoken(ev.data);
+    let (slot, generation, side) = match ev.data & SERVER {
+        0 => untoken(ev.data),
+        _ => match SERVERS.with(|s| s.borrow().get(&ev.data).copied()) {
+            Some((slot, generation)) => (slot, generation, 1),
+            // Idle in its pool, or held by a session elsewhere.
+            None => return false,
+        },
+    };
     let woke = TABLE.with(|t| {
         let mut t = t.borrow_mut();
         if let Some(Slot::Away {
@@ -757,10 +797,16 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             return Err(Stop::End(End::Release));
         };
         // Given back here, not by the session's task: the client stays in
-        // this epoll, and only the connection leaves it.
-        let _ = worker::unwatch(upstream.as_raw_fd());
+        // this epoll, and so does the connection, for the next session
+        // here to take without a system call (`Kept`); one watched under
+        // the session's own token leaves it.
+        let kept = e.server.take();
+        match &kept {
+            Some(k) => _ = SERVERS.with(|s| s.borrow_mut().remove(&k.data())),
+            None => _ = worker::unwatch(upstream.as_raw_fd()),
+        }
         if let Some(up) = held.take()
-            && pooled.give_back(up, proto)
+            && pooled.give_back(up, kept, proto)
         {
             WOKE_OTHERS.with(|w| w.set(true));
         }
@@ -873,7 +919,7 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     };
     let to: Arc<dyn Deliver> = to;
     match pooled.take_or_wait(proto, &to, token(e.slot, e.generation, 0)) {
-        Waiting::Ready(tcp) => attach(e, tcp).map(|()| true),
+        Waiting::Ready(tcp, kept) => attach(e, tcp, kept).map(|()| true),
         Waiting::Task => Err(Stop::End(End::Release)),
         Waiting::InLine => {
             // Its query is on its way: not idle (`client_idle_timeout`).
@@ -890,8 +936,19 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     }
 }
 
-/// The session goes on over `tcp`, a connection it just took.
-fn attach(e: &mut Entry, tcp: TcpStream) -> Result<(), Stop> {
+/// The session goes on over `tcp`, a connection it just took: kept in
+/// this epoll already, or put there now (out of another worker's).
+fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Kept>) -> Result<(), Stop> {
+    let fd = tcp.as_raw_fd();
+    let kept = match kept {
+        Some(k) if k.here() => Ok(k),
+        elsewhere => {
+            if let Some(k) = elsewhere {
+                k.end(fd);
+            }
+            worker::keep_watching(fd, server_token())
+        }
+    };
     let Parts {
         upstream,
         proto,
@@ -899,12 +956,16 @@ fn attach(e: &mut Entry, tcp: TcpStream) -> Result<(), Stop> {
         pooled,
         ..
     } = &mut e.parts;
-    if worker::watch(tcp.as_raw_fd(), token(e.slot, e.generation, 1)).is_err() {
+    let Ok(kept) = kept else {
         if let Some(pooled) = pooled.as_mut() {
-            pooled.give_back(tcp, proto);
+            pooled.give_back(tcp, None, proto);
         }
         return Err(Stop::End(End::Release));
-    }
+    };
+    SERVERS.with(|s| s.borrow_mut().insert(kept.data(), (e.slot, e.generation)));
+    e.server = Some(kept);
+    // Not known readable: reports while it was idle went to nobody, and
+    // its next data comes as an answer to what the session sends now.
     *upstream = Some(tcp);
     e.upstream = Ready::FRESH;
     proto.start_if_due(&mut b.to_up);
@@ -967,7 +1028,7 @@ fn granted(e: &mut Entry, grant: Grant) -> Option<Waker> {
     let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
     let grant = pooled.pool.waited(waited, grant, max_idle, lifetime);
     let stop = match pooled.use_grant(proto, grant) {
-        Waiting::Ready(tcp) => attach(e, tcp).err(),
+        Waiting::Ready(tcp, kept) => attach(e, tcp, kept).err(),
         Waiting::Task | Waiting::InLine => Some(Stop::End(End::Release)),
     };
     if stop.is_some() {
@@ -1013,6 +1074,17 @@ mod tests {
             );
         }
         assert_ne!(token(0, 0, 0), u64::MAX, "never the runtime's word");
+    }
+
+    #[test]
+    fn kept_servers_have_words_of_their_own() {
+        let (a, b) = (server_token(), server_token());
+        assert_ne!(a, b);
+        for w in [a, b] {
+            assert_ne!(w & SERVER, 0);
+            assert!(w < u64::MAX - 1, "never the runtime's or the bell's word");
+        }
+        assert_eq!(token(1 << 20, u32::MAX, 1) & SERVER, 0, "a session's slot");
     }
 
     /// A pool's startup packet, for a pool of the test's own.

@@ -400,7 +400,7 @@ fn relay_to_the_end(
                 {
                     Ok(tcp) => {
                         proto.upstream_key = key;
-                        pooled.give_back(tcp, &mut proto);
+                        pooled.give_back(tcp, None, &mut proto);
                     }
                     Err(e) => debug!("pooled connection not given back: {e}"),
                 }

@@ -201,6 +201,7 @@ pub fn fill_pools(shared: &Arc<Shared>) {
                             opened: now,
                             since: now,
                             slot,
+                            kept: None,
                         }
                     }),
                     Err(e) => {
@@ -248,7 +249,7 @@ pub async fn between(
 ) -> Next {
     let info = proto.info.clone();
     if let Some(upstream) = upstream {
-        pooled.give_back(upstream, proto);
+        pooled.give_back(upstream, None, proto);
     }
     if !matches!(stopped, Some(End::Release) | None)
         && let Some(Ok(grant)) = pooled.granted.take()

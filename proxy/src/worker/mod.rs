@@ -100,7 +100,9 @@ impl Bell {
 }
 
 struct Reactor {
-    epoll: Epoll,
+    /// Shared with the sockets kept in it (`Kept`), which may leave it
+    /// from another thread.
+    epoll: std::sync::Arc<Epoll>,
     bell: std::sync::Arc<Bell>,
     events: RefCell<Events>,
     relay: Relay,
@@ -141,7 +143,7 @@ impl Reactor {
             BELL,
         )?;
         Ok(Self {
-            epoll,
+            epoll: std::sync::Arc::new(epoll),
             bell: std::sync::Arc::new(bell),
             events: RefCell::new(Events::with_capacity(256)),
             relay,
@@ -202,6 +204,49 @@ pub fn fail_next_wait() {
 pub fn watch(fd: RawFd, data: u64) -> io::Result<()> {
     REACTOR.with(|r| match r.get() {
         Some(r) => r.epoll.add(fd, epoll::SOCKET, data),
+        None => Err(io::Error::other("not a worker thread")),
+    })
+}
+
+/// A socket that stays in a worker's epoll beyond one session's use: a
+/// pooled server connection stays in the epoll of the worker that relayed
+/// it last, so that the next session there takes it without a system
+/// call. Reports for it while no session holds it are dropped.
+pub struct Kept {
+    epoll: std::sync::Arc<Epoll>,
+    thread: u64,
+    data: u64,
+}
+
+impl Kept {
+    /// The data word its reports carry.
+    pub fn data(&self) -> u64 {
+        self.data
+    }
+
+    /// This thread's relay can take it as it is.
+    pub fn here(&self) -> bool {
+        self.thread == thread_mark() && here()
+    }
+
+    /// Takes `fd`, the socket it was made for, out of the epoll: it goes
+    /// elsewhere. It is still open, so the number is still its.
+    pub fn end(self, fd: RawFd) {
+        let _ = self.epoll.delete(fd);
+    }
+}
+
+/// Watches `fd` as `watch` does, for as long as the `Kept` travels with it.
+pub fn keep_watching(fd: RawFd, data: u64) -> io::Result<Kept> {
+    REACTOR.with(|r| match r.get() {
+        Some(r) => {
+            r.epoll.add(fd, epoll::SOCKET, data)?;
+            Ok(Kept {
+                epoll: r.epoll.clone(),
+                thread: thread_mark(),
+                data,
+            })
+        }
         None => Err(io::Error::other("not a worker thread")),
     })
 }
