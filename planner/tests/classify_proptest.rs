@@ -94,3 +94,23 @@ fn continuations_parse_as_writes() {
         }
     }
 }
+
+/// Words that pin, or undo a pin, or neither, mixed into texts of several statements.
+#[rustfmt::skip]
+const PIN_WORDS: &[&str] = &[
+    "LISTEN a", "UNLISTEN *", "SET x = 1", "SET LOCAL x = 1", "RESET ALL", "DISCARD ALL",
+    "LOAD 'x'", "SELECT pg_advisory_lock(1)", "SELECT dblink_connect('c')", "DO $$ x $$",
+    "CREATE TEMP TABLE t (a int)", "DECLARE c CURSOR WITH HOLD FOR SELECT 1", "PREPARE p AS SELECT 1",
+    "DEALLOCATE p", "SELECT 1", "(SELECT 2)", "FROBNICATE", "create database d", ";", " ", "'x;y'",
+];
+
+proptest! {
+    /// A pooler's one pass finds what `session_pin` and `pin_past_reset` find apart.
+    #[test]
+    fn pins_found_in_one_pass_match_their_parts(parts in prop::collection::vec(prop::sample::select(PIN_WORDS), 0..8)) {
+        let sql = parts.join("; ");
+        let p = onetrip_planner::classify::Pins::of(&sql);
+        prop_assert_eq!(p.pin, onetrip_planner::classify::session_pin(&sql));
+        prop_assert_eq!(p.past_reset, onetrip_planner::classify::pin_past_reset(&sql));
+    }
+}

@@ -18,10 +18,38 @@ pub struct Pins {
 }
 
 impl Pins {
+    /// `session_pin` and `pin_past_reset` in one pass over the tokens: the
+    /// first is the first reason the second's pass meets.
     pub fn of(sql: &str) -> Pins {
+        let mut scan = Scan::default();
+        let mut pin = None;
+        let mut past_reset = None;
+        for t in lexer::tokens(sql) {
+            let end = t.is_punct(sql, ";");
+            let step = match end {
+                true => scan.end_statement(),
+                false => scan.token(sql, &t),
+            };
+            if let Err(why) = step {
+                pin.get_or_insert(why);
+                if !reset_undoes(why) {
+                    past_reset = Some(why);
+                    break;
+                }
+                if end {
+                    scan = Scan::default();
+                }
+            }
+        }
+        if past_reset.is_none()
+            && let Err(why) = scan.end_statement()
+        {
+            pin.get_or_insert(why);
+            past_reset = Some(why).filter(|why| !reset_undoes(why));
+        }
         Pins {
-            pin: session_pin(sql),
-            past_reset: pin_past_reset(sql),
+            pin,
+            past_reset,
             database_command: super::database_command(sql),
         }
     }
@@ -325,6 +353,39 @@ mod tests {
     }
 
     use super::session_pin;
+
+    /// One pass finds what the two functions find apart.
+    #[test]
+    fn pins_of_a_text_match_its_pins_found_apart() {
+        for sql in [
+            "SELECT 1",
+            "",
+            ";;",
+            "LISTEN a",
+            "LISTEN a; LOAD 'x'",
+            "LOAD 'x'; LISTEN a",
+            "SET ROLE x; SELECT pg_advisory_lock(1); CREATE TEMP TABLE t (a int)",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1; PREPARE p AS SELECT 1",
+            "SELECT pg_advisory_lock(1), dblink_connect('c')",
+            "SET x = 1; DO $$BEGIN END$$",
+            "SELECT 1; (SELECT 2)",
+            "(SELECT 1); LISTEN a",
+            "SET search_path = a",
+            "select 1; set session x = 1",
+            "DISCARD ALL; RESET ALL; UNLISTEN *; DEALLOCATE p",
+            "FROBNICATE",
+            "create database x",
+            "BEGIN; UPDATE t SET a = 1; COMMIT",
+            "SELECT set_config('a.b', 'c', false); SELECT 1",
+            "DO $$ BEGIN PERFORM 1; END $$",
+            "LISTEN a; FROBNICATE",
+        ] {
+            let p = super::Pins::of(sql);
+            assert_eq!(p.pin, session_pin(sql), "{sql}");
+            assert_eq!(p.past_reset, super::pin_past_reset(sql), "{sql}");
+            assert_eq!(p.database_command, crate::classify::database_command(sql));
+        }
+    }
 
     #[test]
     fn plain_statements_do_not_pin() {
