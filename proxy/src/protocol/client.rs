@@ -375,13 +375,23 @@ impl Protocol {
     /// it remembers of its last statement is copied out of it, so that the
     /// buffer serves other sessions' reads.
     pub(crate) fn let_go_of_reads(&mut self) {
-        // One copy, the text pointing into it: a simple Query's text,
-        // literals and all, is not worth the thread's shared table.
-        if let Some((msg, sql)) = self.last_plain.take() {
-            let copy = Bytes::copy_from_slice(&msg);
-            let sql = sql.moved_to(&msg, &copy);
-            self.last_plain = Some((copy, sql));
+        if self.last_plain_apart {
+            return;
         }
+        let Some((msg, sql)) = self.last_plain.take() else {
+            return;
+        };
+        // A simple Query's text mostly carries its literals and is seldom
+        // the next one: not worth a copy. A Parse's is made to be sent
+        // again: one copy, the text pointing into it, kept until the
+        // client sends another.
+        if msg.first() == Some(&tag::QUERY) {
+            return;
+        }
+        let copy = Bytes::copy_from_slice(&msg);
+        let sql = sql.moved_to(&msg, &copy);
+        self.last_plain = Some((copy, sql));
+        self.last_plain_apart = true;
     }
 
     /// Routes a Query or Parse through the Cypher planner, unless it is the
@@ -414,6 +424,7 @@ impl Protocol {
             }
             // Nothing about it depends on the session's state: remember it.
             self.last_plain = Some((msg.clone(), sql.clone()));
+            self.last_plain_apart = false;
             return Routed::Plain(Some(sql));
         }
         // The session's own settings query may still be on its way: it

@@ -132,6 +132,8 @@ pub struct Protocol {
     /// The last Query or Parse that went on unchanged and whose routing
     /// depends on nothing but its text, with its statement.
     last_plain: Option<(Bytes, Sql)>,
+    /// `last_plain` is a copy of its own, apart from the read buffer.
+    last_plain_apart: bool,
     /// The upstream connection may be kept for the next client when this
     /// session ends quietly (`[upstream] reuse`, and the session qualifies).
     pub keep_upstream: bool,
@@ -223,6 +225,7 @@ impl Protocol {
             out: Out::default(),
             client_rest: Bytes::new(),
             last_plain: None,
+            last_plain_apart: false,
             keep_upstream: false,
             terminate_withheld: false,
             unsynced: false,
