@@ -14,7 +14,11 @@
 //! random, as long as the backend's (4 bytes in protocol 3.0, longer in
 //! 3.2). The map goes from a client's key to a backend, so a session that
 //! changes backends while it lives only has to point its key elsewhere
-//! (`point`).
+//! (`point`). A pooled session does that at every transaction, through
+//! its own `Target` (no lookup in the shared map, whose shard lock every
+//! session would take).
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use dashmap::{DashMap, mapref::entry::Entry};
@@ -59,14 +63,32 @@ pub enum Pid {
     MadeUp,
 }
 
+/// The backend a client's key cancels now. `None`: the client runs
+/// nothing now (transaction pooling, between two server connections), and
+/// its cancel goes nowhere.
+#[derive(Default)]
+pub struct Target(Mutex<Option<Key>>);
+
+impl Target {
+    /// Points the key at `backend` (`None`: at nothing).
+    pub fn set(&self, backend: Option<Key>) {
+        // A poisoned lock still holds a whole `Option`.
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = backend;
+    }
+
+    fn get(&self) -> Option<Key> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The keys handed to clients, each with the backend it cancels now.
 pub struct CancelKeys {
-    /// `None`: the client runs nothing now (transaction pooling, between
-    /// two server connections), and its cancel goes nowhere. Hashed with
-    /// FxHash, not SipHash: a pooled session points its key at each
-    /// transaction, and every key in the map is drawn here at random, so
-    /// no peer chooses what collides.
-    map: DashMap<Key, Option<Key>, rustc_hash::FxBuildHasher>,
+    /// Hashed with FxHash, not SipHash: every key in the map is drawn here
+    /// at random, so no peer chooses what collides.
+    map: DashMap<Key, Arc<Target>, rustc_hash::FxBuildHasher>,
     rng: SystemRandom,
 }
 
@@ -104,25 +126,31 @@ impl CancelKeys {
                 secret: Bytes::copy_from_slice(&secret),
             };
             if let Entry::Vacant(e) = self.map.entry(key.clone()) {
-                e.insert(Some(backend));
+                e.insert(Arc::new(Target(Mutex::new(Some(backend)))));
                 return Some(key);
             }
         }
         None
     }
 
+    /// Where a client's key points, for its session to point it anew
+    /// without the map.
+    pub fn target(&self, key: &Key) -> Option<Arc<Target>> {
+        self.map.get(key).map(|t| t.clone())
+    }
+
     /// Points a client's key at the backend that runs its queries now.
     pub fn point(&self, key: &Key, backend: Key) {
-        if let Some(mut target) = self.map.get_mut(key) {
-            *target = Some(backend);
+        if let Some(t) = self.map.get(key) {
+            t.set(Some(backend));
         }
     }
 
     /// The client has given its backend back to the pool: its key cancels
     /// nothing until it has another (that backend now runs other clients').
     pub fn detach(&self, key: &Key) {
-        if let Some(mut target) = self.map.get_mut(key) {
-            *target = None;
+        if let Some(t) = self.map.get(key) {
+            t.set(None);
         }
     }
 
@@ -133,7 +161,7 @@ impl CancelKeys {
 
     /// The backend a client's key cancels now.
     pub fn backend(&self, key: &Key) -> Option<Key> {
-        self.map.get(key).and_then(|b| b.clone())
+        self.map.get(key).and_then(|t| t.get())
     }
 
     pub fn len(&self) -> usize {
@@ -177,6 +205,20 @@ mod tests {
         assert_eq!(keys.backend(&b), Some(key(43, b"wxyz")));
         keys.detach(&b);
         assert_eq!(keys.backend(&b), None, "between two backends");
+        let target = keys.target(&b).unwrap();
+        target.set(Some(key(44, b"1234")));
+        assert_eq!(
+            keys.backend(&b),
+            Some(key(44, b"1234")),
+            "through its target"
+        );
+        keys.forget(&b);
+        target.set(Some(key(45, b"1234")));
+        assert_eq!(
+            keys.backend(&b),
+            None,
+            "a forgotten key's target is no one's"
+        );
         assert_eq!(Key::from_message(&b.message()), Some(b));
     }
 

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout};
 use crate::{
-    cancel::{CancelKeys, Key},
+    cancel::{CancelKeys, Key, Target},
     protocol::{Protocol, ServerStatements, SessionSets, settings::Settings},
     stats::SessionState,
     wire::backend,
@@ -29,6 +29,8 @@ pub struct Pooled {
     pub slot: Option<Slot>,
     pub startup: Bytes,
     cancel: Arc<CancelKeys>,
+    /// Where the client's cancel key points, once looked up.
+    target: Option<Arc<Target>>,
     /// What the session got while it waited in its worker's relay, for
     /// its task to go on with (`session::pooled::between`).
     pub granted: Option<Result<Grant, WaitTimeout>>,
@@ -92,6 +94,7 @@ impl Pooled {
             slot: Some(slot),
             startup,
             cancel,
+            target: None,
             granted: None,
         }
     }
@@ -105,6 +108,7 @@ impl Pooled {
             slot: None,
             startup,
             cancel,
+            target: None,
             granted: None,
         }
     }
@@ -120,8 +124,8 @@ impl Pooled {
         kept: Option<Kept>,
         proto: &mut Protocol,
     ) -> bool {
-        if let Some(key) = &proto.client_key {
-            self.cancel.detach(key);
+        if let Some(target) = self.target(proto) {
+            target.set(None);
         }
         proto.info.upstream_pid.store(0, Relaxed);
         let Some(slot) = self.slot.take() else {
@@ -176,14 +180,23 @@ impl Pooled {
         }
     }
 
+    /// Where the client's cancel key points (looked up once).
+    fn target(&mut self, proto: &Protocol) -> Option<&Arc<Target>> {
+        if self.target.is_none() {
+            let key = proto.client_key.as_ref()?;
+            self.target = self.cancel.target(key);
+        }
+        self.target.as_ref()
+    }
+
     /// The session goes on over `taken`: the client's cancel key points at
     /// its backend.
     pub fn adopt(&mut self, proto: &mut Protocol, taken: Taken) {
         let info = &proto.info;
         if let Some((pid, secret)) = taken.key.as_ref().and_then(backend::backend_key_in) {
             info.upstream_pid.store(pid as u64, Relaxed);
-            if let Some(ck) = &proto.client_key {
-                self.cancel.point(ck, Key { pid, secret });
+            if let Some(target) = self.target(proto) {
+                target.set(Some(Key { pid, secret }));
             }
         }
         info.set_state(SessionState::Idle);
