@@ -29,7 +29,7 @@ use bytes::BytesMut;
 use rustc_hash::FxHashMap;
 use tracing::Span;
 
-use super::{Bufs, End};
+use super::{Bufs, End, line};
 use crate::{
     pooling::{Deliver, Grant, Pooled, Waiting},
     protocol::Protocol,
@@ -38,7 +38,7 @@ use crate::{
 };
 use crate::{
     stats::{Counters, SessionState},
-    worker::{self, Kept, deadlines, epoll::Event, thread_mark},
+    worker::{self, Kept, epoll::Event, thread_mark},
 };
 
 /// A session as it enters or leaves the worker's relay.
@@ -87,10 +87,9 @@ struct Entry {
 
 /// A session's wait for a connection in its worker's relay: its grant
 /// comes by the worker's `Mailbox`; its task is woken at
-/// `query_wait_timeout` (the deadline), to end the wait.
+/// `query_wait_timeout` (`line`), to end the wait.
 struct InLine {
     since: Instant,
-    deadline: Option<deadlines::Key>,
 }
 
 /// What a socket is known ready for, since its last report (edge-
@@ -390,6 +389,7 @@ fn any() -> bool {
 /// A session waits for another turn.
 fn has_pending() -> bool {
     has_mail()
+        || line::due()
         || TABLE
             .try_with(|t| !t.borrow().pending.is_empty())
             .unwrap_or(false)
@@ -601,7 +601,7 @@ impl Future for Relaying {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => e.waiter = Some(cx.waker().clone()),
             }
-            if waited_too_long(e, cx.waker()) {
+            if waited_too_long(e) {
                 return Poll::Ready(());
             }
             Poll::Pending
@@ -610,18 +610,14 @@ impl Future for Relaying {
 }
 
 /// A session in line past `query_wait_timeout` stops waiting, for its
-/// task to tell its client; one in line for less has its deadline armed.
-fn waited_too_long(e: &mut Entry, waker: &Waker) -> bool {
-    let Some(wait) = e.wait.as_mut() else {
+/// task to tell its client (the line wakes the task then: `line`).
+fn waited_too_long(e: &mut Entry) -> bool {
+    let Some(wait) = e.wait.as_ref() else {
         return false;
     };
     let timeout = e.parts.proto.services.config.pool.query_wait_timeout;
     let waited = wait.since.elapsed();
     if waited < timeout {
-        match &wait.deadline {
-            Some(key) => key.set_waker(waker),
-            None => wait.deadline = deadlines::arm(wait.since + timeout, waker),
-        }
         return false;
     }
     leave_line(e);
@@ -692,7 +688,7 @@ fn on_event(ev: Event) -> bool {
 /// Another turn for each session that ran out of them; true when one
 /// stopped and its task was woken.
 fn run_pending() -> bool {
-    let mut woke = deliver_mail();
+    let mut woke = deliver_mail() | check_line();
     let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
         return woke;
     };
@@ -713,6 +709,21 @@ fn run_pending() -> bool {
         woke |= wake(w);
     }
     woke | woke_others()
+}
+
+/// The line's deadline, or its leftovers (`line::check`).
+fn check_line() -> bool {
+    let Ok(sessions) = TABLE.try_with(|t| t.borrow().live) else {
+        return false;
+    };
+    line::check(sessions, |slot, generation, since| {
+        TABLE.with(|t| match t.borrow_mut().get(slot, generation) {
+            Some(e) if e.wait.as_ref().is_some_and(|w| w.since == since) => {
+                line::Seen::Waits(e.waiter.clone())
+            }
+            _ => line::Seen::Left,
+        })
+    })
 }
 
 fn wake(w: Option<Waker>) -> bool {
@@ -925,12 +936,9 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
             // Its query is on its way: not idle (`client_idle_timeout`).
             e.parts.proto.info.set_state(SessionState::Active);
             let since = Instant::now();
-            // Armed here when the task has polled already, else when it does.
-            let deadline = e.waiter.as_ref().and_then(|w| {
-                let timeout = e.parts.proto.services.config.pool.query_wait_timeout;
-                deadlines::arm(since + timeout, w)
-            });
-            e.wait = Some(InLine { since, deadline });
+            let timeout = e.parts.proto.services.config.pool.query_wait_timeout;
+            line::join(since, since + timeout, e.slot, e.generation);
+            e.wait = Some(InLine { since });
             Ok(false)
         }
     }

@@ -6,6 +6,7 @@
 
 mod close;
 pub mod epoll;
+mod line;
 mod spin;
 pub mod task;
 mod wake;
