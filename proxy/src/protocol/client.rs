@@ -372,19 +372,35 @@ impl Protocol {
     }
 
     /// The session lets go of its read buffer (between transactions): what
-    /// it remembers of its last statement is copied out of it, so that the
-    /// buffer serves other sessions' reads.
+    /// it keeps of the messages read is copied out of it (a few bytes), so
+    /// that the buffer serves other sessions' reads. A buffer kept alive by
+    /// a slice would cost the next read a new one, and its end a large free.
     pub(crate) fn let_go_of_reads(&mut self) {
+        if let Some(held) = self.txn.held.as_mut() {
+            held.frames = Bytes::copy_from_slice(&held.frames);
+            if let Some(fix) = held.unnamed_after.as_mut() {
+                fix.detach();
+            }
+        }
+        if let Some(fix) = self.unnamed_fix.as_mut() {
+            fix.detach();
+        }
+        self.keep_last_plain();
+        let kept = self.last_plain.as_ref().map(|(_, sql)| sql);
+        self.flight.detach_unnamed(kept);
+    }
+
+    /// A simple Query's text mostly carries its literals and is seldom the
+    /// next one: not worth a copy. A Parse's is made to be sent again: one
+    /// copy, the text pointing into it, kept until the client sends
+    /// another.
+    fn keep_last_plain(&mut self) {
         if self.last_plain_apart {
             return;
         }
         let Some((msg, sql)) = self.last_plain.take() else {
             return;
         };
-        // A simple Query's text mostly carries its literals and is seldom
-        // the next one: not worth a copy. A Parse's is made to be sent
-        // again: one copy, the text pointing into it, kept until the
-        // client sends another.
         if msg.first() == Some(&tag::QUERY) {
             return;
         }

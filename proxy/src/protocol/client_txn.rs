@@ -38,6 +38,15 @@ pub(super) enum UnnamedFix {
     ReparseKept,
 }
 
+impl UnnamedFix {
+    /// Its Parse as a copy of its own, no longer in the read buffer.
+    pub(super) fn detach(&mut self) {
+        if let UnnamedFix::Parse(p) | UnnamedFix::Reparse(p) = self {
+            *p = Bytes::copy_from_slice(p);
+        }
+    }
+}
+
 impl Protocol {
     pub(super) fn transaction_step(
         &mut self,

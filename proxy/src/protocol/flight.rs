@@ -455,6 +455,13 @@ impl Flight {
         }
     }
 
+    /// The unnamed statement's text as a copy of its own, out of the read
+    /// buffer: `kept`'s, when it is the same text (the session's last
+    /// Parse, copied already).
+    pub fn detach_unnamed(&mut self, kept: Option<&Sql>) {
+        self.prepared.detach_unnamed(kept);
+    }
+
     /// `DEALLOCATE ALL`, `DISCARD ALL`, or a change to a name not read.
     pub fn forget_all(&mut self) {
         self.prepared = Prepared::default();

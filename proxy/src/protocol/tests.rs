@@ -16,7 +16,11 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
-        let shared = Shared::for_tests(Config::default());
+        Self::with(Config::default())
+    }
+
+    fn with(config: Config) -> Self {
+        let shared = Shared::for_tests(config);
         let info = shared.stats.open_session(None, "postgres", "postgres", "");
         shared.stats.admit(&info);
         let mut p = Protocol::new(shared.services(), info);
@@ -127,4 +131,55 @@ async fn a_fatal_for_a_held_begin_is_relayed() {
     let mut out = Vec::new();
     h.to_client.write_all(&mut out).await.unwrap();
     assert_eq!(out, &fatal[..]);
+}
+
+/// The extended-protocol group of `sql`, unnamed, as pgbench sends it.
+fn group(sql: &str) -> BytesMut {
+    let mut parse = sql.as_bytes().to_vec();
+    parse.extend_from_slice(b"\0\0\0");
+    let mut g = BytesMut::new();
+    g.extend_from_slice(&msg(tag::PARSE, &[&[0u8][..], &parse].concat()));
+    g.extend_from_slice(&msg(tag::BIND, &[0, 0, 0, 0, 0, 0, 0, 0]));
+    g.extend_from_slice(&msg(tag::DESCRIBE, b"P\0"));
+    g.extend_from_slice(&msg(tag::EXECUTE, &[0, 0, 0, 0, 0]));
+    g.extend_from_slice(&msg(tag::SYNC, b""));
+    g
+}
+
+/// Between transactions a session lets go of its read buffer: what it
+/// keeps of a held BEGIN, of a read run without it and of the statement
+/// it remembers is copied out, so the buffer can serve other reads.
+#[tokio::test]
+async fn letting_go_of_reads_leaves_nothing_in_the_read_buffer() {
+    let mut config = Config::default();
+    config.transactions.lazy_reads = true;
+    let mut h = Harness::with(config);
+    h.p.coalescer.on_default_isolation(Some(
+        onetrip_planner::classify::IsolationLevel::ReadCommitted,
+    ));
+    let mut cin = BytesMut::with_capacity(4096);
+    cin.extend_from_slice(&group("BEGIN"));
+    cin.extend_from_slice(&group("SELECT 1"));
+    let (up, client) = (&mut h.to_up, &mut h.to_client);
+    h.p.on_client_bytes(&mut cin, up, client).unwrap();
+    assert!(h.p.txn.held.is_some(), "the BEGIN is held");
+    assert!(h.to_up.wants_write(), "the read went up without it");
+    let mut answer = BytesMut::new();
+    for (t, body) in [
+        (b'1', &b""[..]),
+        (b'2', b""),
+        (b'n', b""),
+        (b'C', b"SELECT 0\0"),
+        (tag::READY_FOR_QUERY, b"I"),
+    ] {
+        answer.extend_from_slice(&msg(t, body));
+    }
+    h.upstream(&answer);
+    assert!(cin.is_empty());
+    // Written out, as a release point finds them.
+    h.to_up = WriteQueue::default();
+    h.to_client = WriteQueue::default();
+    h.p.let_go_of_reads();
+    assert!(cin.try_reclaim(4096), "nothing points into the read buffer");
+    assert!(h.p.txn.held.is_some(), "the BEGIN is still held");
 }

@@ -78,6 +78,15 @@ impl Sql {
         }
     }
 
+    /// The same text in a copy of its own.
+    pub fn copied(&self) -> Self {
+        Sql {
+            text: Bytes::copy_from_slice(&self.text),
+            words: self.words,
+            analysis: self.analysis.clone(),
+        }
+    }
+
     /// The same text in `copy`, a copy of `from`, when it lies inside
     /// `from` (as a statement's text lies inside its message); else kept
     /// as it is.
@@ -140,6 +149,16 @@ impl Prepared {
                 self.named.insert(name, sql.detached());
             }
             None => {}
+        }
+    }
+
+    /// See `Flight::detach_unnamed`.
+    pub fn detach_unnamed(&mut self, kept: Option<&Sql>) {
+        if let Some(u) = self.unnamed.as_mut() {
+            *u = match kept {
+                Some(k) if k == u => k.clone(),
+                _ => u.copied(),
+            };
         }
     }
 

@@ -918,8 +918,13 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
     if b.cin.starts_with(&write::TERMINATE) {
         return Err(Stop::End(End::ClientClosed));
     }
-    // A BEGIN the session holds, and its end, need no connection.
+    // A BEGIN the session holds, and its end, need no connection; nor
+    // does the read room once all that was read is answered.
     if proto.answer_alone(&mut b.cin, &mut b.to_client) {
+        if b.cin.is_empty() {
+            proto.let_go_of_reads();
+            super::give_back_room(&mut b.cin);
+        }
         return Ok(true);
     }
     let Some(pooled) = pooled.as_mut() else {
