@@ -13,10 +13,10 @@
 //! negative pid is no backend's, so that call finds none. The secret is
 //! random, as long as the backend's (4 bytes in protocol 3.0, longer in
 //! 3.2). The map goes from a client's key to a backend, so a session that
-//! changes backends while it lives only has to point its key elsewhere
-//! (`point`). A pooled session does that at every transaction, through
-//! its own `Target` (no lookup in the shared map, whose shard lock every
-//! session would take).
+//! changes backends while it lives only has to point its key elsewhere. A
+//! pooled session does that at every transaction, through its own `Target`
+//! (no lookup in the shared map, whose shard lock every session would
+//! take).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -139,13 +139,6 @@ impl CancelKeys {
         self.map.get(key).map(|t| t.clone())
     }
 
-    /// Points a client's key at the backend that runs its queries now.
-    pub fn point(&self, key: &Key, backend: Key) {
-        if let Some(t) = self.map.get(key) {
-            t.set(Some(backend));
-        }
-    }
-
     /// The client has given its backend back to the pool: its key cancels
     /// nothing until it has another (that backend now runs other clients').
     pub fn detach(&self, key: &Key) {
@@ -201,17 +194,15 @@ mod tests {
         let b = keys.issue(backend.clone(), Pid::Backend).unwrap();
         assert_ne!(a, b);
         assert_eq!(keys.backend(&a), None, "a departed client's key is dead");
-        keys.point(&b, key(43, b"wxyz"));
-        assert_eq!(keys.backend(&b), Some(key(43, b"wxyz")));
-        keys.detach(&b);
-        assert_eq!(keys.backend(&b), None, "between two backends");
         let target = keys.target(&b).unwrap();
-        target.set(Some(key(44, b"1234")));
+        target.set(Some(key(43, b"wxyz")));
         assert_eq!(
             keys.backend(&b),
-            Some(key(44, b"1234")),
+            Some(key(43, b"wxyz")),
             "through its target"
         );
+        keys.detach(&b);
+        assert_eq!(keys.backend(&b), None, "between two backends");
         keys.forget(&b);
         target.set(Some(key(45, b"1234")));
         assert_eq!(
