@@ -50,10 +50,11 @@ impl Proxy {
 
     /// Like `start`, but sessions run on `workers` (runtimes of one thread
     /// each, with IO and time enabled, so no message costs a thread
-    /// wake-up). The first worker accepts, and every session starts there;
+    /// wake-up). The first worker accepts, and a session starts there;
     /// one that lasts moves once to the worker with the fewest sessions
-    /// (see `session::spread`). The caller's runtime keeps signals,
-    /// metrics and housekeeping.
+    /// (`worker::seats`). A pooled session starts on that worker instead
+    /// (`start_session`). The caller's runtime keeps signals, metrics and
+    /// housekeeping.
     pub async fn start_on(
         config: Config,
         workers: Vec<tokio::runtime::Handle>,
@@ -314,7 +315,8 @@ async fn expire_kept(shared: std::sync::Weak<Shared>) {
 }
 
 /// Accepts until told to stop, on the first worker if there are workers.
-/// Sessions start here; those that last move on (see `session::spread`).
+/// Sessions start here; those that last move on (`worker::seats`), but for
+/// pooled ones, which start on the worker with the fewest sessions.
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -331,7 +333,7 @@ async fn accept_loop(
                     // awaiting them would make each session's end wake this
                     // task, often from another thread.
                     while sessions.try_join_next().is_some() {}
-                    sessions.spawn(crate::session::serve(tcp, peer, shared.clone(), next_id));
+                    start_session(&mut sessions, tcp, peer, &shared, next_id);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off, keep
@@ -346,3 +348,51 @@ async fn accept_loop(
     }
     sessions
 }
+
+/// Spawns an accepted client's session: here, or with transaction pooling
+/// on the worker with the fewest sessions. A pooled session waits for its
+/// client between transactions without a server connection, and can't
+/// move then; started here, every pooled session would stay on this
+/// worker, and one thread would forward for all of them.
+fn start_session(
+    sessions: &mut JoinSet<()>,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    shared: &Arc<Shared>,
+    id: u64,
+) {
+    let workers = &shared.workers;
+    let pooled = shared.config().pool.mode == crate::config::PoolMode::Transaction;
+    let j = match pooled && workers.len() > 1 {
+        true => workers.for_new(id as usize),
+        false => ACCEPTING_WORKER,
+    };
+    let (Some(handle), false) = (workers.handle(j), j == ACCEPTING_WORKER) else {
+        sessions.spawn(crate::session::serve(
+            tcp,
+            peer,
+            shared.clone(),
+            id,
+            ACCEPTING_WORKER,
+        ));
+        return;
+    };
+    // The socket leaves this thread's reactor for that worker's.
+    let tcp = match tcp.into_std() {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            return warn!(%peer, "connection closed: it could not leave the accepting worker: {e}");
+        }
+    };
+    let shared = shared.clone();
+    let session = async move {
+        match tokio::net::TcpStream::from_std(tcp) {
+            Ok(tcp) => crate::session::serve(tcp, peer, shared, id, j).await,
+            Err(e) => warn!(%peer, "connection closed: it could not join worker {j}: {e}"),
+        }
+    };
+    sessions.spawn_on(session, handle);
+}
+
+/// The worker whose thread accepts (the first).
+pub const ACCEPTING_WORKER: usize = 0;

@@ -52,11 +52,14 @@ pub struct Start {
     /// Ends when authentication must be over (`limits.startup_timeout`
     /// after the connection was accepted).
     pub deadline: crate::timers::Sleep,
+    /// The worker the session runs on.
+    pub worker: usize,
 }
 
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
     let startup_raw = start.startup_raw.clone();
+    let worker = start.worker;
     // Boxed, and freed once the client is in: a future is as large as its
     // largest await, and the login's would stay with every idle session.
     let opened =
@@ -81,8 +84,7 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
             }
             // A TLS stream's state lives in this task: it stays here.
             let may_move = !streams.is_tls();
-            // Sessions start on the worker that accepted them, the first.
-            let seat = Seat::take(shared.workers.clone(), 0, may_move);
+            let seat = Seat::take(shared.workers.clone(), worker, may_move);
             let s = Session {
                 startup_raw,
                 shared: shared.clone(),

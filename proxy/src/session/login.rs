@@ -69,6 +69,7 @@ pub(super) async fn connect_and_authenticate(
         peer,
         handshake_rts,
         mut deadline,
+        ..
     } = start;
     let p = |k| StartupMessage::param(&params, k).unwrap_or("");
     let (user, database) = StartupMessage::user_and_database(&params);

@@ -28,7 +28,14 @@ use crate::{
 };
 
 /// Serves one accepted client connection to its end.
-pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_id: u64) {
+/// `worker` is the worker it runs on.
+pub async fn serve(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    conn_id: u64,
+    worker: usize,
+) {
     let _ = tcp.set_nodelay(true);
     let span = info_span!("session", id = conn_id, peer = %peer);
     let Some(slot) = shared.client_slot() else {
@@ -74,6 +81,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>, conn_i
                     peer,
                     handshake_rts,
                     deadline,
+                    worker,
                 };
                 // Boxed: the relay's state is most of a session's, and the
                 // session's future is moved whole when it is spawned.

@@ -1,8 +1,10 @@
-//! Which worker a session runs on. Every session starts on the worker that
+//! Which worker a session runs on. A session starts on the worker that
 //! accepted it, so a short one (a connection per transaction) never costs a
 //! second thread a wake-up. One that proves long-lived moves, once and at a
 //! quiet moment, to the worker with the fewest sessions, so busy clients
-//! still share out the CPUs.
+//! still share out the CPUs. A pooled session (transaction pooling) can't
+//! move while it waits without a server connection, so it starts on the
+//! worker with the fewest sessions instead (`Seats::for_new`).
 
 use std::sync::{
     Arc,
@@ -30,6 +32,25 @@ impl Seats {
 
     pub fn handle(&self, i: usize) -> Option<&Handle> {
         self.handles.get(i)
+    }
+
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// The worker with the fewest sessions, the first such from `from`
+    /// round: new sessions accepted at once, which are counted only once
+    /// they relay, then take turns rather than all going to one.
+    pub fn for_new(&self, from: usize) -> usize {
+        let n = self.live.len().max(1);
+        (0..n)
+            .map(|k| (from + k) % n)
+            .min_by_key(|&j| self.live.get(j).map_or(0, |l| l.load(Ordering::Relaxed)))
+            .unwrap_or(0)
     }
 
     /// A worker with at least two sessions fewer than worker `from` (the
@@ -156,6 +177,19 @@ mod tests {
         assert_eq!(live(&w), [0, 4]);
         let mut on_1 = on_1;
         assert!(on_1.iter_mut().all(|s| s.move_to(1000).is_none()));
+    }
+
+    #[test]
+    fn new_sessions_go_to_the_fewest_and_take_turns_when_even() {
+        let w = workers(3);
+        assert_eq!(
+            (0..6).map(|i| w.for_new(i)).collect::<Vec<_>>(),
+            [0, 1, 2, 0, 1, 2]
+        );
+        let _a = Seat::take(w.clone(), 0, false);
+        let _b = Seat::take(w.clone(), 2, false);
+        assert_eq!((0..3).map(|i| w.for_new(i)).collect::<Vec<_>>(), [1, 1, 1]);
+        assert_eq!(workers(0).for_new(5), 0);
     }
 
     #[test]
