@@ -346,7 +346,18 @@ impl Pool {
         waiter: impl FnOnce() -> (Waiter, W),
     ) -> Result<Grant, W> {
         let mut g = self.lock();
-        let now = if let Some(idle) = g.idle.pop() {
+        // The newest idle one in this worker's epoll (taken there without
+        // a system call), else the newest.
+        let here = crate::worker::thread_mark();
+        let mine = g
+            .idle
+            .iter()
+            .rposition(|i| i.kept.as_ref().is_some_and(|k| k.thread() == here));
+        let idle = match mine {
+            Some(i) => Some(g.idle.remove(i)),
+            None => g.idle.pop(),
+        };
+        let now = if let Some(idle) = idle {
             drop(g);
             Self::checked(idle, max_idle, lifetime)
         } else if g.places < self.size {

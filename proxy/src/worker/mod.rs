@@ -224,6 +224,11 @@ impl Kept {
         self.data
     }
 
+    /// The thread whose worker's epoll it is in (`thread_mark`).
+    pub fn thread(&self) -> u64 {
+        self.thread
+    }
+
     /// This thread's relay can take it as it is.
     pub fn here(&self) -> bool {
         self.thread == thread_mark() && here()
