@@ -35,7 +35,9 @@
 #
 # BENCH_DIRECT_CLIENTS (default: the pool size), BENCH_THREADS (pgbench -j,
 # 4), BENCH_ONETRIP_THREADS (onetrip's [listen] threads; its default when
-# unset), BENCH_PGBOUNCER (a PgBouncer binary, below), BENCH_WORKLOADS and BENCH_TARGETS ("direct onetrip onetrip-lazy
+# unset), BENCH_PGBOUNCER (a PgBouncer binary, below), BENCH_PROXY_NICE (a
+# scheduling priority for both proxies' threads, -10 say; below 0 needs
+# root), BENCH_WORKLOADS and BENCH_TARGETS ("direct onetrip onetrip-lazy
 # pgbouncer") change what runs; BENCH_ROUNDS > 1 alternates the targets'
 # order and prints medians; BENCH_KEEP=1 keeps the work directory (logs,
 # pgbench output). Not a test: it takes minutes and the machine. Needs
@@ -175,8 +177,21 @@ start_target() {
         *) echo "unknown target $t" >&2; exit 1 ;;
     esac
     pids+=("$PROXY_PID")
-    for _ in $(seq 100); do port_open "$PROXY_PORT" && return 0; sleep 0.1; done
+    for _ in $(seq 100); do port_open "$PROXY_PORT" && { renice_proxy; return 0; }; sleep 0.1; done
     return 1
+}
+
+# renice_proxy: every thread of the running proxy at BENCH_PROXY_NICE, when
+# set (the same for onetrip and PgBouncer). renice -p moves one thread on
+# Linux, so each is named.
+renice_proxy() {
+    [ -n "${BENCH_PROXY_NICE:-}" ] || return 0
+    local pid=$PROXY_PID t
+    [ -s "$WORK/pgbouncer.pid" ] && pid=$(cat "$WORK/pgbouncer.pid")
+    for t in /proc/"$pid"/task/*; do
+        renice -n "$BENCH_PROXY_NICE" -p "${t##*/}" >/dev/null ||
+            say "renice $BENCH_PROXY_NICE of thread ${t##*/} failed (needs root below 0)"
+    done
 }
 
 # stop_target: stops the proxy and waits until the server has no client
@@ -331,9 +346,9 @@ for round in $(seq "$ROUNDS"); do
 done
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$RESULTS" "$ROUNDS" "$SECS" "$CLIENTS" "$POOL" "$DIRECT_CLIENTS" "$SAMPLE_MS" "$WARMUP" "$PGB_VERSION" <<'PY'
+python3 - "$RESULTS" "$ROUNDS" "$SECS" "$CLIENTS" "$POOL" "$DIRECT_CLIENTS" "$SAMPLE_MS" "$WARMUP" "$PGB_VERSION" "${BENCH_PROXY_NICE:-}" <<'PY'
 import statistics, sys
-path, rounds, secs, clients, pool, direct, sample_ms, warmup, pgbv = sys.argv[1:]
+path, rounds, secs, clients, pool, direct, sample_ms, warmup, pgbv, nice = sys.argv[1:]
 rows = {}
 for line in open(path).read().splitlines():
     f = line.split("\t")
@@ -351,6 +366,8 @@ def fmt(x, spec, width):
 print(f"pgbench, {rounds} round(s) x {secs}s; proxies: {clients} clients, pool {pool} (transaction mode); "
       f"direct: {direct} clients" + ("; medians over rounds" if int(rounds) > 1 else ""))
 print(f"PgBouncer {pgbv}. 'vs pgb': TPS / PgBouncer's TPS for the same workload.")
+if nice:
+    print(f"Both proxies' threads at nice {nice}.")
 print(f"Server backends: pg_stat_activity every {sample_ms} ms, the first {warmup}s left out; means of 'active',")
 print("'idle in transaction' (idle tx) and all client backends (total); 'busy' = active / total.")
 print(f"{'workload':14} {'target':13} {'-c':>4} {'tps':>9} {'lat ms':>8} {'vs pgb':>7} {'active':>7} {'idle tx':>7} "
