@@ -176,9 +176,11 @@ impl Deliver for Mailbox {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((ticket, grant));
-        self.has_mail.store(true, Ordering::Release);
-        // This thread looks at its mail before it waits again.
-        if self.thread != thread_mark() {
+        // Rung once per look at the mail (`take_mail` lowers the flag
+        // before it takes the list): a grant that finds the flag raised
+        // is taken by the look that flag's ring asked for. This thread
+        // looks at its mail before it waits again.
+        if !self.has_mail.swap(true, Ordering::AcqRel) && self.thread != thread_mark() {
             self.bell.ring();
         }
     }
