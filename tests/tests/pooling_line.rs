@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use onetrip_tests::{Env, PgOptions, connect, simple_rows};
+use onetrip_tests::{Env, PgOptions, connect, raw, simple_rows};
+use tokio::io::AsyncWriteExt;
 
 async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
     let dsn = format!(
@@ -86,4 +87,64 @@ async fn a_client_in_line_is_not_idle() {
     let (served, ()) = tokio::join!(waits, holds);
     let served = served.expect("served after a wait longer than client_idle_timeout");
     assert_eq!(simple_rows(&served)[0][0].as_deref(), Some("served"));
+}
+
+/// A client slow to read its answer holds no connection once the server
+/// is done with it: the answer waits in onetrip's buffer for its client
+/// while the connection serves the next in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_holds_no_connection() {
+    const ANSWER: usize = 16 << 20;
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        // Room for the whole answer, more than the sockets between hold.
+        c.limits.buffer_bytes = 2 * ANSWER;
+    })
+    .await;
+    // A small receive buffer (no autotuning): the kernel holds little of
+    // the answer for the client.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 << 10).unwrap();
+    let mut slow = socket
+        .connect(([127, 0, 0, 1], env.proxy_port()).into())
+        .await
+        .unwrap();
+    greeted(&mut slow).await;
+    let sql = format!("SELECT repeat('x', {ANSWER})");
+    slow.write_all(&raw::query(&sql)).await.unwrap();
+    // It reads nothing yet; another client of its pool (the same startup
+    // packet) gets the one connection.
+    let mut next = login(env.proxy_port()).await;
+    next.write_all(&raw::query("SELECT 'next'")).await.unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(10), raw::read_to_z(&mut next))
+        .await
+        .expect("the pool's connection served the next client while the slow one read nothing");
+    assert_eq!(raw::errors(&served), vec![]);
+    assert!(
+        served
+            .iter()
+            .any(|(t, m)| *t == b'D' && m.ends_with(b"next"))
+    );
+    let msgs = raw::read_to_z(&mut slow).await;
+    assert_eq!(raw::errors(&msgs), vec![]);
+    let (_, row) = msgs.iter().find(|(t, _)| *t == b'D').expect("DataRow");
+    // Column count (2), the value's length (4), the value.
+    assert_eq!(row.len(), 6 + ANSWER);
+    assert!(row[6..].iter().all(|&b| b == b'x'));
+}
+
+async fn login(port: u16) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    greeted(&mut s).await;
+    s
+}
+
+async fn greeted(s: &mut tokio::net::TcpStream) {
+    s.write_all(&raw::startup("postgres", "postgres"))
+        .await
+        .unwrap();
+    assert_eq!(raw::errors(&raw::read_to_z(s).await), vec![], "startup");
 }

@@ -796,16 +796,21 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             }
         }
     }
-    if b.to_client.wants_write() && e.client.write {
-        match b.to_client.write_to(client) {
-            Ok(all) => e.client.write = all,
-            Err(err) => return Err(Stop::End(End::Error(format!("client write: {err}")))),
+    // A pooled connection goes back before the answer is written, which
+    // `released` writes then (`server_done`).
+    let early = pooled.is_some() && super::server_done(proto, b);
+    if !early {
+        if b.to_client.wants_write() && e.client.write {
+            match b.to_client.write_to(client) {
+                Ok(all) => e.client.write = all,
+                Err(err) => return Err(Stop::End(End::Error(format!("client write: {err}")))),
+            }
+        }
+        if super::client_done(proto, b) {
+            return Err(Stop::End(End::ClientClosed));
         }
     }
-    if super::client_done(proto, b) {
-        return Err(Stop::End(End::ClientClosed));
-    }
-    if super::release_due(proto, b) {
+    if early || super::release_due(proto, b) {
         let Some(pooled) = pooled.as_mut() else {
             return Err(Stop::End(End::Release));
         };
