@@ -126,31 +126,30 @@ pub(crate) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<us
     None
 }
 
-/// The server's part is over for a pooled session still relaying: nothing
-/// is buffered for or from the server, and its protocol state is at a
-/// release point. Only its answer may still be on its way to the client:
-/// the worker's relay gives the connection back before writing that, since
-/// the write can wake the client's process ahead of the proxy's own, and
-/// the connection would idle meanwhile with clients in line for it.
-pub(crate) fn server_done(proto: &Protocol, b: &Bufs) -> bool {
+/// Nothing is buffered for or from the server and the pooled session's
+/// protocol state is at a release point.
+fn at_release_point(proto: &Protocol, b: &Bufs) -> bool {
     proto.pooled
-        && proto.flow != Flow::Terminated
         && b.cin.is_empty()
         && b.uin.is_empty()
         && !b.to_up.wants_write()
         && proto.releasable()
 }
 
+/// The server's part is over for a pooled session still relaying: only
+/// its answer may still be on its way to the client. The worker's relay
+/// gives the connection back before writing that, since the write can
+/// wake the client's process ahead of the proxy's own, and the connection
+/// would idle meanwhile with clients in line for it.
+pub(crate) fn server_done(proto: &Protocol, b: &Bufs) -> bool {
+    at_release_point(proto, b) && proto.flow != Flow::Terminated
+}
+
 /// A pooled session may give its server connection back now: nothing is
 /// buffered either way and its protocol state is at a release point. One
 /// test per turn for sessions that are not pooled.
 pub(crate) fn release_due(proto: &Protocol, b: &Bufs) -> bool {
-    proto.pooled
-        && b.cin.is_empty()
-        && b.uin.is_empty()
-        && !b.to_up.wants_write()
-        && !b.to_client.wants_write()
-        && proto.releasable()
+    at_release_point(proto, b) && !b.to_client.wants_write()
 }
 
 /// Room taken for reads.
