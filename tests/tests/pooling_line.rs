@@ -102,15 +102,7 @@ async fn a_slow_reader_holds_no_connection() {
         c.limits.buffer_bytes = 2 * ANSWER;
     })
     .await;
-    // A small receive buffer (no autotuning): the kernel holds little of
-    // the answer for the client.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(64 << 10).unwrap();
-    let mut slow = socket
-        .connect(([127, 0, 0, 1], env.proxy_port()).into())
-        .await
-        .unwrap();
-    greeted(&mut slow).await;
+    let mut slow = slow_reader(env.proxy_port()).await;
     let sql = format!("SELECT repeat('x', {ANSWER})");
     slow.write_all(&raw::query(&sql)).await.unwrap();
     // It reads nothing yet; another client of its pool (the same startup
@@ -132,6 +124,42 @@ async fn a_slow_reader_holds_no_connection() {
     // Column count (2), the value's length (4), the value.
     assert_eq!(row.len(), 6 + ANSWER);
     assert!(row[6..].iter().all(|&b| b == b'x'));
+}
+
+/// A slow reader whose connection went back before its answer was written
+/// still gets all of it, before anything else: here its idle timeout ends
+/// the session meanwhile, and the timeout's FATAL follows the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_readers_answer_comes_whole_before_its_farewell() {
+    const ANSWER: usize = 16 << 20;
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.limits.buffer_bytes = 2 * ANSWER;
+        c.limits.client_idle_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut slow = slow_reader(env.proxy_port()).await;
+    let sql = format!("SELECT repeat('y', {ANSWER})");
+    slow.write_all(&raw::query(&sql)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let msgs = raw::read_to_end(&mut slow, Duration::from_secs(30)).await;
+    let tags: Vec<u8> = msgs.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tags, b"TDCZE", "the answer, then the farewell");
+    assert_eq!(msgs[1].1.len(), 6 + ANSWER);
+    assert!(msgs[1].1[6..].iter().all(|&b| b == b'y'));
+    let errors = raw::errors(&msgs);
+    assert_eq!(errors[0].1, "57P05", "{errors:?}");
+}
+
+/// A client with a small receive buffer (no autotuning): the kernel holds
+/// little of an answer for it.
+async fn slow_reader(port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 << 10).unwrap();
+    let mut s = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    greeted(&mut s).await;
+    s
 }
 
 async fn login(port: u16) -> tokio::net::TcpStream {

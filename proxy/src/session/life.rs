@@ -233,7 +233,7 @@ fn relay_to_the_end(
         let relayed = loop {
             // The client, the connection if the session still has it, why
             // the relay stopped without one.
-            let (sockets, b, stopped) = match streams {
+            let (sockets, mut b, stopped) = match streams {
                 // Greeted without a connection: where the worker's relay
                 // can't wait for the client's first bytes, it waits here.
                 Streams::Waiting(c) if !fast::may_relay(&proto) => (Ok((c, None)), bufs, None),
@@ -303,9 +303,11 @@ fn relay_to_the_end(
                         )) => {
                             (proto, seat) = (p, se);
                             // Read ahead and waiting only for a connection: the
-                            // client stays in the worker's epoll meanwhile.
-                            let waits_for_a_connection =
-                                !bufs.cin.is_empty() && matches!(end, None | Some(End::Release));
+                            // client stays in the worker's epoll meanwhile (not
+                            // with an answer to write: that goes out below).
+                            let waits_for_a_connection = !bufs.cin.is_empty()
+                                && !bufs.to_client.wants_write()
+                                && matches!(end, None | Some(End::Release));
                             match (spot, waits_for_a_connection) {
                                 (Some(spot), true) => away = Some(spot),
                                 (Some(spot), false) => spot.leave(&client),
@@ -316,6 +318,21 @@ fn relay_to_the_end(
                         other => break other,
                     }
                 }
+            };
+            // An answer whose connection went back before it was written
+            // (`relay::server_done`) goes out before the session waits for its
+            // client or says goodbye (not to a client that is gone).
+            let listens = matches!(
+                stopped,
+                None | Some(End::Release | End::IdleTimeout | End::Shutdown)
+            );
+            let sockets = match sockets {
+                Ok((c, None)) if listens && b.to_client.wants_write() => {
+                    pooled::answer_first(c, &mut b.to_client, &proto)
+                        .await
+                        .map(|c| (c, None))
+                }
+                sockets => sockets,
             };
             let next = match (s.pooled.as_mut(), sockets) {
                 (Some(pooled), Ok((c, u))) => {

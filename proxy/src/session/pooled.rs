@@ -25,6 +25,7 @@ use crate::{
     stats::Counters,
     wire::{
         backend,
+        queue::WriteQueue,
         read::{ReadError, read_message},
         tag,
         write::{self, Severity},
@@ -223,6 +224,29 @@ pub enum Next {
     /// The session is over (its client left, or shutdown, or no connection
     /// came; the client was told why).
     End,
+}
+
+/// Writes what the worker's relay left for the client: an answer whose
+/// connection went back before it was written (`relay::server_done`).
+/// Within `limits.client_write_timeout`, as last words are; past it, or
+/// with the client gone, the session ends.
+pub async fn answer_first(
+    client: std::net::TcpStream,
+    to_client: &mut WriteQueue,
+    proto: &Protocol,
+) -> Result<std::net::TcpStream, String> {
+    let mut c = tokio::net::TcpStream::from_std(client)
+        .map_err(|e| format!("its client socket could not wait: {e}"))?;
+    let limit = proto.services.config.limits.client_write_timeout;
+    match crate::timers::timeout(limit, to_client.write_all(&mut c)).await {
+        Ok(Ok(())) => c
+            .into_std()
+            .map_err(|e| format!("its client socket could not leave the runtime: {e}")),
+        Ok(Err(e)) => Err(format!("client write: {e}")),
+        Err(_) => Err(format!(
+            "its client took no answer within limits.client_write_timeout ({limit:?})"
+        )),
+    }
 }
 
 /// Between two transactions, the long way: the session's connection (if
