@@ -94,20 +94,13 @@ async fn a_client_in_line_is_not_idle() {
 /// while the connection serves the next in line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_holds_no_connection() {
-    const ANSWER: usize = 16 << 20;
-    let env = Env::start_with(PgOptions::default(), |c| {
-        c.pool.mode = onetrip::config::PoolMode::Transaction;
-        c.pool.pool_size = 1;
-        // Room for the whole answer, more than the sockets between hold.
-        c.limits.buffer_bytes = 2 * ANSWER;
-    })
-    .await;
+    let env = one_connection_with_room(None).await;
     let mut slow = slow_reader(env.proxy_port()).await;
     let sql = format!("SELECT repeat('x', {ANSWER})");
     slow.write_all(&raw::query(&sql)).await.unwrap();
     // It reads nothing yet; another client of its pool (the same startup
     // packet) gets the one connection.
-    let mut next = login(env.proxy_port()).await;
+    let mut next = raw::connect_ready(env.proxy_port()).await;
     next.write_all(&raw::query("SELECT 'next'")).await.unwrap();
     let served = tokio::time::timeout(Duration::from_secs(10), raw::read_to_z(&mut next))
         .await
@@ -131,14 +124,7 @@ async fn a_slow_reader_holds_no_connection() {
 /// the session meanwhile, and the timeout's FATAL follows the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_readers_answer_comes_whole_before_its_farewell() {
-    const ANSWER: usize = 16 << 20;
-    let env = Env::start_with(PgOptions::default(), |c| {
-        c.pool.mode = onetrip::config::PoolMode::Transaction;
-        c.pool.pool_size = 1;
-        c.limits.buffer_bytes = 2 * ANSWER;
-        c.limits.client_idle_timeout = Duration::from_millis(500);
-    })
-    .await;
+    let env = one_connection_with_room(Some(Duration::from_millis(500))).await;
     let mut slow = slow_reader(env.proxy_port()).await;
     let sql = format!("SELECT repeat('y', {ANSWER})");
     slow.write_all(&raw::query(&sql)).await.unwrap();
@@ -152,27 +138,35 @@ async fn a_slow_readers_answer_comes_whole_before_its_farewell() {
     assert_eq!(errors[0].1, "57P05", "{errors:?}");
 }
 
+/// A slow reader's answer: more than the sockets between hold.
+const ANSWER: usize = 16 << 20;
+
+/// A pool of one connection, with room in onetrip for a whole `ANSWER`.
+async fn one_connection_with_room(client_idle_timeout: Option<Duration>) -> Env {
+    Env::start_with(PgOptions::default(), move |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.limits.buffer_bytes = 2 * ANSWER;
+        if let Some(t) = client_idle_timeout {
+            c.limits.client_idle_timeout = t;
+        }
+    })
+    .await
+}
+
 /// A client with a small receive buffer (no autotuning): the kernel holds
 /// little of an answer for it.
 async fn slow_reader(port: u16) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(64 << 10).unwrap();
     let mut s = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
-    greeted(&mut s).await;
-    s
-}
-
-async fn login(port: u16) -> tokio::net::TcpStream {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    greeted(&mut s).await;
-    s
-}
-
-async fn greeted(s: &mut tokio::net::TcpStream) {
     s.write_all(&raw::startup("postgres", "postgres"))
         .await
         .unwrap();
-    assert_eq!(raw::errors(&raw::read_to_z(s).await), vec![], "startup");
+    assert_eq!(
+        raw::errors(&raw::read_to_z(&mut s).await),
+        vec![],
+        "startup"
+    );
+    s
 }
