@@ -95,20 +95,22 @@ pub fn ready_status(msg: &[u8]) -> u8 {
 /// a slice of it, not a copy (a pooled session reads it at every
 /// connection it takes).
 pub fn backend_key_in(msg: &Bytes) -> Option<(i32, Bytes)> {
-    let b = body(msg);
-    let pid = b.get(..4)?;
-    let secret = msg.slice_ref(b.get(4..)?);
-    Some((i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]), secret))
+    let (pid, secret) = key_parts(msg)?;
+    Some((pid, msg.slice_ref(secret)))
 }
 
 /// (pid, secret) of a BackendKeyData message.
 pub fn backend_key(msg: &[u8]) -> Option<(i32, Bytes)> {
+    let (pid, secret) = key_parts(msg)?;
+    Some((pid, Bytes::copy_from_slice(secret)))
+}
+
+fn key_parts(msg: &[u8]) -> Option<(i32, &[u8])> {
     let b = body(msg);
     let pid = b.get(..4)?;
-    let secret = b.get(4..)?;
     Some((
         i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]),
-        Bytes::copy_from_slice(secret),
+        b.get(4..)?,
     ))
 }
 
