@@ -221,6 +221,9 @@ pub struct PoolConfig {
     /// Users whose server connections need a password: onetrip checks
     /// their clients' passwords itself and opens pooled connections with it.
     pub users: Vec<PoolUser>,
+    /// Pools (one per database and user) at most; unused ones are dropped
+    /// to make room, and past it a login gets 53300.
+    pub max_pools: usize,
 }
 
 impl PoolConfig {
@@ -258,6 +261,7 @@ impl Default for PoolConfig {
             min_idle: 0,
             max_prepared_statements: 200,
             users: Vec::new(),
+            max_pools: 1000,
         }
     }
 }

@@ -178,7 +178,7 @@ impl Shared {
         workers: Vec<tokio::runtime::Handle>,
     ) -> Self {
         let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
-        let pool_size = config.pool.pool_size;
+        let (pool_size, max_pools) = (config.pool.pool_size, config.pool.max_pools);
         Self {
             live: RwLock::new(Arc::new(Live::new(config, tls_acceptor))),
             reload: Default::default(),
@@ -190,7 +190,7 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
-            pools: Arc::new(crate::pooling::Pools::new(pool_size)),
+            pools: Arc::new(crate::pooling::Pools::new(pool_size, max_pools)),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),

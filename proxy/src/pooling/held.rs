@@ -13,10 +13,10 @@ use std::{
 
 use bytes::Bytes;
 
-use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout};
+use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout, Wants};
 use crate::{
     cancel::{CancelKeys, Key, Target},
-    protocol::{Protocol, ServerStatements, SessionSets, settings::Settings},
+    protocol::{Protocol, ServerState, ServerStatements, settings::Settings},
     stats::SessionState,
     wire::backend,
     worker::Kept,
@@ -27,7 +27,6 @@ use crate::{
 pub struct Pooled {
     pub pool: Arc<Pool>,
     pub slot: Option<Slot>,
-    pub startup: Bytes,
     cancel: Arc<CancelKeys>,
     /// Where the client's cancel key points, once looked up.
     target: Option<Arc<Target>>,
@@ -58,22 +57,23 @@ pub struct Taken {
     pub params: Vec<(String, String)>,
     /// What its backend answered when asked for its settings, if it was.
     pub settings: Option<Settings>,
+    /// The session state its last client left in it.
+    pub state: ServerState,
 }
 
 impl Idle {
-    /// The connection, the settings its last client left in it, and what
-    /// the session that takes it adopts. Out of any worker epoll: the
-    /// session's task relays it now.
-    pub fn taken(mut self) -> (std::net::TcpStream, SessionSets, Taken) {
+    /// The connection and what the session that takes it adopts. Out of
+    /// any worker epoll: the session's task relays it now.
+    pub fn taken(mut self) -> (std::net::TcpStream, Taken) {
         if let Some(kept) = self.kept.take() {
             kept.end(self.tcp.as_raw_fd());
         }
-        let (tcp, _, sets, taken) = self.taken_kept();
-        (tcp, sets, taken)
+        let (tcp, _, taken) = self.taken_kept();
+        (tcp, taken)
     }
 
     /// As `taken`, for a worker's relay: left in the epoll it was kept in.
-    fn taken_kept(self) -> (std::net::TcpStream, Option<Kept>, SessionSets, Taken) {
+    fn taken_kept(self) -> (std::net::TcpStream, Option<Kept>, Taken) {
         let taken = Taken {
             key: self.key,
             opened: self.opened,
@@ -81,32 +81,20 @@ impl Idle {
             statements: self.statements,
             params: self.params,
             settings: self.settings,
+            state: self.state,
         };
-        (self.tcp, self.kept, self.sets, taken)
+        (self.tcp, self.kept, taken)
     }
 }
 
 impl Pooled {
-    pub fn new(pool: Arc<Pool>, slot: Slot, startup: Bytes, cancel: Arc<CancelKeys>) -> Self {
-        pool.clients.fetch_add(1, Relaxed);
-        Self {
-            pool,
-            slot: Some(slot),
-            startup,
-            cancel,
-            target: None,
-            granted: None,
-        }
-    }
-
     /// A session greeted without a connection (`Pool::greeting`): it
     /// takes one when its client first speaks.
-    pub fn waiting(pool: Arc<Pool>, startup: Bytes, cancel: Arc<CancelKeys>) -> Self {
+    pub fn waiting(pool: Arc<Pool>, cancel: Arc<CancelKeys>) -> Self {
         pool.clients.fetch_add(1, Relaxed);
         Self {
             pool,
             slot: None,
-            startup,
             cancel,
             target: None,
             granted: None,
@@ -137,9 +125,10 @@ impl Pooled {
             // connection it takes (`adopt`).
             params: std::mem::take(&mut proto.server_params),
             key: proto.upstream_key.take(),
-            settings: proto.settings.after_reset(),
+            // The defaults a client's startup packet set are its own.
+            settings: proto.settings.after_reset().filter(|_| !proto.own_defaults),
             statements: proto.take_server_statements(),
-            sets: proto.session_sets().clone(),
+            state: proto.server_state(),
             opened: proto.upstream_opened,
             since: Instant::now(),
             slot,
@@ -158,20 +147,32 @@ impl Pooled {
     ) -> Waiting {
         let up = &proto.services.config.upstream;
         let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
-        match self.pool.take_or_wait(max_idle, lifetime, to, ticket) {
+        let wants = Wants {
+            sets: proto.session_sets(),
+            loads: proto.loads(),
+        };
+        match self
+            .pool
+            .take_or_wait(max_idle, lifetime, wants, to, ticket)
+        {
             Take::InLine => Waiting::InLine,
             Take::Now(grant) => self.use_grant(proto, grant),
         }
     }
 
-    /// Takes a grant: an idle connection with the session's settings is
-    /// used as it is; anything else is left for the task (`granted`).
+    /// Takes a grant: an idle connection that can be the client's is used
+    /// (what makes it so goes ahead of the client's next message); anything
+    /// else is left for the task (`granted`) to open a connection.
     pub fn use_grant(&mut self, proto: &mut Protocol, grant: Grant) -> Waiting {
         match grant {
-            Grant::Idle(idle) if idle.sets == *proto.session_sets() => {
-                let (tcp, kept, _, taken) = idle.taken_kept();
+            Grant::Idle(idle) if idle.usable_for(proto.loads()) => {
+                let (tcp, kept, taken) = idle.taken_kept();
                 self.adopt(proto, taken);
                 Waiting::Ready(tcp, kept)
+            }
+            Grant::Idle(idle) => {
+                self.granted = Some(Ok(Grant::Open(idle.close())));
+                Waiting::Task
             }
             other => {
                 self.granted = Some(Ok(other));
@@ -205,12 +206,13 @@ impl Pooled {
         // database and startup options, and so the same defaults. Its
         // first statement then goes without the query.
         if !proto.settings.asked()
+            && !proto.own_defaults
             && let Some(settings) = taken.settings
         {
             proto.settings = settings;
         }
         proto.server_params = taken.params;
-        proto.switched_upstream(taken.key, taken.opened, taken.statements);
+        proto.switched_upstream(taken.key, taken.opened, taken.statements, &taken.state);
         self.slot = Some(taken.slot);
     }
 }

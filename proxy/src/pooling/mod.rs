@@ -1,6 +1,9 @@
-//! Transaction pooling's pools (`[pool] mode = "transaction"`): per startup
-//! packet, at most `pool_size` server connections, idle ones waiting for a
-//! client, and clients waiting in order for one. The lock is taken when a
+//! Transaction pooling's pools (`[pool] mode = "transaction"`): per
+//! (database, user), at most `pool_size` server connections, idle ones
+//! waiting for a client, and clients waiting in order for one. A pool's
+//! connections are opened with the user and database alone; what else a
+//! client's startup packet asks for follows it to each connection it takes
+//! (`startup`). The lock is taken when a
 //! session takes or gives back a connection, never while it forwards.
 //! A session's hold on its pool is `held`; how it waits for a connection,
 //! opens one or makes its settings on one is `session::pooled`.
@@ -19,15 +22,15 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 mod held;
+mod pools;
+pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
+pub use pools::{Pools, TooManyPools};
 
 use crate::{
-    protocol::{ServerStatements, SessionSets, settings::Settings},
+    protocol::{Libraries, ServerState, ServerStatements, SessionSets, settings::Settings},
     stats::{LATENCY_BUCKETS, latency_bucket},
-    wire::{
-        startup::{self, StartupMessage},
-        write,
-    },
+    wire::{startup::encode_startup as startup_packet, write},
     worker::Kept,
 };
 
@@ -46,8 +49,8 @@ pub struct Idle {
     pub settings: Option<Settings>,
     /// The named statements it holds (of clients it served before).
     pub statements: ServerStatements,
-    /// The session settings its last client left in it.
-    pub sets: SessionSets,
+    /// The session state its last client left in it.
+    pub state: ServerState,
     pub opened: Instant,
     pub since: Instant,
     pub slot: Slot,
@@ -63,9 +66,21 @@ impl Idle {
         matches!(self.tcp.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
+    /// Whether it holds exactly a client's settings and libraries (it is
+    /// that client's with nothing to make first).
+    fn fits(&self, sets: &SessionSets, loads: &Libraries) -> bool {
+        self.state.sets == *sets && self.state.libraries == *loads
+    }
+
+    /// Whether it can become a client's: no library is loaded in it that
+    /// the client never loaded (libraries can't be unloaded).
+    pub fn usable_for(&self, loads: &Libraries) -> bool {
+        self.state.libraries.iter().all(|l| loads.contains(l))
+    }
+
     /// Says goodbye and closes the connection; its place stays with the
     /// slot returned.
-    fn close(self) -> Slot {
+    pub fn close(self) -> Slot {
         let _ = (&self.tcp).write(&write::TERMINATE);
         self.slot
     }
@@ -139,15 +154,16 @@ pub struct WaitTimeout {
     pub size: usize,
 }
 
-/// One pool: the connections of one startup packet.
+/// One pool: the connections of one (database, user).
 pub struct Pool {
     pub database: String,
     pub user: String,
-    /// The startup packet its connections are opened with.
+    /// The startup packet its connections are opened with: the user and
+    /// the database, nothing else.
     pub startup: Bytes,
     size: usize,
     inner: Mutex<Inner>,
-    /// Pooled sessions of this startup packet now.
+    /// Pooled sessions of this pool now.
     pub clients: AtomicUsize,
     /// Of them, pinned to their connection.
     pub pinned: Arc<AtomicUsize>,
@@ -158,7 +174,24 @@ pub struct Pool {
     /// time one was opened: a login is answered with it, and takes no
     /// connection (`Pool::greeting`).
     greeting: Mutex<Option<Greeting>>,
+    /// What the server made of the startup parameters logins asked for
+    /// (`startup::ClientStartup::learn`): the values it reports for them.
+    learned: Mutex<HashMap<Vec<(String, String)>, Learned>>,
+    /// Until when connections given back are closed rather than kept, and
+    /// none is opened: a statement waits for the database to have no
+    /// other sessions (`Pools::drain`).
+    draining: Mutex<Option<Instant>>,
+    drain_flag: std::sync::atomic::AtomicBool,
 }
+
+/// The values a server reports for a set of startup parameters, as
+/// `set_config` answered them.
+pub type Learned = Vec<(String, String)>;
+
+/// Most sets of startup parameters a pool remembers what the server made
+/// of (forgotten all at once past it: a forgotten one costs a login a
+/// round trip, never an answer).
+const MAX_LEARNED: usize = 256;
 
 /// A pool's greeting: its connections' ParameterStatus values as they
 /// start, and a BackendKeyData of one (for its secret's length).
@@ -256,6 +289,108 @@ pub struct PoolRow {
 }
 
 impl Pool {
+    pub(crate) fn new(database: String, user: String, size: usize) -> Self {
+        let startup = startup_packet(&[("user", user.as_str()), ("database", database.as_str())]);
+        Pool {
+            database,
+            user,
+            startup,
+            size,
+            inner: Mutex::default(),
+            clients: AtomicUsize::new(0),
+            pinned: Arc::new(AtomicUsize::new(0)),
+            waits: Waits::default(),
+            greeting: Mutex::default(),
+            learned: Mutex::default(),
+            draining: Mutex::default(),
+            drain_flag: Default::default(),
+        }
+    }
+
+    /// What the server reports for a login's startup parameters, once
+    /// learned (`key`: `ClientStartup::learn`).
+    pub fn learned(&self, key: &[(String, String)]) -> Option<Learned> {
+        let map = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).cloned()
+    }
+
+    pub fn learn(&self, key: Vec<(String, String)>, values: Learned) {
+        let mut map = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_LEARNED {
+            map.clear();
+        }
+        map.insert(key, values);
+    }
+
+    /// Connections given back are closed and none is opened until `until`
+    /// or `end_drain`, and the idle ones close now.
+    pub fn drain(&self, until: Instant) {
+        *self.draining.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        self.drain_flag.store(true, Relaxed);
+        let idle = std::mem::take(&mut self.lock().idle);
+        for i in idle {
+            drop(i.close());
+        }
+        self.greeted(&[], None);
+    }
+
+    /// The statement the pool drained for is done: clients waiting get
+    /// places to open connections in.
+    pub fn end_drain(self: &Arc<Self>) {
+        *self.draining.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.drain_flag.store(false, Relaxed);
+        loop {
+            let mut g = self.lock();
+            if g.places >= self.size {
+                return;
+            }
+            let Some((_, waiter)) = g.waiters.pop_front() else {
+                return;
+            };
+            g.places += 1;
+            drop(g);
+            if let Err(Grant::Open(slot)) = waiter.grant(Grant::Open(Slot::new(self))) {
+                drop(slot);
+            }
+        }
+    }
+
+    /// A drain past its time ends (its waiters get their places).
+    fn end_drain_if_due(self: &Arc<Self>) {
+        if self.is_draining() {
+            return;
+        }
+        let stuck = {
+            let g = self.lock();
+            !g.waiters.is_empty() && g.places < self.size
+        };
+        if stuck {
+            self.end_drain();
+        }
+    }
+
+    /// Whether it drains now; a drain past its time ends here.
+    fn is_draining(&self) -> bool {
+        if !self.drain_flag.load(Relaxed) {
+            return false;
+        }
+        let mut d = self.draining.lock().unwrap_or_else(|e| e.into_inner());
+        match *d {
+            Some(until) if Instant::now() < until => true,
+            _ => {
+                *d = None;
+                self.drain_flag.store(false, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Nothing of it is in use: no client, no connection, nobody waiting.
+    fn unused(&self) -> bool {
+        let g = self.lock();
+        g.places == 0 && g.waiters.is_empty() && self.clients.load(Relaxed) == 0
+    }
+
     /// A connection of this pool was opened, as a new one greets.
     pub fn greeted(&self, params: &[(String, String)], key: Option<&Bytes>) {
         let g = key.map(|key| Greeting {
@@ -291,9 +426,10 @@ impl Pool {
         timeout: Duration,
         max_idle: Duration,
         lifetime: Duration,
+        wants: Wants<'_>,
     ) -> Result<Grant, WaitTimeout> {
         let thread = crate::worker::thread_mark();
-        let line = self.take_or_line(max_idle, lifetime, || {
+        let line = self.take_or_line(max_idle, lifetime, wants, || {
             let (tx, rx) = oneshot::channel();
             (Waiter::Task(tx, thread), rx)
         });
@@ -323,11 +459,12 @@ impl Pool {
         self: &Arc<Self>,
         max_idle: Duration,
         lifetime: Duration,
+        wants: Wants<'_>,
         to: &Arc<dyn Deliver>,
         ticket: u64,
     ) -> Take {
         let thread = crate::worker::thread_mark();
-        let line = self.take_or_line(max_idle, lifetime, || {
+        let line = self.take_or_line(max_idle, lifetime, wants, || {
             (Waiter::Relay(to.clone(), ticket, thread), ())
         });
         match line {
@@ -343,27 +480,24 @@ impl Pool {
         self: &Arc<Self>,
         max_idle: Duration,
         lifetime: Duration,
+        wants: Wants<'_>,
         waiter: impl FnOnce() -> (Waiter, W),
     ) -> Result<Grant, W> {
         let mut g = self.lock();
-        // The newest idle one in this worker's epoll (taken there without
-        // a system call), else the newest.
         let here = crate::worker::thread_mark();
-        let mine = g
-            .idle
-            .iter()
-            .rposition(|i| i.kept.as_ref().is_some_and(|k| k.thread() == here));
-        let idle = match mine {
-            Some(i) => Some(g.idle.remove(i)),
-            None => g.idle.pop(),
-        };
-        let now = if let Some(idle) = idle {
+        let now = if let Some(i) = best_idle(&g.idle, here, wants) {
+            let idle = g.idle.remove(i);
             drop(g);
             Self::checked(idle, max_idle, lifetime)
-        } else if g.places < self.size {
+        } else if g.places < self.size && !self.is_draining() {
             g.places += 1;
             drop(g);
             Grant::Open(Slot::new(self))
+        } else if let Some(idle) = g.idle.pop() {
+            // None can be the client's, and the pool is full: the oldest
+            // gives its place to a new one.
+            drop(g);
+            Grant::Open(idle.close())
         } else {
             let (waiter, made) = waiter();
             g.waiters.push_back((Instant::now(), waiter));
@@ -426,6 +560,10 @@ impl Pool {
     /// idle. True when the client's task waits on this thread: woken from
     /// a worker's park hook, it runs only once the hook returns.
     pub fn give_back(&self, idle: Idle) -> bool {
+        if self.is_draining() {
+            drop(idle.close());
+            return false;
+        }
         let mut idle = idle;
         let mut g = self.lock();
         while let Some((_, waiter)) = g.waiters.pop_front() {
@@ -446,8 +584,9 @@ impl Pool {
     /// A connection's place is free (it closed, or was never opened): to
     /// the first waiting client, to open one in, or off the count.
     fn place_freed(self: Arc<Self>) {
+        let draining = self.is_draining();
         let mut g = self.lock();
-        while let Some((_, waiter)) = g.waiters.pop_front() {
+        while let Some((_, waiter)) = g.waiters.pop_front().filter(|_| !draining) {
             match waiter.grant(Grant::Open(Slot::new(&self))) {
                 Ok(_) => return,
                 // The client stopped waiting: the new slot must not free
@@ -520,103 +659,47 @@ impl Pool {
     }
 }
 
+/// What a client asks of a connection: its settings and libraries.
+#[derive(Clone, Copy)]
+pub struct Wants<'a> {
+    pub sets: &'a SessionSets,
+    pub loads: &'a Libraries,
+}
+
+impl Wants<'static> {
+    /// A client with no settings and no libraries of its own.
+    pub fn nothing() -> Self {
+        static SETS: SessionSets = SessionSets::new();
+        static LOADS: std::sync::LazyLock<Libraries> = std::sync::LazyLock::new(Libraries::default);
+        Wants {
+            sets: &SETS,
+            loads: &LOADS,
+        }
+    }
+}
+
+/// The idle connection a client takes: one that can be its own, the one
+/// in this worker's epoll (taken there without a system call) and holding
+/// its settings already first, then either, then the newest.
+fn best_idle(idle: &[Idle], here: u64, wants: Wants<'_>) -> Option<usize> {
+    let mut best: Option<(u8, usize)> = None;
+    for (i, c) in idle.iter().enumerate() {
+        if !c.usable_for(wants.loads) {
+            continue;
+        }
+        let local = c.kept.as_ref().is_some_and(|k| k.thread() == here);
+        let score = 2 * u8::from(c.fits(wants.sets, wants.loads)) + u8::from(local);
+        if best.is_none_or(|(b, _)| score >= b) {
+            best = Some((score, i));
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
 /// A sender gives back what it was given: an idle connection is never
 /// returned as a place.
 fn unreachable_open() {
     debug_assert!(false, "a grant came back changed");
-}
-
-/// The pools, by startup packet.
-pub struct Pools {
-    size: usize,
-    map: Mutex<HashMap<Bytes, Arc<Pool>>>,
-}
-
-impl Pools {
-    pub fn new(size: usize) -> Self {
-        Self {
-            size,
-            map: Mutex::default(),
-        }
-    }
-
-    /// The pool of `startup`, made when first asked for. Pools stay while
-    /// the proxy runs (one per distinct startup packet of a pooled session).
-    pub fn pool(&self, startup: &Bytes) -> Arc<Pool> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(startup.clone())
-            .or_insert_with(|| {
-                let params = match startup::decode(startup.clone()) {
-                    Ok(StartupMessage::Startup { params, .. }) => params,
-                    _ => Vec::new(),
-                };
-                let (user, database) = StartupMessage::user_and_database(&params);
-                Arc::new(Pool {
-                    database,
-                    user,
-                    startup: startup.clone(),
-                    size: self.size,
-                    inner: Mutex::default(),
-                    clients: AtomicUsize::new(0),
-                    pinned: Arc::new(AtomicUsize::new(0)),
-                    waits: Waits::default(),
-                    greeting: Mutex::default(),
-                })
-            })
-            .clone()
-    }
-
-    fn all(&self) -> Vec<Arc<Pool>> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.values().cloned().collect()
-    }
-
-    pub fn rows(&self) -> Vec<PoolRow> {
-        let mut rows: Vec<PoolRow> = self.all().iter().map(|p| p.row()).collect();
-        rows.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
-        rows
-    }
-
-    /// Closes idle connections that waited `max_idle` for a client, but
-    /// for `keep` per pool (`min_idle`).
-    pub fn expire(&self, max_idle: Duration, keep: usize) {
-        for pool in self.all() {
-            for idle in pool.expire(max_idle, keep) {
-                drop(idle.close());
-            }
-        }
-    }
-
-    /// The pools that have fewer than `min_idle` idle connections, with
-    /// places to open them in.
-    pub fn to_fill(&self, min_idle: usize) -> Vec<(Arc<Pool>, Vec<Slot>)> {
-        if min_idle == 0 {
-            return Vec::new();
-        }
-        self.all()
-            .into_iter()
-            .map(|p| {
-                let slots = p.places_to_fill(min_idle);
-                (p, slots)
-            })
-            .filter(|(_, s)| !s.is_empty())
-            .collect()
-    }
-
-    /// Closes every idle connection now: before a statement that needs a
-    /// database without other sessions (DROP DATABASE, or one used as a
-    /// template), which the server waits a few seconds for.
-    pub fn close_idle(&self) {
-        self.clear();
-        for pool in self.all() {
-            pool.greeted(&[], None);
-        }
-    }
-
-    /// Closes every idle connection (shutdown).
-    pub fn clear(&self) {
-        self.expire(Duration::ZERO, 0);
-    }
 }
 
 #[cfg(test)]
@@ -636,7 +719,7 @@ mod tests {
             key: None,
             settings: None,
             statements: ServerStatements::default(),
-            sets: SessionSets::new(),
+            state: ServerState::default(),
             opened: now,
             since: now,
             slot,
@@ -645,33 +728,32 @@ mod tests {
         (i, peer)
     }
 
-    fn startup() -> Bytes {
-        let body = b"user\0u\0database\0d\0\0";
-        let mut b = Vec::new();
-        b.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
-        b.extend_from_slice(&196608u32.to_be_bytes());
-        b.extend_from_slice(body);
-        Bytes::from(b)
+    fn wants() -> Wants<'static> {
+        Wants::nothing()
     }
 
     #[tokio::test]
     async fn places_never_pass_the_size_and_waiters_go_in_order() {
-        let pools = Pools::new(2);
-        let pool = pools.pool(&startup());
+        let pools = Pools::new(2, 10);
+        let pool = pools.pool("d", "u").unwrap();
         let long = Duration::from_secs(60);
-        let Ok(Grant::Open(a)) = pool.acquire(long, long, long).await else {
+        let Ok(Grant::Open(a)) = pool.acquire(long, long, long, wants()).await else {
             panic!("first place")
         };
-        let Ok(Grant::Open(b)) = pool.acquire(long, long, long).await else {
+        let Ok(Grant::Open(b)) = pool.acquire(long, long, long, wants()).await else {
             panic!("second place")
         };
         let short = Duration::from_millis(20);
-        let e = pool.acquire(short, long, long).await.err().unwrap();
+        let e = pool
+            .acquire(short, long, long, wants())
+            .await
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("query_wait_timeout"), "{e}");
         assert!(e.to_string().contains("d/u"), "{e}");
         // A waiting client gets the connection given back.
         let p2 = pool.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(long, long, long).await });
+        let waiter = tokio::spawn(async move { p2.acquire(long, long, long, wants()).await });
         while pool.row().waiting == 0 {
             tokio::task::yield_now().await;
         }
@@ -681,7 +763,7 @@ mod tests {
         assert!(matches!(first, Ok(Grant::Idle(_))));
         // A place freed goes to a waiter to open a new connection in.
         let p2 = pool.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(long, long, long).await });
+        let waiter = tokio::spawn(async move { p2.acquire(long, long, long, wants()).await });
         while pool.row().waiting == 0 {
             tokio::task::yield_now().await;
         }
@@ -700,10 +782,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_dead_idle_connection_is_replaced() {
-        let pools = Pools::new(1);
-        let pool = pools.pool(&startup());
+        let pools = Pools::new(1, 10);
+        let pool = pools.pool("d", "u").unwrap();
         let long = Duration::from_secs(60);
-        let Ok(Grant::Open(a)) = pool.acquire(long, long, long).await else {
+        let Ok(Grant::Open(a)) = pool.acquire(long, long, long, wants()).await else {
             panic!()
         };
         let (i, peer) = idle(&pool, a);
@@ -712,7 +794,7 @@ mod tests {
         drop(peer);
         std::thread::sleep(Duration::from_millis(20));
         assert!(matches!(
-            pool.acquire(long, long, long).await,
+            pool.acquire(long, long, long, wants()).await,
             Ok(Grant::Open(_))
         ));
         assert_eq!(pool.row().idle, 0);

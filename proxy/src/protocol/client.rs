@@ -237,6 +237,9 @@ impl Protocol {
                 let sql = self.coalescer.batch_statement();
                 if let Some(sql) = &sql {
                     self.note_settings_change(sql.words());
+                    if self.pooled && self.pin.is_none() {
+                        self.set_op = self.follow_executed_set(sql.as_str());
+                    }
                 }
                 self.note_statement(sql);
             }
@@ -275,6 +278,9 @@ impl Protocol {
     /// The session has just taken a server connection, its client's bytes
     /// not yet handled: what `start` sends goes first, if it is due.
     pub fn start_if_due(&mut self, to_up: &mut WriteQueue) {
+        if let Some(q) = self.prep_due.take() {
+            self.send_own_up(to_up, q, Own::Prepare, false);
+        }
         if std::mem::take(&mut self.start_due) {
             self.start(to_up);
         }
@@ -309,6 +315,11 @@ impl Protocol {
     /// once (an unknown statement is never coalesced); what is created is
     /// recorded when the server accepts it.
     fn follow_prepared(&mut self, t: u8, msg: &Bytes, sql: Option<Sql>) -> Op {
+        if matches!(t, tag::QUERY | tag::EXECUTE)
+            && let Some(op) = self.set_op.take()
+        {
+            return op;
+        }
         match t {
             tag::PARSE => {
                 // Routing found the text when it was valid: only the name
@@ -346,11 +357,11 @@ impl Protocol {
     /// as Parse and Close.
     fn follow_sql_prepared(&mut self, sql: &Sql) -> Op {
         let w = sql.words();
-        if w.all(Words::LOAD | Words::AGE)
-            && !w.any(Words::PREPARE)
-            && loaded_libraries(sql.as_str()).iter().any(|l| lists_age(l))
-        {
-            return Op::LoadAge;
+        if w.any(Words::LOAD) && !w.any(Words::PREPARE) {
+            let libs = loaded_libraries(sql.as_str());
+            if !libs.is_empty() {
+                return Op::Load(libs);
+            }
         }
         if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
             return Op::None;

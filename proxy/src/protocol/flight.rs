@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 
 use super::text::{Prepared, Sql};
 use bytes::Bytes;
+use onetrip_planner::classify::SessionSet;
 
 use crate::wire::{backend, tag};
 
@@ -40,6 +41,9 @@ pub enum Own {
     /// transaction whose lazy read failed: the block is then aborted at the
     /// server, which answers what follows as it would have.
     Abort,
+    /// What makes a pooled connection the client's (its settings and
+    /// libraries), sent ahead of the client's first message on it.
+    Prepare,
 }
 
 /// Whose an answer is.
@@ -62,8 +66,11 @@ pub enum Op {
     Parse(String, Sql),
     /// An Execute or Query whose text holds SQL `PREPARE`s, in order.
     Prepare(Vec<(String, Sql)>),
-    /// An Execute or Query that loads AGE's library.
-    LoadAge,
+    /// An Execute or Query that loads these libraries.
+    Load(Vec<String>),
+    /// An Execute or Query of a `SET` or `RESET` that follows its client
+    /// (transaction pooling), and its text.
+    Set(SessionSet, String),
 }
 
 #[derive(Debug)]
@@ -94,8 +101,11 @@ enum Records {
     Parse(Option<(String, Sql)>),
     /// SQL PREPAREs, recorded one by one at each CommandComplete `PREPARE`.
     Prepare(VecDeque<Option<(String, Sql)>>),
-    /// A LOAD of AGE's library, done at its CommandComplete `LOAD`.
-    LoadAge,
+    /// A LOAD, done at its CommandComplete `LOAD`.
+    Load(Vec<String>),
+    /// A `SET` that follows its client, done at its CommandComplete and in
+    /// force once its group's transaction commits.
+    Set(Option<(SessionSet, String)>),
 }
 
 impl Records {
@@ -104,13 +114,14 @@ impl Records {
             Op::None => Records::Nothing,
             Op::Parse(name, sql) => Records::Parse(Some((name, sql))),
             Op::Prepare(list) => Records::Prepare(list.into_iter().map(Some).collect()),
-            Op::LoadAge => Records::LoadAge,
+            Op::Load(libs) => Records::Load(libs),
+            Op::Set(op, text) => Records::Set(Some((op, text))),
         }
     }
 
     fn entries(&mut self) -> impl Iterator<Item = &mut Option<(String, Sql)>> {
         let (one, many) = match self {
-            Records::Nothing | Records::LoadAge => (None, None),
+            Records::Nothing | Records::Load(_) | Records::Set(_) => (None, None),
             Records::Parse(p) => (Some(p), None),
             Records::Prepare(list) => (None, Some(list.iter_mut())),
         };
@@ -161,8 +172,14 @@ pub struct Flight {
     /// The server skips what comes until a Sync, and none is on its way.
     skipping: bool,
     prepared: Prepared,
-    /// A LOAD of AGE's library has completed in this backend.
+    /// A LOAD of AGE's library has completed in this session.
     pub age_loaded: bool,
+    /// Libraries loaded by LOADs completed, not yet taken.
+    loaded: Vec<String>,
+    /// `SET`s completed in the group answered now (`Records::Set`).
+    done_sets: Vec<(SessionSet, String)>,
+    /// ... and those of groups that ended, not yet taken.
+    ended_sets: Vec<(SessionSet, String)>,
     /// The status to tell the client in place of the last ReadyForQuery's,
     /// when it was a lazy read's.
     ready_as: Option<u8>,
@@ -318,8 +335,13 @@ impl Flight {
             t,
             tag::NOTICE_RESPONSE | tag::NOTIFICATION | tag::PARAMETER_STATUS
         ) {
-            // Not an answer to anything: the server says it when it will.
-            return Owner::Client;
+            // Not an answer to anything: the server says it when it will,
+            // but for what a connection's preparation changes, which the
+            // client must not hear of.
+            return match self.next_owner() {
+                o @ Owner::Own(Own::Prepare) if t != tag::NOTIFICATION => o,
+                _ => Owner::Client,
+            };
         }
         let prepared = &mut self.prepared;
         let Some(front) = self.items.front_mut() else {
@@ -330,6 +352,8 @@ impl Flight {
                 let owner = Owner::of(*own);
                 match t {
                     tag::ERROR_RESPONSE => {
+                        // The group's transaction is rolled back.
+                        self.done_sets.clear();
                         if let Records::Parse(Some((name, _))) = records
                             && name.is_empty()
                         {
@@ -359,7 +383,12 @@ impl Flight {
                             Records::Prepare(list) if is_prepare_complete(t, msg) => {
                                 prepared.record(list.pop_front().flatten())
                             }
-                            Records::LoadAge if is_load_complete(t, msg) => self.age_loaded = true,
+                            Records::Load(libs) if is_load_complete(t, msg) => {
+                                loads_done(&mut self.loaded, &mut self.age_loaded, libs)
+                            }
+                            Records::Set(set) if t == tag::COMMAND_COMPLETE => {
+                                self.done_sets.extend(set.take())
+                            }
                             _ => {}
                         }
                         self.pop();
@@ -381,18 +410,27 @@ impl Flight {
                         if *lazy {
                             self.ready_as = Some(if *failed { b'E' } else { b'T' });
                         }
+                        self.ended_sets.append(&mut self.done_sets);
                         self.readies_done += 1;
                         self.pop();
                     }
-                    tag::ERROR_RESPONSE => *failed = true,
+                    tag::ERROR_RESPONSE => {
+                        *failed = true;
+                        self.done_sets.clear();
+                    }
+                    tag::COMMAND_COMPLETE if matches!(records, Records::Set(Some(_))) => {
+                        if let Records::Set(set) = records {
+                            self.done_sets.extend(set.take());
+                        }
+                    }
                     _ if is_prepare_complete(t, msg) => {
                         if let Records::Prepare(list) = records {
                             prepared.record(list.pop_front().flatten());
                         }
                     }
                     _ if is_load_complete(t, msg) => {
-                        if let Records::LoadAge = records {
-                            self.age_loaded = true;
+                        if let Records::Load(libs) = records {
+                            loads_done(&mut self.loaded, &mut self.age_loaded, libs);
                         }
                     }
                     _ => {}
@@ -424,7 +462,7 @@ impl Flight {
                 continue;
             };
             match records {
-                Records::Nothing | Records::LoadAge | Records::Parse(None) => {}
+                Records::Nothing | Records::Load(_) | Records::Set(_) | Records::Parse(None) => {}
                 Records::Parse(Some((n, sql))) => {
                     if n == name {
                         return Some(sql);
@@ -438,6 +476,16 @@ impl Flight {
             }
         }
         self.prepared.get(name)
+    }
+
+    /// The libraries loaded since the last look.
+    pub fn take_loaded(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.loaded)
+    }
+
+    /// The `SET`s of the groups that ended since the last look, in order.
+    pub fn take_done_sets(&mut self) -> Vec<(SessionSet, String)> {
+        std::mem::take(&mut self.ended_sets)
     }
 
     /// A Close or `DEALLOCATE` of `name` went upstream.
@@ -474,6 +522,13 @@ impl Flight {
             }
         }
     }
+}
+
+/// A LOAD completed: its libraries stay loaded for the backend's life,
+/// whatever becomes of its transaction.
+fn loads_done(loaded: &mut Vec<String>, age: &mut bool, libs: &mut Vec<String>) {
+    *age |= libs.iter().any(|l| super::settings::lists_age(l));
+    loaded.append(libs);
 }
 
 fn is_prepare_complete(t: u8, msg: &[u8]) -> bool {

@@ -14,7 +14,7 @@ mod pooled;
 mod replay;
 mod server_statements;
 pub use pooled::ServerStatements;
-pub use replay::{SessionSets, replay_query};
+pub use replay::{Libraries, Prep, ServerState, SessionSets, prepare};
 pub mod settings;
 mod statements;
 pub mod text;
@@ -31,7 +31,7 @@ use self::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, SessionView, may_route, statement_text},
     flight::{Flight, Op, Own, Owner},
-    settings::{Settings, lists_age},
+    settings::Settings,
     statements::Statements,
     text::Sql,
     transaction::Transaction,
@@ -73,6 +73,8 @@ pub enum ProtocolError {
     Frontend(FrameError),
     #[error("invalid message from upstream: {0}")]
     Backend(FrameError),
+    #[error("the session's settings could not be made on a pooled server connection: {0}")]
+    Prepare(String),
 }
 
 impl ProtocolError {
@@ -80,6 +82,7 @@ impl ProtocolError {
         match self {
             ProtocolError::Frontend(e) => e.sqlstate(),
             ProtocolError::Backend(_) => "08P01",
+            ProtocolError::Prepare(_) => "08006",
         }
     }
 }
@@ -173,9 +176,26 @@ pub struct Protocol {
     fresh_upstream: bool,
     /// The client's named statements, and the server connection's.
     named: named::Named,
-    /// The client's replayable settings, and a `SET` awaiting its answer.
+    /// The client's settings that follow it (its startup packet's and its
+    /// replayable `SET`s'), and the libraries it loaded.
     sets: SessionSets,
-    pending_set: Option<replay::PendingSet>,
+    loads: Libraries,
+    /// The group of a `SET` sent that is not in force yet
+    /// (`follow_executed_set`).
+    set_group: Option<u64>,
+    /// What a replayable `SET` does, for the message about to go upstream.
+    set_op: Option<Op>,
+    /// The Query that makes the connection just taken the client's, to go
+    /// ahead of its next message (`start_if_due`).
+    prep_due: Option<Bytes>,
+    /// That Query failed: the session can't go on over this connection.
+    prep_failed: Option<String>,
+    /// The client's startup packet sets what the settings query reads: it
+    /// asks on every connection, and leaves none of its answers behind.
+    pub own_defaults: bool,
+    /// Databases whose pools drain for a statement of this session's
+    /// (`Pools::drain`), until its answer.
+    draining: Vec<String>,
     /// Greeted with no server connection: what `start` sends goes with the
     /// first one the session takes (`start_if_due`).
     start_due: bool,
@@ -241,7 +261,13 @@ impl Protocol {
             fresh_upstream: false,
             named: named::Named::default(),
             sets: SessionSets::new(),
-            pending_set: None,
+            loads: Libraries::default(),
+            set_group: None,
+            set_op: None,
+            prep_due: None,
+            prep_failed: None,
+            own_defaults: false,
+            draining: Vec::new(),
             start_due: false,
         }
     }

@@ -18,6 +18,56 @@ pub use super::server_statements::ServerStatements;
 /// that can't be read.
 const PARSE_NOT_READ: &str = "Parse message not read";
 
+/// The databases a CREATE, ALTER or DROP DATABASE needs without other
+/// sessions: the one dropped or renamed, a CREATE's template (`template1`
+/// unless named).
+fn database_targets(sql: &str) -> Vec<String> {
+    let words: Vec<&str> = sql
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '=')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let name = |w: &str| match w.strip_prefix('"').and_then(|w| w.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => w.to_ascii_lowercase(),
+    };
+    let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
+    let mut out = Vec::new();
+    if is(0, "drop") && is(1, "database") {
+        let at = if is(2, "if") && is(3, "exists") { 4 } else { 2 };
+        out.extend(words.get(at).map(|w| name(w)));
+    } else if is(0, "alter") && is(1, "database") && is(3, "rename") {
+        out.extend(words.get(2).map(|w| name(w)));
+    } else if is(0, "create") && is(1, "database") {
+        let t = words
+            .iter()
+            .position(|w| w.eq_ignore_ascii_case("template"));
+        match t.and_then(|t| words.get(t + 1)) {
+            Some(w) => out.push(name(w)),
+            None => out.push("template1".into()),
+        }
+    }
+    out
+}
+
+/// What the pin scan finds, less what follows its client instead of
+/// pinning: a LOAD (made again on each connection the client takes), and
+/// the Parse of a replayable `SET` (followed when it is executed).
+fn followed(mut pins: Pins, t: u8, text: &str) -> Pins {
+    let follows = |why: &str| {
+        why == "LOAD"
+            || (t == tag::PARSE
+                && matches!(why, "session SET" | "RESET")
+                && onetrip_planner::classify::session_set(text).is_some())
+    };
+    if pins.pin.is_some_and(follows) {
+        pins.pin = None;
+    }
+    if pins.past_reset.is_some_and(follows) {
+        pins.past_reset = None;
+    }
+    pins
+}
+
 impl Protocol {
     /// Looks at a client message going upstream for what would tie the
     /// session to its server connection. Once pinned, nothing is looked at.
@@ -35,13 +85,18 @@ impl Protocol {
             _ => (None, None),
         };
         let facts = text.map(|text| match &analysis {
-            Some(a) => a.pins,
-            None => Pins::of(text),
+            Some(a) => followed(a.pins, t, text),
+            None => followed(Pins::of(text), t, text),
         });
-        if facts.is_some_and(|f| f.database_command) {
-            // The pools' idle connections would keep the database in use
-            // (a dedicated client's would have closed with it).
-            self.services.pools.close_idle();
+        if facts.is_some_and(|f| f.database_command)
+            && let Some(text) = text
+        {
+            // The pools' connections would keep the database in use (a
+            // dedicated client's would have closed with it): they close,
+            // and open none until the statement is done.
+            let databases = database_targets(text);
+            self.services.pools.drain(&databases);
+            self.draining.extend(databases);
         }
         if self.pin.is_some() {
             if self.pin_resettable {
@@ -286,7 +341,15 @@ impl Protocol {
         key: Option<Bytes>,
         opened: Instant,
         statements: ServerStatements,
+        state: &ServerState,
     ) {
+        // What the connection must become first goes ahead of the client's
+        // next message (`start_if_due`); the caller has turned away a
+        // connection that can't be the client's.
+        self.prep_due = match prepare(state, &self.sets, &self.loads) {
+            Prep::Query(q) => Some(q),
+            Prep::Ready | Prep::Unusable => None,
+        };
         self.upstream_key = key;
         self.upstream_opened = opened;
         self.fresh_upstream = true;

@@ -1,74 +1,227 @@
-//! Transaction pooling's session settings: a client's plain `SET`s and
-//! `RESET`s (`onetrip_planner::classify::session_set`) are kept here, in
-//! order, once the server accepted them, and replayed on the next server
-//! connection it takes whose settings differ (`session::pooled`), instead
-//! of pinning the client to its connection.
+//! Transaction pooling's session state that follows its client: the
+//! settings its startup packet asked for (`pooling::startup`), its plain
+//! `SET`s and `RESET`s (`onetrip_planner::classify::session_set`, by
+//! either protocol, kept once their transaction has committed) and the
+//! libraries it loaded. A server connection carries what its last client
+//! left (`ServerState`); the next client's first write starts with the one
+//! Query that makes the connection its own (`prepare`), its answers unseen:
+//! on a dedicated connection nothing changed.
+
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use onetrip_planner::classify::{SessionSet, session_set};
+use onetrip_planner::classify::SessionSet;
 
 use super::*;
 
-/// The client's settings: (name, the `SET` statement as it sent it), in
-/// the order first set.
-pub type SessionSets = Vec<(String, String)>;
+/// A client's settings: (name, the statement that makes it), in the order
+/// first set. Shared between a session and the connection it left, so
+/// that handing a connection over copies nothing.
+#[derive(Debug, Clone, Default)]
+pub struct SessionSets(Option<Arc<Vec<(String, String)>>>);
 
-/// A replayable statement sent, waiting for its ReadyForQuery.
-#[derive(Debug)]
-pub(super) struct PendingSet {
-    op: SessionSet,
-    text: String,
-    failed: bool,
+impl SessionSets {
+    pub const fn new() -> Self {
+        Self(None)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|v| v.is_empty())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(String, String)> {
+        self.0.iter().flat_map(|v| v.iter())
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.as_str())
+    }
+
+    fn edit(&mut self) -> &mut Vec<(String, String)> {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+
+    /// `name` is now made by `text` (replacing how it was made before).
+    pub fn set(&mut self, name: String, text: String) {
+        let v = self.edit();
+        v.retain(|(n, _)| *n != name);
+        v.push((name, text));
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        if self.get(name).is_some() {
+            self.edit().retain(|(n, _)| n != name);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// What one replayable statement did to the settings.
+    pub fn apply(&mut self, op: &SessionSet, text: &str) {
+        match op {
+            SessionSet::Set(name) => self.set(name.clone(), text.to_owned()),
+            SessionSet::Reset(name) => self.remove(name),
+            SessionSet::ResetAll => self.clear(),
+        }
+    }
+}
+
+impl PartialEq for SessionSets {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => self.is_empty() && other.is_empty(),
+        }
+    }
+}
+
+impl Eq for SessionSets {}
+
+impl FromIterator<(String, String)> for SessionSets {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        let mut s = SessionSets::new();
+        for (n, t) in iter {
+            s.set(n, t);
+        }
+        s
+    }
+}
+
+/// Libraries loaded by `LOAD` in a backend: never unloaded.
+pub type Libraries = Arc<Vec<String>>;
+
+/// What a server connection holds of its clients' session state, as far
+/// as onetrip made or saw it.
+#[derive(Debug, Clone, Default)]
+pub struct ServerState {
+    /// The settings its last client left in it.
+    pub sets: SessionSets,
+    /// Libraries loaded in its backend.
+    pub libraries: Libraries,
+}
+
+/// How a connection becomes a client's.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Prep {
+    /// It is the client's already.
+    Ready,
+    /// This Query first (its answers unseen).
+    Query(Bytes),
+    /// It can't be: a library is loaded in its backend that the client
+    /// never loaded. It is closed; the client takes another.
+    Unusable,
+}
+
+/// What makes a connection that holds `has` hold the client's `sets` and
+/// `loads`: the libraries it lacks loaded, the settings that differ reset
+/// or made as the client made them.
+pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Libraries) -> Prep {
+    if has.libraries.iter().any(|l| !loads.contains(l)) {
+        return Prep::Unusable;
+    }
+    let same_libraries = has.libraries.len() == loads.len();
+    if same_libraries && has.sets == *sets {
+        return Prep::Ready;
+    }
+    let mut sql = String::new();
+    for lib in loads.iter().filter(|l| !has.libraries.contains(l)) {
+        sql.push_str("LOAD ");
+        sql.push_str(&crate::pooling::startup::literal(lib));
+        sql.push_str(";\n");
+    }
+    for (name, _) in has.sets.iter() {
+        if sets.get(name).is_none() {
+            sql.push_str("RESET ");
+            sql.push_str(&setting_name(name));
+            sql.push_str(";\n");
+        }
+    }
+    for (name, text) in sets.iter() {
+        if has.sets.get(name) != Some(text.as_str()) {
+            // Its own line: a trailing `--` comment ends with it.
+            sql.push_str(text);
+            sql.push_str("\n;\n");
+        }
+    }
+    let mut out = BytesMut::with_capacity(sql.len() + 6);
+    crate::wire::write::query(&mut out, &sql);
+    Prep::Query(out.freeze())
+}
+
+/// A setting's name as an identifier: each dotted part quoted.
+fn setting_name(name: &str) -> String {
+    let parts: Vec<String> = name
+        .split('.')
+        .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+        .collect();
+    parts.join(".")
 }
 
 impl Protocol {
     /// A simple Query `text` of a pooled session: true when it is a `SET`
-    /// or `RESET` to replay (it does not pin). Only alone on the wire, the
-    /// session idle: then its ReadyForQuery says whether it took effect.
+    /// or `RESET` that follows its client (it does not pin). Only alone on
+    /// the wire, the session idle, so that it runs in a transaction of its
+    /// own; it counts once that transaction has committed.
     pub(super) fn takes_replayable_set(&mut self, text: &str) -> bool {
-        if self.pending_set.is_some() || !self.quiet_upstream() {
+        if !self.quiet_upstream() || !may_be_set(text) {
             return false;
         }
-        if !may_be_set(text) {
-            return false;
-        }
-        let Some(op) = session_set(text) else {
+        let Some(op) = onetrip_planner::classify::session_set(text) else {
             return false;
         };
-        self.pending_set = Some(PendingSet {
-            op,
-            text: text.to_owned(),
-            failed: false,
-        });
+        self.set_op = Some(Op::Set(op, text.to_owned()));
         true
     }
 
-    /// The client's answers to a pending `SET`: an error undoes it, its
-    /// ReadyForQuery makes it the session's.
-    pub(super) fn on_set_answer(&mut self, t: u8) {
-        let Some(p) = self.pending_set.as_mut() else {
+    /// An Execute of `text` (a pooled session's): a replayable `SET` or
+    /// `RESET` outside a transaction block follows its client once its
+    /// transaction commits; inside one it pins. Other statements of the
+    /// same pipeline that control transactions make a pending one pin.
+    pub(super) fn follow_executed_set(&mut self, text: &str) -> Option<Op> {
+        let group = self.flight.group_now();
+        if self.set_group == Some(group)
+            && super::client_txn::first_word_is(text.as_bytes().trim_ascii_start(), TXN_WORDS)
+        {
+            self.pin_session("session SET");
+        }
+        if !may_be_set(text) {
+            return None;
+        }
+        let op = onetrip_planner::classify::session_set(text)?;
+        let in_block =
+            self.txn_status != b'I' || self.txn.held.is_some() || self.flight.begin_on_its_way();
+        if in_block {
+            self.pin_session("session SET");
+            return None;
+        }
+        self.set_group = Some(group);
+        Some(Op::Set(op, text.to_owned()))
+    }
+
+    /// A client's ReadyForQuery with status `status`: the `SET`s its group
+    /// completed take effect, or pin when they ran inside a block that is
+    /// still open (what becomes of them is not followed).
+    pub(super) fn on_sets_done(&mut self, status: u8) {
+        if self
+            .set_group
+            .is_some_and(|g| g < self.flight.group_answered_now())
+        {
+            self.set_group = None;
+        }
+        let done = self.flight.take_done_sets();
+        if done.is_empty() {
             return;
-        };
-        match t {
-            tag::ERROR_RESPONSE => p.failed = true,
-            tag::READY_FOR_QUERY => {
-                let Some(p) = self.pending_set.take() else {
-                    return;
-                };
-                if p.failed {
-                    return;
-                }
-                let sets = &mut self.sets;
-                match p.op {
-                    SessionSet::Set(name) => {
-                        sets.retain(|(n, _)| *n != name);
-                        sets.push((name, p.text));
-                    }
-                    SessionSet::Reset(name) => sets.retain(|(n, _)| *n != name),
-                    SessionSet::ResetAll => sets.clear(),
-                }
-            }
-            _ => {}
+        }
+        if status != b'I' {
+            self.pin_session("session SET");
+            return;
+        }
+        for (op, text) in &done {
+            self.sets.apply(op, text);
         }
     }
 
@@ -76,25 +229,51 @@ impl Protocol {
     pub fn session_sets(&self) -> &SessionSets {
         &self.sets
     }
+
+    /// The libraries the client loaded.
+    pub fn loads(&self) -> &Libraries {
+        &self.loads
+    }
+
+    /// The session starts with the settings its startup packet asked for.
+    pub fn start_with(&mut self, sets: SessionSets) {
+        self.sets = sets;
+    }
+
+    /// LOADs completed: their libraries follow the client.
+    pub(super) fn on_loaded(&mut self) {
+        for lib in self.flight.take_loaded() {
+            if !self.loads.contains(&lib) {
+                Arc::make_mut(&mut self.loads).push(lib);
+            }
+        }
+    }
+
+    /// What the server connection holds of the client's state, as it goes
+    /// back to its pool.
+    pub fn server_state(&self) -> ServerState {
+        ServerState {
+            sets: self.sets.clone(),
+            libraries: self.loads.clone(),
+        }
+    }
 }
 
-/// The one Query that makes a server connection's settings `sets`, from
-/// whatever it carried: `RESET ALL`, then each `SET` as the client sent it.
-/// Each ends its own line, so a trailing `--` comment ends with it.
-pub fn replay_query(sets: &SessionSets) -> Bytes {
-    let mut sql = String::from("RESET ALL;");
-    for (_, text) in sets {
-        sql.push('\n');
-        sql.push_str(text);
-        sql.push_str("\n;");
-    }
-    let mut out = BytesMut::with_capacity(sql.len() + 6);
-    crate::wire::write::query(&mut out, &sql);
-    out.freeze()
-}
+/// First words of statements that open or end transactions.
+const TXN_WORDS: &[&str] = &[
+    "begin",
+    "start",
+    "commit",
+    "end",
+    "rollback",
+    "abort",
+    "savepoint",
+    "release",
+    "prepare",
+];
 
 /// Only a text that starts with SET or RESET, or with a comment, can be
-/// one: most Queries are turned away without being lexed.
+/// one: most statements are turned away without being lexed.
 fn may_be_set(text: &str) -> bool {
     let t = text.as_bytes().trim_ascii_start();
     matches!(t.first(), Some(b'/' | b'-')) || super::client_txn::first_word_is(t, &["set", "reset"])
@@ -102,7 +281,7 @@ fn may_be_set(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::may_be_set;
+    use super::*;
 
     #[test]
     fn only_what_may_be_a_set_is_lexed() {
@@ -125,5 +304,59 @@ mod tests {
         ] {
             assert!(!may_be_set(t), "{t:?}");
         }
+    }
+
+    fn sets(s: &[(&str, &str)]) -> SessionSets {
+        s.iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect()
+    }
+
+    fn query_text(p: Prep) -> String {
+        let Prep::Query(q) = p else { panic!("{p:?}") };
+        String::from_utf8_lossy(&q[5..q.len() - 1]).into_owned()
+    }
+
+    #[test]
+    fn a_connection_is_made_the_clients_by_what_differs() {
+        let none = Libraries::default();
+        let has = ServerState {
+            sets: sets(&[
+                ("a", "SET a = 1"),
+                ("b", "SET b = 2"),
+                ("x.y", "SET x.y = 3"),
+            ]),
+            libraries: none.clone(),
+        };
+        assert_eq!(prepare(&has, &has.sets.clone(), &none), Prep::Ready);
+        let wants = sets(&[("b", "SET b = 2"), ("c", "SET c = 4 -- why")]);
+        assert_eq!(
+            query_text(prepare(&has, &wants, &none)),
+            "RESET \"a\";\nRESET \"x\".\"y\";\nSET c = 4 -- why\n;\n"
+        );
+        let age: Libraries = Arc::new(vec!["age".into()]);
+        assert_eq!(
+            query_text(prepare(&has, &has.sets.clone(), &age)),
+            "LOAD E'age';\n"
+        );
+        let loaded = ServerState {
+            sets: SessionSets::new(),
+            libraries: age,
+        };
+        assert_eq!(prepare(&loaded, &SessionSets::new(), &none), Prep::Unusable);
+    }
+
+    #[test]
+    fn sets_compare_by_content_and_share_when_cloned() {
+        let mut a = sets(&[("a", "SET a = 1")]);
+        let b = a.clone();
+        assert_eq!(a, b);
+        a.set("a".into(), "SET a = 2".into());
+        assert_ne!(a, b, "a change copies, the clone keeps its own");
+        a.remove("a");
+        assert_eq!(a, SessionSets::new());
+        a.apply(&SessionSet::Set("z".into()), "SET z = 1");
+        a.apply(&SessionSet::ResetAll, "RESET ALL");
+        assert!(a.is_empty());
     }
 }

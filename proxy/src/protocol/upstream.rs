@@ -34,6 +34,11 @@ impl Protocol {
         }
         let max = self.services.config.limits.max_message_bytes;
         loop {
+            if let Some(why) = self.prep_failed.take() {
+                // Nothing after it reaches the client: its statements ran
+                // under settings that are not its own.
+                return Err(ProtocolError::Prepare(why));
+            }
             let n = if self.usplit.in_pass() {
                 0
             } else {
@@ -81,6 +86,9 @@ impl Protocol {
         let mut at = 0;
         let mut relayed = 0;
         while let Ok(Some(h)) = frame::peek_header(&chunk[at..], usize::MAX) {
+            if self.prep_failed.is_some() {
+                break;
+            }
             let end = at + h.wire_len;
             let owner = self.flight.on_answer(h.tag, &chunk[at..end]);
             let relay = if owner != Owner::Client
@@ -128,9 +136,6 @@ impl Protocol {
         if self.pooled {
             self.on_server_answer(t);
         }
-        if owner == Owner::Client && self.pooled {
-            self.on_set_answer(t);
-        }
         if t == tag::ERROR_RESPONSE
             && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))
             && backend::is_fatal(msg)
@@ -170,6 +175,23 @@ impl Protocol {
                 }
                 return false;
             }
+            Owner::Own(Own::Prepare) => {
+                match t {
+                    tag::PARAMETER_STATUS => {
+                        if let Some((k, v)) = backend::parameter_status(msg) {
+                            set_param(&mut self.server_params, k, v);
+                        }
+                    }
+                    tag::ERROR_RESPONSE => {
+                        let code = backend::error_field(msg, b'C').unwrap_or("");
+                        let text = backend::error_field(msg, b'M').unwrap_or("error");
+                        self.prep_failed = Some(format!("{text} (SQLSTATE {code})"));
+                    }
+                    tag::READY_FOR_QUERY => self.txn_status = backend::ready_status(msg),
+                    _ => {}
+                }
+                return false;
+            }
             Owner::Own(Own::Begin | Own::Abort) => {
                 if t == tag::READY_FOR_QUERY {
                     self.txn_status = backend::ready_status(msg);
@@ -188,6 +210,14 @@ impl Protocol {
                 self.cypher.on_ready(&self.services);
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
+                if self.pooled {
+                    self.on_sets_done(status);
+                    self.on_loaded();
+                    if !self.draining.is_empty() && self.flight.client_answered() {
+                        let databases = std::mem::take(&mut self.draining);
+                        self.services.pools.end_drain(&databases);
+                    }
+                }
                 if let Some(told) = self.flight.take_ready_as() {
                     // A lazy read's: the client is told its block's status.
                     self.txn.failed = told == b'E';

@@ -1107,16 +1107,6 @@ mod tests {
         assert_eq!(token(1 << 20, u32::MAX, 1) & SERVER, 0, "a session's slot");
     }
 
-    /// A pool's startup packet, for a pool of the test's own.
-    fn startup() -> bytes::Bytes {
-        let body = b"user\0u\0database\0d\0\0";
-        let mut b = Vec::new();
-        b.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
-        b.extend_from_slice(&196608u32.to_be_bytes());
-        b.extend_from_slice(body);
-        bytes::Bytes::from(b)
-    }
-
     /// A grant left from another thread rings the worker's bell: the
     /// sleeping worker wakes, finds no session waiting under its ticket,
     /// and passes the grant on (a place, here: freed).
@@ -1133,16 +1123,18 @@ mod tests {
             .block_on(handle.spawn(async { mailbox() }))
             .unwrap()
             .expect("a worker's mailbox");
-        let pools = crate::pooling::Pools::new(1);
-        let pool = pools.pool(&startup());
+        let pools = crate::pooling::Pools::new(1, 10);
+        let pool = pools.pool("d", "u").unwrap();
         let long = std::time::Duration::from_secs(60);
-        let Ok(grant @ Grant::Open(_)) = rt.block_on(pool.acquire(long, long, long)) else {
+        let wants = crate::pooling::Wants::nothing();
+        let Ok(grant @ Grant::Open(_)) = rt.block_on(pool.acquire(long, long, long, wants)) else {
             panic!("a place to open a connection in");
         };
-        assert_eq!(pools.rows()[0].active, 1);
+        let active = || pools.rows().first().map_or(0, |r| r.active);
+        assert_eq!(active(), 1);
         mb.deliver(token(12345, 7, 0), grant);
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while pools.rows()[0].active != 0 {
+        while active() != 0 {
             assert!(
                 Instant::now() < deadline,
                 "the worker never looked at its mail"

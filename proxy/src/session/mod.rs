@@ -6,6 +6,7 @@ pub mod handshake;
 mod life;
 mod login;
 pub(crate) mod pooled;
+mod pooled_login;
 pub mod reuse;
 mod upstream_auth;
 

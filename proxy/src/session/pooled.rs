@@ -18,8 +18,8 @@ use super::{
 };
 use crate::{
     net::Stream,
-    pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout},
-    protocol::{Protocol, SessionSets, replay_query},
+    pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
+    protocol::Protocol,
     relay::{Closer, End},
     shared::Shared,
     stats::Counters,
@@ -45,20 +45,39 @@ pub enum PoolError {
     Io(#[from] std::io::Error),
     #[error("opening a pooled upstream connection failed: {0}")]
     Password(#[from] PasswordError),
-    #[error("upstream refused a pooled connection: {0}")]
-    Refused(String),
+    #[error("upstream refused a pooled connection: {}", error_text(.0))]
+    Refused(Bytes),
     #[error("upstream answered a pooled connection's startup with message type '{}'", char::from(*.0))]
     Unexpected(u8),
     #[error("opening a pooled upstream connection took longer than {0:?}")]
     Timeout(Duration),
-    #[error("the session's settings could not be made again on a pooled connection: {0}")]
-    Replay(String),
+    #[error("the pool's server connections are TLS, which the pool does not keep yet")]
+    Tls,
+}
+
+/// The message of a server's ErrorResponse.
+fn error_text(msg: &[u8]) -> &str {
+    backend::error_field(msg, b'M').unwrap_or("error")
 }
 
 impl PoolError {
+    /// The server asked for a password onetrip does not have: the login
+    /// is the server's to check (session mode).
+    pub fn needs_password(&self) -> bool {
+        matches!(self, PoolError::Password(PasswordError::NoPassword(_)))
+    }
+
+    /// The server's own refusal, to relay to the client as it is.
+    pub fn server_error(&self) -> Option<&Bytes> {
+        match self {
+            PoolError::Refused(msg) => Some(msg),
+            _ => None,
+        }
+    }
+
     /// What the client is told: PgBouncer's 08P01 for a wait that ran
     /// out, the class-08 code of a failed connection otherwise.
-    fn sqlstate(&self) -> &'static str {
+    pub fn sqlstate(&self) -> &'static str {
         match self {
             PoolError::Wait(_) => "08P01",
             _ => "08006",
@@ -94,7 +113,7 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
 
 async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
     let Stream::Plain(mut tcp) = connect_upstream(shared).await? else {
-        return Err(PoolError::Refused("the connection is TLS".into()));
+        return Err(PoolError::Tls);
     };
     tcp.write_all(startup).await?;
     let mut buf = BytesMut::with_capacity(1024);
@@ -124,60 +143,12 @@ async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened
             }
             tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
             tag::BACKEND_KEY_DATA => key = Some(msg),
-            tag::ERROR_RESPONSE => {
-                let text = backend::error_field(&msg, b'M').unwrap_or("error");
-                return Err(PoolError::Refused(text.to_owned()));
-            }
+            tag::ERROR_RESPONSE => return Err(PoolError::Refused(msg)),
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened { tcp, key, params });
             }
             t => return Err(PoolError::Unexpected(t)),
         }
-    }
-}
-
-/// Makes a server connection's settings (`has`) the client's (`wants`),
-/// when they differ: one Query, `RESET ALL` and the client's `SET`s, its
-/// answers read here. The client hears nothing of it, as on a dedicated
-/// connection, where nothing changed.
-async fn settle(
-    tcp: tokio::net::TcpStream,
-    has: &SessionSets,
-    wants: &SessionSets,
-    limit: Duration,
-) -> Result<std::net::TcpStream, PoolError> {
-    let tcp = match has == wants {
-        true => tcp,
-        false => match crate::timers::timeout(limit, replay(tcp, wants)).await {
-            Ok(r) => r?,
-            Err(_) => return Err(PoolError::Timeout(limit)),
-        },
-    };
-    Ok(tcp.into_std()?)
-}
-
-async fn replay(
-    mut tcp: tokio::net::TcpStream,
-    wants: &SessionSets,
-) -> Result<tokio::net::TcpStream, PoolError> {
-    tcp.write_all(&replay_query(wants)).await?;
-    let mut buf = BytesMut::with_capacity(1024);
-    let max = crate::wire::frame::MAX_AUTH_MESSAGE;
-    let mut failed = None;
-    loop {
-        let msg = read_message(&mut tcp, &mut buf, max).await?;
-        match msg[0] {
-            tag::ERROR_RESPONSE => {
-                let text = backend::error_field(&msg, b'M').unwrap_or("error");
-                failed = Some(text.to_owned());
-            }
-            tag::READY_FOR_QUERY => break,
-            _ => {}
-        }
-    }
-    match failed {
-        Some(why) => Err(PoolError::Replay(why)),
-        None => Ok(tcp),
     }
 }
 
@@ -198,7 +169,7 @@ pub fn fill_pools(shared: &Arc<Shared>) {
                             key: o.key,
                             settings: None,
                             statements: Default::default(),
-                            sets: SessionSets::new(),
+                            state: Default::default(),
                             opened: now,
                             since: now,
                             slot,
@@ -214,6 +185,27 @@ pub fn fill_pools(shared: &Arc<Shared>) {
             });
         }
     }
+}
+
+/// A new connection of `pool` in `slot`'s place, as a pooled session
+/// takes it.
+pub async fn opened(
+    shared: &Shared,
+    pool: &Pool,
+    slot: crate::pooling::Slot,
+) -> Result<(std::net::TcpStream, Taken), PoolError> {
+    let o = open(shared, pool).await?;
+    let _ = o.tcp.set_nodelay(true);
+    let taken = Taken {
+        key: o.key,
+        opened: Instant::now(),
+        slot,
+        statements: Default::default(),
+        params: o.params,
+        settings: None,
+        state: Default::default(),
+    };
+    Ok((o.tcp.into_std()?, taken))
 }
 
 /// What the session does after giving its connection back.
@@ -298,52 +290,22 @@ pub async fn between(
     let config = proto.services.config.clone();
     let wait = config.pool.query_wait_timeout;
     let up = &config.upstream;
-    let connect_limit = up.connect_timeout;
     // What it was granted while it waited in its worker's relay, if it did.
     let grant = match pooled.granted.take() {
         Some(granted) => granted,
         None => {
-            pooled
-                .pool
-                .acquire(wait, up.reuse_idle_timeout, up.reuse_lifetime)
-                .await
+            let wants = Wants {
+                sets: proto.session_sets(),
+                loads: proto.loads(),
+            };
+            let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
+            pooled.pool.acquire(wait, max_idle, lifetime, wants).await
         }
     };
     let got = match grant {
-        Ok(Grant::Idle(idle)) => {
-            let (tcp, sets, taken) = idle.taken();
-            match sets == *proto.session_sets() {
-                true => Ok((tcp, taken)),
-                false => match tokio::net::TcpStream::from_std(tcp) {
-                    Ok(tcp) => settle(tcp, &sets, proto.session_sets(), connect_limit)
-                        .await
-                        .map(|tcp| (tcp, taken)),
-                    Err(e) => Err(e.into()),
-                },
-            }
-        }
-        Ok(Grant::Open(slot)) => match open(shared, &pooled.pool).await {
-            Ok(o) => {
-                let taken = Taken {
-                    key: o.key,
-                    opened: Instant::now(),
-                    slot,
-                    statements: Default::default(),
-                    params: o.params,
-                    settings: None,
-                };
-                let _ = o.tcp.set_nodelay(true);
-                settle(
-                    o.tcp,
-                    &SessionSets::new(),
-                    proto.session_sets(),
-                    connect_limit,
-                )
-                .await
-                .map(|tcp| (tcp, taken))
-            }
-            Err(e) => Err(e),
-        },
+        Ok(Grant::Idle(idle)) if idle.usable_for(proto.loads()) => Ok(idle.taken()),
+        Ok(Grant::Idle(idle)) => opened(shared, &pooled.pool, idle.close()).await,
+        Ok(Grant::Open(slot)) => opened(shared, &pooled.pool, slot).await,
         Err(e) => Err(e.into()),
     };
     let (tcp, taken) = match got {

@@ -130,6 +130,23 @@ pub fn encode_code(code: u32) -> [u8; 8] {
     out
 }
 
+/// A protocol 3.0 startup packet with `params`.
+pub fn encode_startup(params: &[(&str, &str)]) -> Bytes {
+    let mut body = BytesMut::new();
+    body.put_u32(PROTOCOL_MAJOR_3 << 16);
+    for (k, v) in params {
+        body.put_slice(k.as_bytes());
+        body.put_u8(0);
+        body.put_slice(v.as_bytes());
+        body.put_u8(0);
+    }
+    body.put_u8(0);
+    let mut out = BytesMut::with_capacity(body.len() + 4);
+    out.put_u32(body.len() as u32 + 4);
+    out.put_slice(&body);
+    out.freeze()
+}
+
 /// Encodes a CancelRequest for the given backend key.
 pub fn encode_cancel(pid: i32, secret: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(12 + secret.len());
@@ -145,19 +162,7 @@ mod tests {
     use super::*;
 
     fn startup(params: &[(&str, &str)]) -> Bytes {
-        let mut body = BytesMut::new();
-        body.put_u32(196608);
-        for (k, v) in params {
-            body.put_slice(k.as_bytes());
-            body.put_u8(0);
-            body.put_slice(v.as_bytes());
-            body.put_u8(0);
-        }
-        body.put_u8(0);
-        let mut out = BytesMut::new();
-        out.put_u32(body.len() as u32 + 4);
-        out.put_slice(&body);
-        out.freeze()
+        encode_startup(params)
     }
 
     #[test]

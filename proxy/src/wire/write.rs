@@ -126,6 +126,30 @@ fn error_detail_into(
     });
 }
 
+/// A server's ErrorResponse `msg` with its severity made FATAL, every
+/// other field kept: an error the server gave a setting made after login,
+/// told as the login's own (where the server would have refused it).
+pub fn as_fatal(msg: &[u8]) -> Bytes {
+    let body = msg.get(5..).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(msg.len() + 8);
+    message(&mut out, b'E', |b| {
+        for field in body.split(|&c| c == 0).filter(|f| !f.is_empty()) {
+            match field[0] {
+                b'S' | b'V' => {
+                    b.put_u8(field[0]);
+                    cstr(b, "FATAL");
+                }
+                _ => {
+                    b.put_slice(field);
+                    b.put_u8(0);
+                }
+            }
+        }
+        b.put_u8(0);
+    });
+    out.freeze()
+}
+
 /// A NoticeResponse of severity WARNING: told to the client, who goes on.
 pub fn warning_into(out: &mut BytesMut, sqlstate: &str, text: &str) {
     message(out, b'N', |b| {
@@ -223,6 +247,14 @@ pub fn ready_frame(status: u8) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_made_fatal_keeps_its_fields() {
+        let e = super::error_detail(super::Severity::Error, "22023", "bad value", "why");
+        let f = super::as_fatal(&e);
+        let want = super::error_detail(super::Severity::Fatal, "22023", "bad value", "why");
+        assert_eq!(f, want);
+    }
+
     use super::*;
 
     #[test]
