@@ -263,8 +263,13 @@ pub mod raw {
 
     /// A startup packet for `user` / `database`.
     pub fn startup(user: &str, database: &str) -> Vec<u8> {
+        startup_with(&[("user", user), ("database", database)])
+    }
+
+    /// A startup packet with these parameters, in this order.
+    pub fn startup_with(params: &[(&str, &str)]) -> Vec<u8> {
         let mut body = 196608u32.to_be_bytes().to_vec();
-        for (k, v) in [("user", user), ("database", database)] {
+        for (k, v) in params {
             body.extend_from_slice(k.as_bytes());
             body.push(0);
             body.extend_from_slice(v.as_bytes());
@@ -353,6 +358,39 @@ pub mod raw {
             .map(|(_, b)| {
                 let f = |c| field(b, c).unwrap_or_default();
                 (f(b'S'), f(b'C'), f(b'M'))
+            })
+            .collect()
+    }
+
+    /// Connects with a startup packet of `params` and reads its answer, to
+    /// the first ReadyForQuery or the end.
+    pub async fn login(port: u16, params: &[(&str, &str)]) -> (TcpStream, Vec<(u8, Vec<u8>)>) {
+        let mut s = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        s.write_all(&startup_with(params))
+            .await
+            .expect("write startup");
+        let mut out = Vec::new();
+        while let Some(m) = read_message(&mut s, Duration::from_secs(30)).await {
+            let end = m.0 == b'Z' || m.0 == b'E';
+            out.push(m);
+            if end {
+                break;
+            }
+        }
+        (s, out)
+    }
+
+    /// The ParameterStatus values of a login's answer, in order.
+    pub fn parameters(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, String)> {
+        msgs.iter()
+            .filter(|(t, _)| *t == b'S')
+            .map(|(_, b)| {
+                let mut it = b
+                    .split(|c| *c == 0)
+                    .map(|p| String::from_utf8_lossy(p).into_owned());
+                (it.next().unwrap_or_default(), it.next().unwrap_or_default())
             })
             .collect()
     }

@@ -31,7 +31,9 @@ use crate::{
     },
 };
 
-/// How a pooled login ended.
+/// How a pooled login ended (moved once per login, as the login's own
+/// result is).
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Outcome {
     /// The session is set up (or over, its client told why).
     Done(Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>),

@@ -1,0 +1,255 @@
+//! Transaction pooling per (database, user): what a client's startup
+//! packet asks for beyond those two (application_name, DateStyle, options'
+//! `-c` switches) and the settings it makes later (SET by either protocol,
+//! LOAD) follow it to every connection it takes, told and shown as a
+//! dedicated connection would; pools are made only for logins the server
+//! accepted.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use onetrip_tests::{Env, PgOptions, connect, raw, simple_rows};
+
+async fn pooled(size: usize) -> Env {
+    Env::start_with(PgOptions::default(), move |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = size;
+    })
+    .await
+}
+
+async fn one(c: &tokio_postgres::Client, sql: &str) -> Option<String> {
+    let rows = simple_rows(&c.simple_query(sql).await.unwrap());
+    rows[0][0].clone()
+}
+
+async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let c = connect(&dsn).await;
+    simple_rows(&c.simple_query(sql).await.unwrap())
+}
+
+/// The pools' rows of `SHOW POOLS`: (database, user, sv_pinned).
+async fn pools(env: &Env) -> Vec<(String, String, String)> {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let c = connect(&dsn).await;
+    let msgs = c.simple_query("SHOW POOLS").await.unwrap();
+    let mut out = Vec::new();
+    for m in msgs {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            let col = |n: &str| r.get(n).unwrap_or_default().to_owned();
+            out.push((col("database"), col("user"), col("sv_pinned")));
+        }
+    }
+    out
+}
+
+/// 50 clients, each with an application_name of its own, on a pool of 5:
+/// one pool, at most 5 server backends, and each client's name is its own
+/// whichever connection it runs on.
+#[tokio::test]
+async fn fifty_application_names_share_five_connections() {
+    let env = pooled(5).await;
+    let direct = connect(&env.direct_dsn()).await;
+    let most = Arc::new(AtomicI64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let (most, done) = (most.clone(), done.clone());
+        tokio::spawn(async move {
+            let sql = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+            while !done.load(Ordering::Relaxed) {
+                let n: i64 = direct.query_one(sql, &[]).await.unwrap().get(0);
+                most.fetch_max(n, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut clients = Vec::new();
+    for i in 0..50 {
+        let dsn = format!("{} application_name=worker-{i}", env.proxy_dsn());
+        clients.push(tokio::spawn(async move {
+            let c = connect(&dsn).await;
+            let me = format!("worker-{i}");
+            for _ in 0..5 {
+                assert_eq!(one(&c, "SHOW application_name").await, Some(me.clone()));
+                let seen: String = c
+                    .query_one("SELECT current_setting('application_name')", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(seen, me, "by the extended protocol too");
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    watch.await.unwrap();
+    assert!(
+        most.load(Ordering::Relaxed) <= 5,
+        "{most:?} server backends"
+    );
+    let rows = pools(&env).await;
+    assert_eq!(rows.len(), 1, "one pool for one (database, user): {rows:?}");
+    assert_eq!(rows[0].2, "0", "nothing pinned");
+}
+
+/// A login is told what a dedicated connection tells it: the server's
+/// values for its own startup parameters (as the server spells them), and
+/// the server's refusal of a value it would refuse at login.
+#[tokio::test]
+async fn a_login_is_told_its_own_parameters_as_the_server_reports_them() {
+    let env = pooled(1).await;
+    let params = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("application_name", "reporter"),
+        ("DateStyle", "iso, dmy"),
+        (
+            "options",
+            "-c search_path=public,pg_catalog -c statement_timeout=5min",
+        ),
+    ];
+    let (_d, direct) = raw::login(env.pg.port(), &params).await;
+    // Twice: the first login learns them on a connection, the second is
+    // answered from what was learned.
+    for _ in 0..2 {
+        let (mut s, through) = raw::login(env.proxy_port(), &params).await;
+        assert_eq!(raw::parameters(&through), raw::parameters(&direct));
+        s.write_all_query("SHOW search_path").await;
+        let rows = raw::read_to_z(&mut s).await;
+        assert!(
+            rows.iter()
+                .any(|(t, b)| *t == b'D' && b.ends_with(b"public,pg_catalog")),
+            "{rows:?}"
+        );
+    }
+    let bad = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("options", "-c statement_timeout=soon"),
+    ];
+    let (_d, direct) = raw::login(env.pg.port(), &bad).await;
+    let (_p, through) = raw::login(env.proxy_port(), &bad).await;
+    assert_eq!(raw::errors(&through), raw::errors(&direct));
+    assert_eq!(raw::errors(&direct)[0].0, "FATAL");
+}
+
+/// SET by the extended protocol (tokio-postgres' `execute`) follows its
+/// client and pins nothing; another client on the same connection sees
+/// its own value.
+#[tokio::test]
+async fn a_set_by_the_extended_protocol_follows_its_client() {
+    let env = pooled(1).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    a.execute("SET statement_timeout = '7s'", &[])
+        .await
+        .unwrap();
+    a.execute("SET application_name = 'by parse'", &[])
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            one(&b, "SHOW statement_timeout").await.as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            one(&a, "SHOW statement_timeout").await.as_deref(),
+            Some("7s")
+        );
+        assert_eq!(
+            one(&a, "SHOW application_name").await.as_deref(),
+            Some("by parse")
+        );
+        assert_eq!(one(&b, "SHOW application_name").await.as_deref(), Some(""));
+    }
+    // A SET in a transaction that rolls back is undone, as on a
+    // dedicated connection.
+    a.batch_execute("BEGIN").await.unwrap();
+    let err = a.execute("SELECT 1/0", &[]).await;
+    assert!(err.is_err());
+    a.batch_execute("ROLLBACK").await.unwrap();
+    a.execute("RESET statement_timeout", &[]).await.unwrap();
+    assert_eq!(
+        one(&a, "SHOW statement_timeout").await.as_deref(),
+        Some("0")
+    );
+    let rows = pools(&env).await;
+    assert_eq!(rows[0].2, "0", "nothing pinned: {rows:?}");
+}
+
+/// A library a client loads follows it; a connection that has it loaded
+/// goes to no client that didn't load it.
+#[tokio::test]
+async fn a_load_follows_its_client_and_stays_with_it() {
+    let env = pooled(1).await;
+    let dsn = env.proxy_dsn();
+    let a = connect(&dsn).await;
+    let b = connect(&dsn).await;
+    let look = "SELECT current_setting('auto_explain.log_min_duration', true)";
+    a.batch_execute("LOAD 'auto_explain'").await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(one(&a, look).await.as_deref(), Some("-1"));
+        assert_eq!(one(&b, look).await, None, "another client's library");
+    }
+    let rows = pools(&env).await;
+    assert_eq!(rows[0].2, "0", "nothing pinned: {rows:?}");
+}
+
+/// Logins the server refuses make no pool, and pools whose clients have
+/// all gone are dropped once their connections are.
+#[tokio::test]
+async fn refused_logins_leave_no_pools() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.upstream.reuse_idle_timeout = Duration::from_millis(200);
+    })
+    .await;
+    for i in 0..30 {
+        let db = format!("nosuchdb{i}");
+        let (_s, msgs) =
+            raw::login(env.proxy_port(), &[("user", "postgres"), ("database", &db)]).await;
+        let errors = raw::errors(&msgs);
+        assert_eq!(errors[0].1, "3D000", "{errors:?}");
+    }
+    assert_eq!(pools(&env).await, vec![], "no pool for a refused login");
+    let c = connect(&env.proxy_dsn()).await;
+    one(&c, "SELECT 1").await;
+    assert_eq!(pools(&env).await.len(), 1);
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = admin(&env, "SHOW POOLS").await;
+        if rows.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+trait WriteQuery {
+    async fn write_all_query(&mut self, sql: &str);
+}
+
+impl WriteQuery for tokio::net::TcpStream {
+    async fn write_all_query(&mut self, sql: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.write_all(&raw::query(sql)).await.unwrap();
+    }
+}
