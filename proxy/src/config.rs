@@ -391,6 +391,31 @@ pub struct Limits {
     /// may wait for a client that has stopped reading.
     #[serde(with = "duration")]
     pub client_write_timeout: Duration,
+    /// TCP keepalive on client and server sockets, so that a peer that
+    /// vanished without closing (a host gone, a network cut) is found:
+    /// after `tcp_keepalive_idle` without traffic, a probe every
+    /// `tcp_keepalive_interval`, dead after `tcp_keepalive_count` unanswered.
+    pub tcp_keepalive: bool,
+    #[serde(with = "duration")]
+    pub tcp_keepalive_idle: Duration,
+    #[serde(with = "duration")]
+    pub tcp_keepalive_interval: Duration,
+    pub tcp_keepalive_count: u32,
+}
+
+impl Limits {
+    /// Sets TCP keepalive on `socket` as configured (best effort: a socket
+    /// that refuses it works without).
+    pub fn keepalive<S: std::os::fd::AsFd>(&self, socket: &S) {
+        if !self.tcp_keepalive {
+            return;
+        }
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(self.tcp_keepalive_idle)
+            .with_interval(self.tcp_keepalive_interval)
+            .with_retries(self.tcp_keepalive_count);
+        let _ = socket2::SockRef::from(socket).set_tcp_keepalive(&ka);
+    }
 }
 
 impl Default for Limits {
@@ -405,6 +430,10 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::ZERO,
             client_write_timeout: Duration::from_secs(30),
+            tcp_keepalive: true,
+            tcp_keepalive_idle: Duration::from_secs(60),
+            tcp_keepalive_interval: Duration::from_secs(10),
+            tcp_keepalive_count: 6,
         }
     }
 }

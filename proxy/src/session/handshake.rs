@@ -56,6 +56,7 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
         Ok(Ok(t)) => t,
     };
     let _ = tcp.set_nodelay(true);
+    shared.config().limits.keepalive(&tcp);
     let Some(connector) = &shared.upstream_tls else {
         return Ok(Stream::Plain(tcp));
     };

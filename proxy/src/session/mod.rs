@@ -38,6 +38,7 @@ pub async fn serve(
     worker: usize,
 ) {
     let _ = tcp.set_nodelay(true);
+    shared.config().limits.keepalive(&tcp);
     let span = info_span!("session", id = conn_id, peer = %peer);
     let Some(slot) = shared.client_slot() else {
         // Twice the limit at once: not even the startup packet is read.
