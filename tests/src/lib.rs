@@ -364,7 +364,7 @@ pub mod raw {
 
     /// Connects with a startup packet of `params` and reads its answer, to
     /// the first ReadyForQuery or the end.
-    pub async fn login(port: u16, params: &[(&str, &str)]) -> (TcpStream, Vec<(u8, Vec<u8>)>) {
+    pub async fn login_with(port: u16, params: &[(&str, &str)]) -> (TcpStream, Vec<(u8, Vec<u8>)>) {
         let mut s = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect");

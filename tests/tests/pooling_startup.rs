@@ -123,11 +123,11 @@ async fn a_login_is_told_its_own_parameters_as_the_server_reports_them() {
             "-c search_path=public,pg_catalog -c statement_timeout=5min",
         ),
     ];
-    let (_d, direct) = raw::login(env.pg.port(), &params).await;
+    let (_d, direct) = raw::login_with(env.pg.port(), &params).await;
     // Twice: the first login learns them on a connection, the second is
     // answered from what was learned.
     for _ in 0..2 {
-        let (mut s, through) = raw::login(env.proxy_port(), &params).await;
+        let (mut s, through) = raw::login_with(env.proxy_port(), &params).await;
         assert_eq!(raw::parameters(&through), raw::parameters(&direct));
         s.write_all_query("SHOW search_path").await;
         let rows = raw::read_to_z(&mut s).await;
@@ -142,8 +142,8 @@ async fn a_login_is_told_its_own_parameters_as_the_server_reports_them() {
         ("database", "postgres"),
         ("options", "-c statement_timeout=soon"),
     ];
-    let (_d, direct) = raw::login(env.pg.port(), &bad).await;
-    let (_p, through) = raw::login(env.proxy_port(), &bad).await;
+    let (_d, direct) = raw::login_with(env.pg.port(), &bad).await;
+    let (_p, through) = raw::login_with(env.proxy_port(), &bad).await;
     assert_eq!(raw::errors(&through), raw::errors(&direct));
     assert_eq!(raw::errors(&direct)[0].0, "FATAL");
 }
@@ -223,7 +223,7 @@ async fn refused_logins_leave_no_pools() {
     for i in 0..30 {
         let db = format!("nosuchdb{i}");
         let (_s, msgs) =
-            raw::login(env.proxy_port(), &[("user", "postgres"), ("database", &db)]).await;
+            raw::login_with(env.proxy_port(), &[("user", "postgres"), ("database", &db)]).await;
         let errors = raw::errors(&msgs);
         assert_eq!(errors[0].1, "3D000", "{errors:?}");
     }
