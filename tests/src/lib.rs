@@ -397,22 +397,110 @@ pub mod raw {
 
     /// Connects and completes a trust-auth startup (through ReadyForQuery).
     pub async fn connect_ready(port: u16) -> TcpStream {
+        login(port, "postgres", "postgres")
+            .await
+            .unwrap_or_else(|e| panic!("startup failed: {e}"))
+    }
+
+    /// Connects as `user` to `database` and completes a trust-auth startup
+    /// (through ReadyForQuery); what went wrong otherwise.
+    pub async fn login(port: u16, user: &str, database: &str) -> Result<TcpStream, String> {
         let mut s = TcpStream::connect(("127.0.0.1", port))
             .await
-            .expect("connect");
-        s.write_all(&startup("postgres", "postgres"))
+            .map_err(|e| format!("connect: {e}"))?;
+        s.write_all(&startup(user, database))
             .await
-            .expect("write startup");
+            .map_err(|e| format!("write startup: {e}"))?;
+        let (msgs, end) = read_answer(&mut s, Duration::from_secs(10)).await;
+        if let Some((_, body)) = msgs.iter().find(|(t, _)| *t == b'E') {
+            return Err(format!("{:?}", fields(body)));
+        }
+        match end {
+            None => Ok(s),
+            Some(end) => Err(format!("startup answer: {end}")),
+        }
+    }
+
+    /// Reads messages up to and with the next ReadyForQuery. Stops early,
+    /// saying why, at EOF or when nothing comes within `wait`: for a caller
+    /// that reports what a proxy did rather than panic on it.
+    pub async fn read_answer(
+        s: &mut TcpStream,
+        wait: Duration,
+    ) -> (Vec<(u8, Vec<u8>)>, Option<&'static str>) {
+        let mut out = Vec::new();
         loop {
-            let (tag, body) = read_message(&mut s, Duration::from_secs(10))
-                .await
-                .expect("startup answer");
-            assert_ne!(tag, b'E', "startup failed: {:?}", fields(&body));
-            if tag == b'Z' {
-                return s;
+            // Shorter than read_message's own limit, so it never panics.
+            let m = tokio::time::timeout(wait, read_message(s, wait * 2)).await;
+            match m {
+                Err(_) => return (out, Some("no answer in time")),
+                Ok(None) => return (out, Some("connection closed")),
+                Ok(Some(m)) => {
+                    let z = m.0 == b'Z';
+                    out.push(m);
+                    if z {
+                        return (out, None);
+                    }
+                }
             }
         }
     }
+
+    /// The values of a DataRow, as text (NULL as `None`).
+    pub fn row_values(body: &[u8]) -> Vec<Option<String>> {
+        let n = u16::from_be_bytes([body[0], body[1]]);
+        let mut at = 2;
+        (0..n)
+            .map(|_| {
+                let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+                at += 4;
+                let len = usize::try_from(len).ok()?;
+                let v = String::from_utf8_lossy(&body[at..at + len]).into_owned();
+                at += len;
+                Some(v)
+            })
+            .collect()
+    }
+
+    /// A Parse of `sql` as the statement `name` ("" for the unnamed one),
+    /// no parameter types.
+    pub fn parse(name: &str, sql: &str) -> Vec<u8> {
+        let mut body = name.as_bytes().to_vec();
+        body.push(0);
+        body.extend_from_slice(sql.as_bytes());
+        body.extend_from_slice(&[0, 0, 0]);
+        message(b'P', &body)
+    }
+
+    /// A Bind of the statement `name` to the unnamed portal, no parameters,
+    /// results as text; then Execute (no row limit) and Sync.
+    pub fn bind_execute_sync(name: &str) -> Vec<u8> {
+        let mut body = vec![0u8];
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0]);
+        let mut out = message(b'B', &body);
+        out.extend(message(b'E', &[0, 0, 0, 0, 0]));
+        out.extend(message(b'S', &[]));
+        out
+    }
+
+    /// A Sync.
+    pub fn sync() -> Vec<u8> {
+        message(b'S', &[])
+    }
+
+    /// A Terminate: the client says goodbye.
+    pub fn terminate() -> Vec<u8> {
+        message(b'X', &[])
+    }
+}
+
+/// The rows a statement of the admin console (database `onetrip`) of the
+/// proxy listening on `port` answers, as text.
+pub async fn admin_at(port: u16, sql: &str) -> Vec<Vec<Option<String>>> {
+    let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=onetrip");
+    let c = connect(&dsn).await;
+    simple_rows(&c.simple_query(sql).await.expect("admin console"))
 }
 
 /// Runs `select 1` through a fresh tokio-postgres session: the proxy still
