@@ -28,7 +28,7 @@ pub use held::{Pooled, Taken, Waiting};
 pub use pools::{Pools, TooManyPools};
 
 use crate::{
-    protocol::{Libraries, ServerState, ServerStatements, SessionSets, settings::Settings},
+    protocol::{Residues, ServerState, ServerStatements, SessionSets, settings::Settings},
     stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{startup::encode_startup as startup_packet, write},
     worker::Kept,
@@ -68,14 +68,14 @@ impl Idle {
 
     /// Whether it holds exactly a client's settings and libraries (it is
     /// that client's with nothing to make first).
-    fn fits(&self, sets: &SessionSets, loads: &Libraries) -> bool {
-        self.state.sets == *sets && self.state.libraries == *loads
+    fn fits(&self, sets: &SessionSets, loads: &Residues) -> bool {
+        self.state.sets == *sets && *self.state.residue == **loads
     }
 
-    /// Whether it can become a client's: no library is loaded in it that
-    /// the client never loaded (libraries can't be unloaded).
-    pub fn usable_for(&self, loads: &Libraries) -> bool {
-        self.state.libraries.iter().all(|l| loads.contains(l))
+    /// Whether it can become a client's: nothing is left in it that no
+    /// reset undoes and the client never left (`Residue`).
+    pub fn usable_for(&self, loads: &Residues) -> bool {
+        self.state.residue.within(loads)
     }
 
     /// Says goodbye and closes the connection; its place stays with the
@@ -663,14 +663,14 @@ impl Pool {
 #[derive(Clone, Copy)]
 pub struct Wants<'a> {
     pub sets: &'a SessionSets,
-    pub loads: &'a Libraries,
+    pub loads: &'a Residues,
 }
 
 impl Wants<'static> {
     /// A client with no settings and no libraries of its own.
     pub fn nothing() -> Self {
         static SETS: SessionSets = SessionSets::new();
-        static LOADS: std::sync::LazyLock<Libraries> = std::sync::LazyLock::new(Libraries::default);
+        static LOADS: std::sync::LazyLock<Residues> = std::sync::LazyLock::new(Residues::default);
         Wants {
             sets: &SETS,
             loads: &LOADS,

@@ -14,7 +14,7 @@ mod pooled;
 mod replay;
 mod server_statements;
 pub use pooled::ServerStatements;
-pub use replay::{Libraries, Prep, ServerState, SessionSets, prepare};
+pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, prepare};
 pub mod settings;
 mod statements;
 pub mod text;
@@ -179,7 +179,7 @@ pub struct Protocol {
     /// The client's settings that follow it (its startup packet's and its
     /// replayable `SET`s'), and the libraries it loaded.
     sets: SessionSets,
-    loads: Libraries,
+    loads: Residues,
     /// The group of a `SET` sent that is not in force yet
     /// (`follow_executed_set`).
     set_group: Option<u64>,
@@ -261,7 +261,7 @@ impl Protocol {
             fresh_upstream: false,
             named: named::Named::default(),
             sets: SessionSets::new(),
-            loads: Libraries::default(),
+            loads: Residues::default(),
             set_group: None,
             set_op: None,
             prep_due: None,

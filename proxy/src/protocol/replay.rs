@@ -91,8 +91,27 @@ impl FromIterator<(String, String)> for SessionSets {
     }
 }
 
-/// Libraries loaded by `LOAD` in a backend: never unloaded.
-pub type Libraries = Arc<Vec<String>>;
+/// What a backend keeps of its clients that no reset undoes: libraries
+/// loaded by `LOAD`, and custom settings once defined (a placeholder such
+/// as `myapp.user` stays defined, as '', after RESET; a fresh connection
+/// doesn't know it). A connection goes only to a client that left the same
+/// in it, or more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Residue {
+    pub libraries: Vec<String>,
+    pub settings: Vec<String>,
+}
+
+impl Residue {
+    /// All of it is `other`'s too.
+    pub fn within(&self, other: &Residue) -> bool {
+        self.libraries.iter().all(|l| other.libraries.contains(l))
+            && self.settings.iter().all(|s| other.settings.contains(s))
+    }
+}
+
+/// A client's residue, shared with the connections it leaves.
+pub type Residues = Arc<Residue>;
 
 /// What a server connection holds of its clients' session state, as far
 /// as onetrip made or saw it.
@@ -100,8 +119,8 @@ pub type Libraries = Arc<Vec<String>>;
 pub struct ServerState {
     /// The settings its last client left in it.
     pub sets: SessionSets,
-    /// Libraries loaded in its backend.
-    pub libraries: Libraries,
+    /// What no reset undoes in its backend.
+    pub residue: Residues,
 }
 
 /// How a connection becomes a client's.
@@ -119,16 +138,20 @@ pub enum Prep {
 /// What makes a connection that holds `has` hold the client's `sets` and
 /// `loads`: the libraries it lacks loaded, the settings that differ reset
 /// or made as the client made them.
-pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Libraries) -> Prep {
-    if has.libraries.iter().any(|l| !loads.contains(l)) {
+pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Residues) -> Prep {
+    if !has.residue.within(loads) {
         return Prep::Unusable;
     }
-    let same_libraries = has.libraries.len() == loads.len();
+    let same_libraries = has.residue.libraries.len() == loads.libraries.len();
     if same_libraries && has.sets == *sets {
         return Prep::Ready;
     }
     let mut sql = String::new();
-    for lib in loads.iter().filter(|l| !has.libraries.contains(l)) {
+    let missing = loads
+        .libraries
+        .iter()
+        .filter(|l| !has.residue.libraries.contains(l));
+    for lib in missing {
         sql.push_str("LOAD ");
         sql.push_str(&crate::pooling::startup::literal(lib));
         sql.push_str(";\n");
@@ -222,6 +245,9 @@ impl Protocol {
         }
         for (op, text) in &done {
             self.sets.apply(op, text);
+            if let SessionSet::Set(name) = op {
+                self.defined(name);
+            }
         }
     }
 
@@ -231,21 +257,35 @@ impl Protocol {
     }
 
     /// The libraries the client loaded.
-    pub fn loads(&self) -> &Libraries {
+    pub fn loads(&self) -> &Residues {
         &self.loads
     }
 
     /// The session starts with the settings its startup packet asked for.
     pub fn start_with(&mut self, sets: SessionSets) {
+        let names: Vec<String> = sets.iter().map(|(n, _)| n.clone()).collect();
+        for name in names {
+            self.defined(&name);
+        }
         self.sets = sets;
     }
 
     /// LOADs completed: their libraries follow the client.
     pub(super) fn on_loaded(&mut self) {
         for lib in self.flight.take_loaded() {
-            if !self.loads.contains(&lib) {
-                Arc::make_mut(&mut self.loads).push(lib);
+            if !self.loads.libraries.contains(&lib) {
+                Arc::make_mut(&mut self.loads).libraries.push(lib);
             }
+        }
+    }
+
+    /// A setting `name` was made: a custom one stays defined in the
+    /// backend for good.
+    fn defined(&mut self, name: &str) {
+        if name.contains('.') && !self.loads.settings.iter().any(|s| s == name) {
+            Arc::make_mut(&mut self.loads)
+                .settings
+                .push(name.to_owned());
         }
     }
 
@@ -254,7 +294,7 @@ impl Protocol {
     pub fn server_state(&self) -> ServerState {
         ServerState {
             sets: self.sets.clone(),
-            libraries: self.loads.clone(),
+            residue: self.loads.clone(),
         }
     }
 }
@@ -319,29 +359,41 @@ mod tests {
 
     #[test]
     fn a_connection_is_made_the_clients_by_what_differs() {
-        let none = Libraries::default();
+        let none = Residues::default();
+        let xy: Residues = Arc::new(Residue {
+            libraries: Vec::new(),
+            settings: vec!["x.y".into()],
+        });
         let has = ServerState {
             sets: sets(&[
                 ("a", "SET a = 1"),
                 ("b", "SET b = 2"),
                 ("x.y", "SET x.y = 3"),
             ]),
-            libraries: none.clone(),
+            residue: xy.clone(),
         };
-        assert_eq!(prepare(&has, &has.sets.clone(), &none), Prep::Ready);
+        assert_eq!(
+            prepare(&has, &SessionSets::new(), &none),
+            Prep::Unusable,
+            "a custom setting another client defined"
+        );
+        assert_eq!(prepare(&has, &has.sets.clone(), &xy), Prep::Ready);
         let wants = sets(&[("b", "SET b = 2"), ("c", "SET c = 4 -- why")]);
         assert_eq!(
-            query_text(prepare(&has, &wants, &none)),
+            query_text(prepare(&has, &wants, &xy)),
             "RESET \"a\";\nRESET \"x\".\"y\";\nSET c = 4 -- why\n;\n"
         );
-        let age: Libraries = Arc::new(vec!["age".into()]);
+        let age: Residues = Arc::new(Residue {
+            libraries: vec!["age".into()],
+            settings: vec!["x.y".into()],
+        });
         assert_eq!(
             query_text(prepare(&has, &has.sets.clone(), &age)),
             "LOAD E'age';\n"
         );
         let loaded = ServerState {
             sets: SessionSets::new(),
-            libraries: age,
+            residue: age,
         };
         assert_eq!(prepare(&loaded, &SessionSets::new(), &none), Prep::Unusable);
     }

@@ -20,7 +20,7 @@ use crate::{
     cancel::Pid,
     net::Stream,
     pooling::{Grant, Greeting, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
-    protocol::{Libraries, Protocol},
+    protocol::{Protocol, Residues},
     shared::Shared,
     stats::{Counters, SessionInfo, SessionState},
     timers::timeout,
@@ -112,7 +112,7 @@ async fn connect(
 ) -> Result<Stream, Outcome> {
     let config = shared.config();
     let up = &config.upstream;
-    let no_libraries = Libraries::default();
+    let no_libraries = Residues::default();
     let wants = Wants {
         sets: &startup.sets,
         loads: &no_libraries,
