@@ -102,15 +102,17 @@ pub(super) async fn connect_and_authenticate(
     let mut unread = BytesMut::new();
     if let Some(password) = password {
         let limit = config.limits.client_write_timeout;
-        let mut c = crate::admin::client::Client::new(client, limit);
+        let mut c = crate::auth::client::Client::new(client, limit);
         let checked = deadline
-            .bound(crate::admin::auth::check_password(&mut c, &user, password))
+            .bound(crate::auth::exchange::check_password(
+                &mut c, &user, password,
+            ))
             .await;
         let (stream, rest) = c.into_parts();
         match checked {
-            Ok(Ok(())) => (client, unread) = (stream, rest),
+            Ok(Ok(_)) => (client, unread) = (stream, rest),
             // psql hangs up at the request, to ask its user for the password.
-            Ok(Err(crate::admin::auth::AuthError::Io(e))) => {
+            Ok(Err(crate::auth::AuthError::Io(e))) => {
                 debug!("login ended during authentication: {e}");
                 shared.stats.close_session(&info, Default::default());
                 return None;

@@ -102,7 +102,11 @@ async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened
     let mut params = Vec::new();
     let max = crate::wire::frame::MAX_AUTH_MESSAGE;
     let config = shared.config();
-    let mut answerer = Answerer::new(user, config.pool.password_of(user));
+    let password = config
+        .pool
+        .password_of(user)
+        .map(|p| crate::auth::Credential::Password(p.to_owned()));
+    let mut answerer = Answerer::new(user, password.as_ref());
     let mut answer = BytesMut::new();
     loop {
         let msg = read_message(&mut tcp, &mut buf, max).await?;
