@@ -6,6 +6,7 @@
 //! (`exchange.rs`, over `client.rs`) and the looked-up secrets kept
 //! (`cache.rs`).
 
+pub mod cache;
 pub(crate) mod client;
 pub mod credential;
 pub mod exchange;
