@@ -7,11 +7,11 @@ use base64::{Engine, engine::general_purpose::STANDARD as B64};
 use bytes::BytesMut;
 
 use super::{
-    AuthError, Credential,
+    AuthError, Credential, Secret,
     client::Client,
     random,
     scram::{ClientKey, ITERATIONS, Scram, Verifier},
-    secret::Md5Hash,
+    secret::{Md5Hash, mock},
 };
 use crate::wire::{
     backend::{self, auth as code},
@@ -126,4 +126,33 @@ pub(crate) async fn check_password(
     let verifier = pool_verifier(user, password).await?;
     sasl(client, user, verifier).await?;
     Ok(Credential::Password(password.to_owned()))
+}
+
+/// A user whose secret was looked up (`None`: the server holds no
+/// password for it, or no such user): its client is asked as PostgreSQL
+/// would ask it, and what then opens its server connections is returned.
+/// A user without a secret goes through SCRAM against a made-up verifier
+/// and fails as a wrong password does.
+pub(crate) async fn check_secret(
+    client: &mut Client,
+    user: &str,
+    secret: Option<&Secret>,
+) -> Result<Credential, AuthError> {
+    match secret {
+        Some(Secret::Scram(verifier)) => {
+            let client_key = sasl(client, user, verifier.clone()).await?;
+            Ok(Credential::ScramKeys {
+                client_key,
+                verifier: verifier.clone(),
+            })
+        }
+        Some(Secret::Md5(hash)) => {
+            md5(client, user, hash).await?;
+            Ok(Credential::Md5Hash(hash.clone()))
+        }
+        None => {
+            sasl(client, user, mock(user)).await?;
+            Err(AuthError::BadPassword(user.into()))
+        }
+    }
 }

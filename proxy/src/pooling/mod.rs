@@ -22,6 +22,7 @@ mod held;
 pub use held::{Pooled, Taken, Waiting};
 
 use crate::{
+    auth::Credential,
     protocol::{ServerStatements, SessionSets, settings::Settings},
     stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{
@@ -158,6 +159,10 @@ pub struct Pool {
     /// time one was opened: a login is answered with it, and takes no
     /// connection (`Pool::greeting`).
     greeting: Mutex<Option<Greeting>>,
+    /// What its server connections are opened with when onetrip checks
+    /// its logins itself: the credential of the latest such login (`None`:
+    /// the server admits its user by trust).
+    credential: Mutex<Option<Arc<Credential>>>,
 }
 
 /// A pool's greeting: its connections' ParameterStatus values as they
@@ -274,6 +279,20 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What a new connection answers the server's password request with.
+    pub fn credential(&self) -> Option<Arc<Credential>> {
+        self.credential
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A login onetrip checked: its credential opens the connections from
+    /// now on (a newer password's, say).
+    pub fn use_credential(&self, credential: Arc<Credential>) {
+        *self.credential.lock().unwrap_or_else(|e| e.into_inner()) = Some(credential);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -561,6 +580,7 @@ impl Pools {
                     pinned: Arc::new(AtomicUsize::new(0)),
                     waits: Waits::default(),
                     greeting: Mutex::default(),
+                    credential: Mutex::default(),
                 })
             })
             .clone()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tracing::{debug, info, warn};
 
-use super::{handshake, life::Start, pooled, reuse};
+use super::{handshake, life::Start, pool_login, pooled, reuse};
 use crate::{
     cancel::Pid,
     config::PoolMode,
@@ -86,6 +86,12 @@ pub(super) async fn connect_and_authenticate(
         && shared.upstream_tls.is_none()
         && !client_tls
         && StartupMessage::param(&params, "replication").is_none();
+    // A user of `[pool] users`, or any other but auth_user's when it is
+    // set: its server connections are opened here, with its credential,
+    // so the client proves it knows the password first, before it takes
+    // one. Others' logins are the server's to check (trust).
+    let config = shared.config();
+    let check = pool_login::Check::of(&config.pool, &user).filter(|_| pooling);
     // A pooled client's backend is other clients' too: its key names none.
     let key_pid = match pooling {
         true => Pid::MadeUp,
@@ -93,24 +99,20 @@ pub(super) async fn connect_and_authenticate(
     };
     let mut pool = None;
     let mut grant = None;
-    // A user of `[pool] users`: its server connections are opened here,
-    // with its password, so the client proves it knows it first, before
-    // it takes one. Others' logins are the server's to check (trust).
-    let config = shared.config();
-    let password = config.pool.password_of(&user).filter(|_| pooling);
     let mut client = client;
     let mut unread = BytesMut::new();
-    if let Some(password) = password {
+    let mut credential = None;
+    if let Some(how) = check {
         let limit = config.limits.client_write_timeout;
         let mut c = crate::auth::client::Client::new(client, limit);
-        let checked = deadline
-            .bound(crate::auth::exchange::check_password(
-                &mut c, &user, password,
-            ))
-            .await;
+        let checking = pool_login::check(&mut c, shared, &config, &database, &user, how);
+        let checked = deadline.bound(checking).await;
         let (stream, rest) = c.into_parts();
         match checked {
-            Ok(Ok(_)) => (client, unread) = (stream, rest),
+            Ok(Ok(c)) => {
+                (client, unread) = (stream, rest);
+                credential = Some(Arc::new(c));
+            }
             // psql hangs up at the request, to ask its user for the password.
             Ok(Err(crate::auth::AuthError::Io(e))) => {
                 debug!("login ended during authentication: {e}");
@@ -130,6 +132,9 @@ pub(super) async fn connect_and_authenticate(
     }
     if pooling {
         let p = shared.pools.pool(&startup_raw);
+        if let Some(c) = &credential {
+            p.use_credential(c.clone());
+        }
         if let Some(greeting) = p.greeting() {
             let pooled = Pooled::waiting(p, startup_raw.clone(), shared.cancel.clone());
             return greet_alone(client, unread, greeting, pooled, shared, info).await;
@@ -182,8 +187,8 @@ pub(super) async fn connect_and_authenticate(
     };
     // The client is in already: the server hears onetrip's password, not
     // the client's answers.
-    let kept = match (kept, password) {
-        // (`password` is only set when pooling, and `pool` is then.)
+    let kept = match (kept, &credential) {
+        // (`credential` is only set when pooling, and `pool` is then.)
         (None, Some(_)) => match pooled::open(shared, pool.as_deref()?).await {
             Ok(o) => match o.tcp.into_std() {
                 Ok(tcp) => {
@@ -268,7 +273,7 @@ pub(super) async fn connect_and_authenticate(
                 ),
                 (Some(_), _) => {
                     info!(
-                        "session mode: the upstream asked for a password (a user not in [pool] users)"
+                        "session mode: the upstream asked for a password (a user not in [pool] users, and no [pool] auth_user)"
                     );
                     None
                 }
