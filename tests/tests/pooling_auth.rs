@@ -4,7 +4,11 @@
 //! their pools' connections with what the client's proof gave, as
 //! PgBouncer does.
 
-use std::{process::Command, time::Duration};
+use std::{
+    process::Command,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use onetrip::config::{PoolMode, PoolUser};
 use onetrip_tests::{Env, PgOptions, connect, simple_rows};
@@ -316,4 +320,35 @@ async fn a_changed_password_is_taken_after_a_failed_login_or_the_ttl() {
     let c = login(port, MD5.0, "new md5").await.unwrap();
     assert_eq!(who(&c).await.0, MD5.0);
     proxy.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A reload that takes auth_user away leaves the pools its logins opened
+/// to the logins onetrip checks: the server checks the others, and a wrong
+/// password is refused, not greeted with the pool's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auth_user_after_a_reload_the_server_checks_again() {
+    let env = env_with(lookup).await;
+    let port = env.proxy_port();
+    let pooled = login(port, SCRAM.0, SCRAM.1).await.unwrap();
+    who(&pooled).await;
+    let mut next = (*env.proxy().config()).clone();
+    next.pool.auth_user = None;
+    let next = Arc::new(Mutex::new(next));
+    env.proxy()
+        .set_config_source(move || Ok(next.lock().unwrap().clone()));
+    env.proxy().reload().unwrap();
+    let wrong = login(port, SCRAM.0, "wrong").await.err().unwrap();
+    assert_eq!(wrong.0, SqlState::INVALID_PASSWORD);
+    let c = login(port, SCRAM.0, SCRAM.1).await.unwrap();
+    let (_, pid) = who(&c).await;
+    assert_ne!(pid, who(&pooled).await.1, "a backend of its own");
+    let clients = admin(&env, "SHOW CLIENTS").await;
+    let modes: Vec<_> = clients
+        .iter()
+        .filter(|r| r[2].as_deref() == Some(SCRAM.0))
+        .map(|r| r[14].clone().unwrap_or_default())
+        .collect();
+    assert_eq!(modes.len(), 2, "{clients:?}");
+    assert!(modes.contains(&"session".to_owned()), "{modes:?}");
+    assert!(modes.contains(&"transaction".to_owned()), "{modes:?}");
 }

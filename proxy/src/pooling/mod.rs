@@ -586,6 +586,13 @@ impl Pools {
             .clone()
     }
 
+    /// Whether the pool of `startup`, if there is one, opens its
+    /// connections with a credential of a login onetrip checked.
+    pub fn has_credential(&self, startup: &Bytes) -> bool {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(startup).is_some_and(|p| p.credential().is_some())
+    }
+
     fn all(&self) -> Vec<Arc<Pool>> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.values().cloned().collect()

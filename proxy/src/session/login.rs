@@ -92,6 +92,10 @@ pub(super) async fn connect_and_authenticate(
     // one. Others' logins are the server's to check (trust).
     let config = shared.config();
     let check = pool_login::Check::of(&config.pool, &user).filter(|_| pooling);
+    // A pool opened with a credential is for logins onetrip checked (a
+    // reload may have stopped naming the user): others are relayed to
+    // the server, in session mode.
+    let pooling = pooling && (check.is_some() || !shared.pools.has_credential(&startup_raw));
     // A pooled client's backend is other clients' too: its key names none.
     let key_pid = match pooling {
         true => Pid::MadeUp,
