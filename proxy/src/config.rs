@@ -224,6 +224,18 @@ pub struct PoolConfig {
     /// Pools (one per database and user) at most; unused ones are dropped
     /// to make room, and past it a login gets 53300.
     pub max_pools: usize,
+    /// The user onetrip logs in as (trust, or its password in `users`) to
+    /// look up the passwords of other pooled users with `auth_query`, as
+    /// PgBouncer's `auth_user`; unset: none are looked up.
+    pub auth_user: Option<String>,
+    /// Looks up a user's password, its name as `$1`: the `passwd` column of
+    /// the first row, a SCRAM-SHA-256 verifier or an md5 hash.
+    pub auth_query: String,
+    /// Looked-up passwords kept at most, one per (database, user).
+    pub auth_cache_size: usize,
+    /// How long a looked-up password is used before it is looked up again.
+    #[serde(with = "duration")]
+    pub auth_cache_ttl: Duration,
 }
 
 impl PoolConfig {
@@ -262,6 +274,11 @@ impl Default for PoolConfig {
             max_prepared_statements: 200,
             users: Vec::new(),
             max_pools: 1000,
+            auth_user: None,
+            // PgBouncer's default.
+            auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename = $1".into(),
+            auth_cache_size: 1000,
+            auth_cache_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -601,6 +618,18 @@ impl Config {
                 ));
             }
         }
+        if self.pool.auth_user.as_deref().is_some_and(str::is_empty) {
+            return Err(key(
+                "pool.auth_user",
+                "must not be empty (leave it out to look no passwords up)",
+            ));
+        }
+        if !self.pool.auth_query.contains("$1") {
+            return Err(key(
+                "pool.auth_query",
+                "must use $1, the name of the user whose password it looks up",
+            ));
+        }
         if self.pool.min_idle > self.pool.pool_size {
             return Err(key("pool.min_idle", "must be at most pool.pool_size"));
         }
@@ -810,6 +839,59 @@ mod tests {
         );
         let err = load_str("[tls]\nrequire = true\n", &[]).unwrap_err();
         assert!(err.to_string().contains("tls.require"), "{err}");
+    }
+
+    #[test]
+    fn auth_query_keys_from_the_file_and_the_environment() {
+        let cfg = load_str("", &[]).unwrap();
+        assert_eq!(cfg.pool.auth_user, None);
+        assert_eq!(
+            cfg.pool.auth_query,
+            "SELECT usename, passwd FROM pg_shadow WHERE usename = $1"
+        );
+        assert_eq!(cfg.pool.auth_cache_size, 1000);
+        assert_eq!(cfg.pool.auth_cache_ttl, Duration::from_secs(60));
+        let file = "[pool]\nauth_user = \"pgbouncer\"\n\
+                    auth_query = \"SELECT * FROM pgbouncer.get_auth($1)\"\n\
+                    auth_cache_size = 10\nauth_cache_ttl = \"5s\"\n";
+        let cfg = load_str(file, &[]).unwrap();
+        assert_eq!(cfg.pool.auth_user.as_deref(), Some("pgbouncer"));
+        assert_eq!(cfg.pool.auth_query, "SELECT * FROM pgbouncer.get_auth($1)");
+        assert_eq!(cfg.pool.auth_cache_size, 10);
+        assert_eq!(cfg.pool.auth_cache_ttl, Duration::from_secs(5));
+        let cfg = load_str(
+            file,
+            &[
+                ("ONETRIP_POOL_AUTH_USER", "lookup"),
+                (
+                    "ONETRIP_POOL_AUTH_QUERY",
+                    "SELECT usename, passwd FROM pg_shadow WHERE usename = $1",
+                ),
+                ("ONETRIP_POOL_AUTH_CACHE_SIZE", "0"),
+                ("ONETRIP_POOL_AUTH_CACHE_TTL", "250ms"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.pool.auth_user.as_deref(), Some("lookup"));
+        assert!(cfg.pool.auth_query.starts_with("SELECT usename, passwd"));
+        assert_eq!(cfg.pool.auth_cache_size, 0);
+        assert_eq!(cfg.pool.auth_cache_ttl, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn bad_auth_query_keys_are_named() {
+        let err = |text: &str, env: &[(&str, &str)]| load_str(text, env).unwrap_err().to_string();
+        let e = err("[pool]\nauth_user = \"\"\n", &[]);
+        assert!(e.contains("pool.auth_user"), "{e}");
+        let e = err(
+            "",
+            &[("ONETRIP_POOL_AUTH_QUERY", "SELECT passwd FROM pg_shadow")],
+        );
+        assert!(e.contains("pool.auth_query") && e.contains("$1"), "{e}");
+        let e = err("[pool]\nauth_cache_ttl = \"soon\"\n", &[]);
+        assert!(e.contains("auth_cache_ttl"), "{e}");
+        let e = err("[pool]\nauth_cache_size = -1\n", &[]);
+        assert!(e.contains("auth_cache_size"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod admin;
+pub mod auth;
 pub mod cancel;
 pub mod config;
 pub mod cypher_cache;

@@ -49,6 +49,8 @@ pub struct Shared {
     pub reuse: Pool,
     /// Transaction pooling's pools (`[pool] mode = "transaction"`).
     pub pools: Arc<crate::pooling::Pools>,
+    /// Pooled users' secrets looked up with `[pool] auth_query`.
+    pub secrets: crate::auth::cache::Secrets,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -191,6 +193,7 @@ impl Shared {
             cypher: Default::default(),
             reuse: Default::default(),
             pools: Arc::new(crate::pooling::Pools::new(pool_size, max_pools)),
+            secrets: Default::default(),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),

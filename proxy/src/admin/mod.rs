@@ -3,7 +3,6 @@
 //! protocol, like PgBouncer's `pgbouncer` database.
 
 pub(crate) mod auth;
-pub(crate) mod client;
 mod command;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -11,8 +10,8 @@ use std::{net::SocketAddr, sync::Arc};
 use bytes::BytesMut;
 use tracing::{debug, info};
 
-use self::client::Client;
 use crate::{
+    auth::client::Client,
     net::Stream,
     shared::Shared,
     wire::{
@@ -24,7 +23,7 @@ use crate::{
     },
 };
 
-pub use auth::{AuthError, Scram};
+use crate::auth::AuthError;
 
 /// Serves one admin console session to its end.
 pub async fn serve(
@@ -66,7 +65,7 @@ pub async fn serve(
     client.authenticated();
     info!(%peer, user = %user, "admin console session started");
     let mut out = BytesMut::new();
-    auth::ok(&mut out);
+    crate::auth::exchange::ok(&mut out);
     for (k, v) in [
         (
             "server_version",

@@ -28,6 +28,7 @@ pub use held::{Pooled, Taken, Waiting};
 pub use pools::{Pools, TooManyPools};
 
 use crate::{
+    auth::Credential,
     protocol::{Residues, ServerState, ServerStatements, SessionSets, settings::Settings},
     stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{startup::encode_startup as startup_packet, write},
@@ -182,6 +183,10 @@ pub struct Pool {
     /// other sessions (`Pools::drain`).
     draining: Mutex<Option<Instant>>,
     drain_flag: std::sync::atomic::AtomicBool,
+    /// What its server connections are opened with when onetrip checks
+    /// its logins itself: the credential of the latest such login (`None`:
+    /// the server admits its user by trust).
+    credential: Mutex<Option<Arc<Credential>>>,
 }
 
 /// The values a server reports for a set of startup parameters, as
@@ -304,6 +309,7 @@ impl Pool {
             learned: Mutex::default(),
             draining: Mutex::default(),
             drain_flag: Default::default(),
+            credential: Mutex::default(),
         }
     }
 
@@ -409,6 +415,20 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What a new connection answers the server's password request with.
+    pub fn credential(&self) -> Option<Arc<Credential>> {
+        self.credential
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A login onetrip checked: its credential opens the connections from
+    /// now on (a newer password's, say).
+    pub fn use_credential(&self, credential: Arc<Credential>) {
+        *self.credential.lock().unwrap_or_else(|e| e.into_inner()) = Some(credential);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -61,6 +61,15 @@ impl Pools {
         Ok(pool)
     }
 
+    /// Whether the pool of (`database`, `user`), if there is one, opens its
+    /// connections with a credential of a login onetrip checked.
+    pub fn has_credential(&self, database: &str, user: &str) -> bool {
+        let key = (database.to_owned(), user.to_owned());
+        self.map()
+            .get(&key)
+            .is_some_and(|p| p.credential().is_some())
+    }
+
     /// A login for `pool` failed before the server accepted one: if
     /// nothing else uses it, it goes (it may name a database or user that
     /// doesn't exist).

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tracing::{debug, info, warn};
 
-use super::{handshake, life::Start, pooled_login, reuse};
+use super::{handshake, life::Start, pool_login, pooled_login, reuse};
 use crate::{
+    auth::Credential,
     cancel::Pid,
     config::PoolMode,
     net::{Pair, Stream},
@@ -79,18 +80,35 @@ pub(super) async fn connect_and_authenticate(
     Counters::add(&info.counters.handshake_round_trips, handshake_rts);
     Counters::add(&info.counters.bytes_from_client, startup_raw.len() as u64);
     let mut deadline = deadline;
-    let client = match pooled_startup(shared, &client, &params) {
+    let config = shared.config();
+    // A user of `[pool] users`, or any other but auth_user's when it is
+    // set: its server connections are opened here, with its credential,
+    // so the client proves it knows the password first. Others' logins
+    // are the server's to check (trust), and a pool opened with a checked
+    // login's credential is not for them (a reload may have stopped
+    // naming the user): they are relayed to the server, in session mode.
+    let check = pool_login::Check::of(&config.pool, &user);
+    let startup = pooled_startup(shared, &client, &params)
+        .filter(|_| check.is_some() || !shared.pools.has_credential(&database, &user));
+    let client = match startup {
         None => client,
         Some(startup) => {
-            let (client, unread) =
-                match check_password(client, &user, &info, shared, &mut deadline).await {
-                    Some(c) => c,
-                    None => return None,
-                };
+            let checked = match check {
+                Some(how) => {
+                    let c = check_password(client, how, (&database, &user), &info, shared);
+                    match deadline.bound(c).await {
+                        Ok(Some(c)) => c,
+                        Ok(None) => return None,
+                        Err(_) => return None,
+                    }
+                }
+                None => (client, BytesMut::new(), None),
+            };
+            let (client, unread, credential) = checked;
             let login = pooled_login::login(
                 client,
                 unread,
-                startup,
+                (startup, credential),
                 (&database, &user),
                 info.clone(),
                 shared,
@@ -127,42 +145,32 @@ fn pooled_startup(
     }
 }
 
-/// A user of `[pool] users`: its server connections are opened here, with
-/// its password, so the client proves it knows it first. Others' logins
-/// are the server's to check. `None` when the client did not get in (it
-/// was told why); else the client and what it sent past its password.
+/// onetrip checks the client's password itself (`pool_login`). `None`
+/// when the client did not get in (it was told why); else the client, what
+/// it sent past its password, and the credential its pool's server
+/// connections are opened with.
 async fn check_password(
     client: Stream,
-    user: &str,
+    how: pool_login::Check<'_>,
+    (database, user): (&str, &str),
     info: &Arc<crate::stats::SessionInfo>,
-    shared: &Shared,
-    deadline: &mut crate::timers::Sleep,
-) -> Option<(Stream, BytesMut)> {
+    shared: &Arc<Shared>,
+) -> Option<(Stream, BytesMut, Option<Arc<Credential>>)> {
     let config = shared.config();
-    let Some(password) = config.pool.password_of(user) else {
-        return Some((client, BytesMut::new()));
-    };
     let limit = config.limits.client_write_timeout;
-    let mut c = crate::admin::client::Client::new(client, limit);
-    let checked = deadline
-        .bound(crate::admin::auth::check_password(&mut c, user, password))
-        .await;
+    let mut c = crate::auth::client::Client::new(client, limit);
+    let checked = pool_login::check(&mut c, shared, &config, database, user, how).await;
     let (stream, rest) = c.into_parts();
     match checked {
-        Ok(Ok(())) => Some((stream, rest)),
+        Ok(credential) => Some((stream, rest, Some(Arc::new(credential)))),
         // psql hangs up at the request, to ask its user for the password.
-        Ok(Err(crate::admin::auth::AuthError::Io(e))) => {
+        Err(crate::auth::AuthError::Io(e)) => {
             debug!("login ended during authentication: {e}");
             shared.stats.close_session(info, Default::default());
             None
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             refuse(stream, shared, info, e.sqlstate(), &e.to_string()).await;
-            None
-        }
-        Err(_) => {
-            let why = format!("authentication not completed within {limit:?}");
-            refuse(stream, shared, info, "08006", &why).await;
             None
         }
     }

@@ -17,6 +17,7 @@ use super::{
     upstream_auth::{Answerer, PasswordError},
 };
 use crate::{
+    auth::{Credential, scram::ScramError},
     net::Stream,
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::Protocol,
@@ -94,24 +95,35 @@ pub struct Opened {
     pub params: Vec<(String, String)>,
 }
 
-/// A password asked for is the pool's user's, from `[pool] users`. The
-/// greeting is the pool's next logins' (`Pool::greeting`); a connection
-/// refused leaves them to the server.
+/// A password asked for is answered with the pool's credential
+/// (`Pool::credential`). The greeting is the pool's next logins'
+/// (`Pool::greeting`); a connection refused leaves them to the server.
 pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
     let limit = shared.config().upstream.connect_timeout;
-    let opened =
-        match crate::timers::timeout(limit, open_now(shared, &pool.startup, &pool.user)).await {
-            Ok(r) => r,
-            Err(_) => Err(PoolError::Timeout(limit)),
-        };
+    let credential = pool.credential();
+    let now = open_now(shared, &pool.startup, &pool.user, credential.as_deref());
+    let opened = match crate::timers::timeout(limit, now).await {
+        Ok(r) => r,
+        Err(_) => Err(PoolError::Timeout(limit)),
+    };
     match &opened {
         Ok(o) => pool.greeted(&o.params, o.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
+    if let Err(PoolError::Password(PasswordError::Scram(ScramError::Changed))) = &opened {
+        // The kept secret is older than the server's: looked up again at
+        // the next login.
+        shared.secrets.forget(&pool.database, &pool.user);
+    }
     opened
 }
 
-async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened, PoolError> {
+async fn open_now(
+    shared: &Shared,
+    startup: &Bytes,
+    user: &str,
+    credential: Option<&Credential>,
+) -> Result<Opened, PoolError> {
     let Stream::Plain(mut tcp) = connect_upstream(shared).await? else {
         return Err(PoolError::Tls);
     };
@@ -120,8 +132,7 @@ async fn open_now(shared: &Shared, startup: &Bytes, user: &str) -> Result<Opened
     let mut key = None;
     let mut params = Vec::new();
     let max = crate::wire::frame::MAX_AUTH_MESSAGE;
-    let config = shared.config();
-    let mut answerer = Answerer::new(user, config.pool.password_of(user));
+    let mut answerer = Answerer::new(user, credential);
     let mut answer = BytesMut::new();
     loop {
         let msg = read_message(&mut tcp, &mut buf, max).await?;

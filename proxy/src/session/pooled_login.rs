@@ -17,6 +17,7 @@ use super::{
     pooled::{self, PoolError},
 };
 use crate::{
+    auth::Credential,
     cancel::Pid,
     net::Stream,
     pooling::{Grant, Greeting, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
@@ -48,7 +49,7 @@ pub(super) enum Outcome {
 pub(super) async fn login(
     client: Stream,
     unread: BytesMut,
-    startup: ClientStartup,
+    (startup, credential): (ClientStartup, Option<Arc<Credential>>),
     (database, user): (&str, &str),
     info: Arc<SessionInfo>,
     shared: &Arc<Shared>,
@@ -60,6 +61,9 @@ pub(super) async fn login(
             return Outcome::Done(None);
         }
     };
+    if let Some(c) = credential {
+        pool.use_credential(c);
+    }
     let ready = ready(client, &pool, &startup, &info, shared).await;
     let (client, greeting, learned) = match ready {
         Ok(r) => r,
@@ -137,7 +141,10 @@ async fn connect(
     let (tcp, mut taken) = match got {
         Ok(g) => g,
         Err(e) if e.needs_password() => {
-            info!("session mode: the upstream asked for a password (a user not in [pool] users)");
+            info!(
+                "session mode: the upstream asked for a password \
+                 (a user not in [pool] users, and no [pool] auth_user)"
+            );
             return Err(Outcome::SessionMode(client));
         }
         Err(e) => return Err(refused(client, e, info, shared).await),

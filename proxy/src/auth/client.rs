@@ -1,5 +1,6 @@
-//! A console client's connection: its stream, and what was read past the
-//! last whole message.
+//! A client's connection while onetrip itself talks to it (the admin
+//! console, and the password exchange of a login it checks): its stream,
+//! and what was read past the last whole message.
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
@@ -43,13 +44,13 @@ impl Client {
     }
 
     /// The user is in: commands up to `MAX_MESSAGE` bytes.
-    pub(super) fn authenticated(&mut self) {
+    pub(crate) fn authenticated(&mut self) {
         self.limit = MAX_MESSAGE;
     }
 
     /// The client's next message as (tag, the whole message), or `None`
     /// once it has hung up. Cancel-safe: what arrived stays for the next call.
-    pub(super) async fn read(&mut self) -> Result<Option<(u8, Bytes)>, ReadError> {
+    pub(crate) async fn read(&mut self) -> Result<Option<(u8, Bytes)>, ReadError> {
         match read_message(&mut self.stream, &mut self.unread, self.limit).await {
             // A whole message: at least its five header bytes.
             Ok(msg) => Ok(Some((msg[0], msg))),
@@ -58,7 +59,7 @@ impl Client {
         }
     }
 
-    pub(super) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         crate::timers::timeout(self.write_timeout, self.stream.write_all(bytes))
             .await
             .unwrap_or_else(|_| {
