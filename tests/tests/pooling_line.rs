@@ -170,3 +170,52 @@ async fn slow_reader(port: u16) -> tokio::net::TcpStream {
     );
     s
 }
+
+/// A client that hangs up while in line frees its place at once: its
+/// statement never runs, and the client behind it gets the connection as
+/// soon as it is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_in_line_leaves_it() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+    })
+    .await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute("CREATE TABLE gone_t (who text)")
+        .await
+        .unwrap();
+    let holder = connect(&env.proxy_dsn()).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let mut gone = raw::connect_ready(env.proxy_port()).await;
+    gone.write_all(&raw::query("INSERT INTO gone_t VALUES ('gone')"))
+        .await
+        .unwrap();
+    let waiting = |rows: &[Vec<Option<String>>]| rows[0][3].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiting(&admin(&env, "SHOW POOLS").await).as_deref() != Some("1") {
+        assert!(std::time::Instant::now() < deadline, "never in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(gone);
+    while waiting(&admin(&env, "SHOW POOLS").await).as_deref() != Some("0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a client that hung up still waits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.batch_execute("COMMIT").await.unwrap();
+    let next = connect(&env.proxy_dsn()).await;
+    next.batch_execute("SELECT 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM gone_t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "the statement of a client that hung up in line ran");
+    let clients = admin(&env, "SHOW CLIENTS").await;
+    assert!(clients.len() <= 2, "{clients:?}");
+}

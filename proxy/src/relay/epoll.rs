@@ -880,9 +880,11 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
 /// in line for one, here; the session's task takes over when it must
 /// open a connection or make its settings on one.
 fn released(e: &mut Entry) -> Result<bool, Stop> {
-    // In line for a connection: it comes by the mailbox.
+    // In line for a connection: it comes by the mailbox. A client that
+    // hangs up meanwhile frees its place at once (its statement must not
+    // run for nobody).
     if e.wait.is_some() {
-        return Ok(false);
+        return in_line(e).map(|()| false);
     }
     let Parts {
         client,
@@ -954,6 +956,36 @@ fn released(e: &mut Entry) -> Result<bool, Stop> {
             Ok(false)
         }
     }
+}
+
+/// A turn of a session in line: what its client sends is read (up to
+/// `[limits] buffer_bytes`), and its end ends the session's wait.
+fn in_line(e: &mut Entry) -> Result<(), Stop> {
+    let limit = e.parts.proto.services.config.limits.buffer_bytes;
+    while e.client.read && e.parts.bufs.cin.len() < limit {
+        let Parts {
+            client,
+            proto,
+            bufs,
+            ..
+        } = &mut e.parts;
+        match read_into(client, &mut bufs.cin) {
+            Ok((0, _)) => {
+                leave_line(e);
+                return Err(Stop::End(End::ClientClosed));
+            }
+            Ok((n, drained)) => {
+                Counters::add(&proto.info.counters.bytes_from_client, n as u64);
+                e.client.read_some(drained);
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => e.client.read = false,
+            Err(err) => {
+                leave_line(e);
+                return Err(Stop::End(End::Error(format!("client read: {err}"))));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The session goes on over `tcp`, a connection it just took: kept in
