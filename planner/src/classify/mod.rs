@@ -36,6 +36,7 @@ use crate::lexer;
 mod pins;
 mod prepared;
 mod query;
+mod reset;
 mod set;
 mod statement;
 #[cfg(test)]
@@ -52,6 +53,7 @@ use sqlparser::parser::Parser;
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
+pub use reset::{RESET_REASONS, Reset};
 pub use set::{SessionSet, database_command, session_set};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
