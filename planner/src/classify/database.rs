@@ -99,7 +99,11 @@ fn target(text: &str) -> Option<DatabaseTarget> {
         Some(DatabaseTarget { command, name })
     };
     if word(0, "drop") {
-        let i = if word(2, "if") && word(3, "exists") { 4 } else { 2 };
+        let i = if word(2, "if") && word(3, "exists") {
+            4
+        } else {
+            2
+        };
         return at(DatabaseCommand::Drop, i);
     }
     if word(0, "alter") {
@@ -113,14 +117,17 @@ fn target(text: &str) -> Option<DatabaseTarget> {
     }
     // Past the new database's name, the first TEMPLATE that is an option.
     for i in 3..toks.len() {
-        let valued = toks[i - 1].kind == Kind::Word
-            && VALUED.iter().any(|v| toks[i - 1].is_word(text, v));
+        let valued =
+            toks[i - 1].kind == Kind::Word && VALUED.iter().any(|v| toks[i - 1].is_word(text, v));
         let after_equals = toks[i - 1].kind == Kind::Op;
         if !word(i, "template") || valued || after_equals {
             continue;
         }
         let mut v = i + 1;
-        if toks.get(v).is_some_and(|t| t.kind == Kind::Op && t.text(text) == "=") {
+        if toks
+            .get(v)
+            .is_some_and(|t| t.kind == Kind::Op && t.text(text) == "=")
+        {
             v += 1;
         }
         let value = toks.get(v)?;

@@ -51,11 +51,11 @@ use sqlparser::dialect::PostgreSqlDialect;
 use crate::cypher::effect::CypherEffect;
 use sqlparser::parser::Parser;
 
+pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_targets};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 pub use reset::{RESET_REASONS, Reset};
-pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_targets};
 pub use set::{SessionSet, session_set};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a

@@ -15,6 +15,9 @@ pub struct Pins {
     pub past_reset: Option<&'static str>,
     /// CREATE, ALTER or DROP DATABASE (`database_command`).
     pub database_command: bool,
+    /// The text has a LOAD: the session follows its libraries
+    /// (`loaded_libraries`) onto whatever connection it gets.
+    pub loads: bool,
 }
 
 impl Pins {
@@ -37,7 +40,10 @@ impl Pins {
                     break;
                 }
                 if end {
-                    scan = Scan::default();
+                    scan = Scan {
+                        loads: scan.loads,
+                        ..Scan::default()
+                    };
                 }
             }
         }
@@ -51,6 +57,7 @@ impl Pins {
             pin,
             past_reset,
             database_command: super::database_command(sql),
+            loads: scan.loads,
         }
     }
 }
@@ -71,7 +78,7 @@ pub fn session_pin(sql: &str) -> Option<&'static str> {
 }
 
 /// The first reason in `sql` to pin that DISCARD ALL would not undo (a
-/// loaded library, a dblink connection, a DO block, a statement not read),
+/// dblink connection, a DO block, a statement not read),
 /// looking at every statement: `session_pin` stops at the first reason.
 pub fn pin_past_reset(sql: &str) -> Option<&'static str> {
     let mut scan = Scan::default();
@@ -159,6 +166,8 @@ const PLAIN: &[&str] = &[
     "security",
     "import",
     "reassign",
+    // A session replays its LOADs on the next connection, like its SETs.
+    "load",
 ];
 
 /// Functions whose effect outlives the transaction.
@@ -184,6 +193,8 @@ struct Scan {
     /// was the word `true` (its third argument, is_local).
     set_config: Option<(usize, bool)>,
     after_set_config: bool,
+    /// A statement so far was a LOAD (kept past each statement's end).
+    loads: bool,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +220,10 @@ impl Scan {
             // An unfinished call: its arguments can't be read.
             return Err(SET_CONFIG);
         }
-        *self = Scan::default();
+        *self = Scan {
+            loads: self.loads,
+            ..Scan::default()
+        };
         Ok(())
     }
 
@@ -252,6 +266,7 @@ impl Scan {
         self.words += 1;
         let is = |w: &str| word.eq_ignore_ascii_case(w);
         if self.words == 1 {
+            self.loads |= is("load");
             self.first = if is("set") {
                 First::Set
             } else if is("create") {
@@ -310,7 +325,6 @@ fn first_word_pin(word: &str) -> &'static str {
         ("discard", "DISCARD"),
         ("listen", "LISTEN"),
         ("unlisten", "UNLISTEN"),
-        ("load", "LOAD"),
         ("do", "DO block"),
         ("deallocate", "SQL DEALLOCATE"),
     ];
@@ -333,6 +347,7 @@ mod tests {
             "SELECT set_config('a.b', 'c', false)",
             "DISCARD ALL; RESET ALL; UNLISTEN *; DEALLOCATE p",
             "SELECT 1",
+            "LISTEN a; LOAD 'x'",
         ] {
             assert_eq!(super::pin_past_reset(sql), None, "{sql}");
             if let Some(why) = super::session_pin(sql) {
@@ -340,7 +355,7 @@ mod tests {
             }
         }
         for (sql, why) in [
-            ("LISTEN a; LOAD 'x'", "LOAD"),
+            ("LISTEN a; DO $$BEGIN END$$", "DO block"),
             (
                 "SELECT pg_advisory_lock(1), dblink_connect('c')",
                 "dblink connection",
@@ -384,6 +399,7 @@ mod tests {
             assert_eq!(p.pin, session_pin(sql), "{sql}");
             assert_eq!(p.past_reset, super::pin_past_reset(sql), "{sql}");
             assert_eq!(p.database_command, crate::classify::database_command(sql));
+            assert_eq!(p.loads, !crate::classify::loaded_libraries(sql).is_empty());
         }
     }
 
@@ -401,6 +417,7 @@ mod tests {
             "CREATE TABLE temp (a int)",
             "DECLARE c CURSOR FOR SELECT 1",
             "PREPARE TRANSACTION 'x'",
+            "LOAD 'age'",
             "",
             ";;",
             "-- nothing\n",
@@ -449,7 +466,6 @@ mod tests {
             ),
             ("PREPARE p AS SELECT 1", "SQL PREPARE"),
             ("DEALLOCATE p", "SQL DEALLOCATE"),
-            ("LOAD 'age'", "LOAD"),
             ("DO $$ BEGIN PERFORM 1; END $$", "DO block"),
             ("(SELECT 1)", "statement not read by the pooler"),
             ("FROBNICATE", "statement not read by the pooler"),
