@@ -150,6 +150,7 @@ mod tests {
         assert_eq!(pins.pin, Some("LISTEN"));
         assert_eq!(pins.past_reset, None);
         assert!(pins.loads);
+        assert_eq!(pins.reset, crate::classify::Reset::Full("LOAD"));
         assert!(a.analyze("DROP DATABASE d", None).pins.database_command);
 
         let ddl = a.analyze("select ag_catalog.create_vlabel('g', 'City')", None);

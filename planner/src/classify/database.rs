@@ -7,29 +7,27 @@ use crate::lexer::{self, Kind, Token};
 /// DATABASE`? Those may need a database no other session is connected
 /// to: a pooler closes its idle connections first.
 pub fn database_command(sql: &str) -> bool {
-    let mut words = 0usize;
-    let mut verb = false;
+    // Words as the pin scan counts them: a statement that starts with
+    // anything else is not read.
+    let (mut words, mut verb, mut skip) = (0usize, false, false);
     for t in lexer::tokens(sql) {
         if t.is_punct(sql, ";") {
-            words = 0;
+            (words, skip) = (0, false);
             continue;
         }
-        if t.kind != Kind::Word {
-            // The old reading: words only, whatever lies between them.
+        let word = matches!(t.kind, Kind::Word | Kind::QuotedIdent);
+        skip |= words == 0 && !word;
+        if skip || !word {
             continue;
         }
         words += 1;
         if words == 1 {
-            verb = is_verb(sql, &t);
+            verb = t.is_word(sql, "create") || t.is_word(sql, "alter") || t.is_word(sql, "drop");
         } else if words == 2 && verb && t.is_word(sql, "database") {
             return true;
         }
     }
     false
-}
-
-fn is_verb(sql: &str, t: &Token) -> bool {
-    t.is_word(sql, "create") || t.is_word(sql, "alter") || t.is_word(sql, "drop")
 }
 
 /// Which statement needs a database to itself.

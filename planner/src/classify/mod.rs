@@ -29,11 +29,14 @@
 //! assert_eq!(classifier.classify("SELECT nextval('s')").class, StatementClass::Unsafe);
 //! ```
 
+#[cfg(test)]
+mod counting;
 mod database;
 mod fallback;
 mod functions;
 mod isolation;
 use crate::lexer;
+mod neutral;
 mod pins;
 mod prepared;
 mod query;
