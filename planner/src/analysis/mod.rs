@@ -148,7 +148,9 @@ mod tests {
         assert_eq!(r.pins, Pins::default());
         let pins = a.analyze("listen x; load 'auto_explain'", None).pins;
         assert_eq!(pins.pin, Some("LISTEN"));
-        assert_eq!(pins.past_reset, Some("LOAD"));
+        assert_eq!(pins.past_reset, None);
+        assert!(pins.loads);
+        assert_eq!(pins.reset, crate::classify::Reset::Full("LOAD"));
         assert!(a.analyze("DROP DATABASE d", None).pins.database_command);
 
         let ddl = a.analyze("select ag_catalog.create_vlabel('g', 'City')", None);

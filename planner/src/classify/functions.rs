@@ -10,6 +10,8 @@
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
+use rustc_hash::FxHashSet;
+
 /// How a function name was judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum FunctionVerdict {
@@ -22,7 +24,7 @@ pub(crate) enum FunctionVerdict {
 /// Built-in functions (schema `pg_catalog`, callable unqualified) with no side effects.
 /// Includes aggregates, window functions, and the function-call spellings of casts.
 #[rustfmt::skip]
-const PG_READ_ONLY: &[&str] = &[
+pub(crate) const PG_READ_ONLY: &[&str] = &[
     // aggregates
     "count", "sum", "avg", "min", "max", "bool_and", "bool_or", "every", "bit_and", "bit_or",
     "bit_xor", "array_agg", "string_agg", "json_agg", "jsonb_agg", "json_agg_strict",
@@ -258,10 +260,16 @@ const SIDE_EFFECT_PREFIXES: &[(&str, &str)] = &[
     ("pg_replication_slot_", "changes a replication slot"),
 ];
 
-static PG_SET: LazyLock<HashSet<&'static str>> =
+// FxHash: these are looked up for every call a pooled statement makes.
+static PG_SET: LazyLock<FxHashSet<&'static str>> =
     LazyLock::new(|| PG_READ_ONLY.iter().copied().collect());
-static AGE_SET: LazyLock<HashSet<&'static str>> =
+static AGE_SET: LazyLock<FxHashSet<&'static str>> =
     LazyLock::new(|| AGE_READ_ONLY.iter().copied().collect());
+
+/// An `ag_catalog` function of `AGE_READ_ONLY`.
+pub(crate) fn age_read_only(name: &str) -> bool {
+    AGE_SET.contains(name)
+}
 
 /// The caller's extra read-only functions (`[coalesce] read_only_functions`).
 #[derive(Clone, Debug, Default)]

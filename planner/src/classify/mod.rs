@@ -29,13 +29,18 @@
 //! assert_eq!(classifier.classify("SELECT nextval('s')").class, StatementClass::Unsafe);
 //! ```
 
+#[cfg(test)]
+mod counting;
+mod database;
 mod fallback;
 mod functions;
 mod isolation;
 use crate::lexer;
+mod neutral;
 mod pins;
 mod prepared;
 mod query;
+mod reset;
 mod set;
 mod statement;
 #[cfg(test)]
@@ -49,10 +54,12 @@ use sqlparser::dialect::PostgreSqlDialect;
 use crate::cypher::effect::CypherEffect;
 use sqlparser::parser::Parser;
 
+pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_targets};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
-pub use set::{SessionSet, database_command, session_set};
+pub use reset::{RESET_REASONS, Reset};
+pub use set::{SessionSet, session_set};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a
 /// multi-statement string gets the greatest class of its statements).

@@ -132,7 +132,7 @@ const MAX_IDENT: usize = 63;
 
 /// An identifier as PostgreSQL reads it: unquoted ones folded to lower
 /// case, quoted ones as written (`""` is `"`), both cut at 63 bytes.
-fn name(text: &str, t: &Token) -> Option<String> {
+pub(crate) fn name(text: &str, t: &Token) -> Option<String> {
     let raw = t.text(text);
     let mut n = match t.kind {
         Kind::Word => raw.to_ascii_lowercase(),

@@ -109,18 +109,6 @@ pub fn session_set(sql: &str) -> Option<SessionSet> {
     Some(SessionSet::Set(n))
 }
 
-/// Does `sql` start with `CREATE`, `ALTER` or `DROP DATABASE`? Those may
-/// need a database no other session is connected to: a pooler closes its
-/// idle connections first.
-pub fn database_command(sql: &str) -> bool {
-    let mut words = lexer::tokens(sql).filter(|t| t.kind == Kind::Word);
-    let first = words.next();
-    let verb = first.is_some_and(|t| {
-        t.is_word(sql, "create") || t.is_word(sql, "alter") || t.is_word(sql, "drop")
-    });
-    verb && words.next().is_some_and(|t| t.is_word(sql, "database"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,15 +137,6 @@ mod tests {
             session_set("SET search_path = a, \"$user\""),
             set("search_path")
         );
-    }
-
-    #[test]
-    fn database_commands() {
-        assert!(database_command("DROP DATABASE x"));
-        assert!(database_command("  create database y template x"));
-        assert!(database_command("ALTER DATABASE x RENAME TO z"));
-        assert!(!database_command("DROP TABLE database"));
-        assert!(!database_command("SELECT 'drop database'"));
     }
 
     #[test]
