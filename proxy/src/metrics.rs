@@ -331,6 +331,16 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
             let _ = writeln!(out, "{m}{{{}}} {}", labels(p), value(p));
         }
     }
+    let r = "onetrip_pool_resets_total";
+    let _ = writeln!(
+        out,
+        "# HELP {r} Server connections given back that needed a reset before the next client, by reason.\n# TYPE {r} counter"
+    );
+    for p in pools {
+        for (why, n) in &p.resets {
+            let _ = writeln!(out, "{r}{{{},reason=\"{why}\"}} {n}", labels(p));
+        }
+    }
     let h = "onetrip_pool_wait_seconds";
     let _ = writeln!(
         out,
@@ -385,6 +395,7 @@ mod tests {
             max_wait: Duration::from_millis(1500),
             wait_buckets: vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],
             wait_sum: Duration::from_secs(2),
+            resets: vec![("DML", 3)],
         };
         let text = render(&stats, 3, &[pool]);
         assert!(
@@ -392,6 +403,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("onetrip_pool_max_wait_seconds{database=\"db\",user=\"u\"} 1.5\n"));
+        assert!(
+            text.contains(
+                "onetrip_pool_resets_total{database=\"db\",user=\"u\",reason=\"DML\"} 3\n"
+            )
+        );
         assert!(text.contains(
             "onetrip_pool_wait_seconds_bucket{database=\"db\",user=\"u\",le=\"0.0001\"} 3\n"
         ));

@@ -119,6 +119,8 @@ impl Pooled {
         let Some(slot) = self.slot.take() else {
             return false;
         };
+        let state = proto.server_state();
+        self.pool.count_reset(state.reset);
         let idle = Idle {
             tcp,
             // Moved, not copied: the session gets the values of the next
@@ -128,7 +130,7 @@ impl Pooled {
             // The defaults a client's startup packet set are its own.
             settings: proto.settings.after_reset().filter(|_| !proto.own_defaults),
             statements: proto.take_server_statements(),
-            state: proto.server_state(),
+            state,
             opened: proto.upstream_opened,
             since: Instant::now(),
             slot,

@@ -27,6 +27,8 @@ pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
 pub use pools::{Pools, TooManyPools};
 
+use onetrip_planner::classify::{RESET_REASONS, Reset};
+
 use crate::{
     auth::Credential,
     protocol::{Residues, ServerState, ServerStatements, SessionSets, settings::Settings},
@@ -187,6 +189,9 @@ pub struct Pool {
     /// its logins itself: the credential of the latest such login (`None`:
     /// the server admits its user by trust).
     credential: Mutex<Option<Arc<Credential>>>,
+    /// Connections given back that needed a reset, by reason
+    /// (`RESET_REASONS`).
+    resets: [AtomicU64; RESET_REASONS.len()],
 }
 
 /// The values a server reports for a set of startup parameters, as
@@ -291,6 +296,9 @@ pub struct PoolRow {
     /// Waits per `LATENCY_BUCKETS` bucket (not cumulative; last: over).
     pub wait_buckets: Vec<u64>,
     pub wait_sum: Duration,
+    /// Connections given back that needed a reset, by reason (those with
+    /// none left out).
+    pub resets: Vec<(&'static str, u64)>,
 }
 
 impl Pool {
@@ -310,6 +318,7 @@ impl Pool {
             draining: Mutex::default(),
             drain_flag: Default::default(),
             credential: Mutex::default(),
+            resets: Default::default(),
         }
     }
 
@@ -675,6 +684,21 @@ impl Pool {
             max_wait: waiting.first().map(|t| t.elapsed()).unwrap_or_default(),
             wait_buckets: self.waits.buckets.iter().map(|b| b.load(Relaxed)).collect(),
             wait_sum: Duration::from_micros(self.waits.sum_us.load(Relaxed)),
+            resets: RESET_REASONS
+                .iter()
+                .zip(&self.resets)
+                .map(|(why, n)| (*why, n.load(Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        }
+    }
+
+    /// A connection given back needs `reset` before the next client.
+    pub fn count_reset(&self, reset: Reset) {
+        if let Some(i) = reset.reason_index()
+            && let Some(n) = self.resets.get(i)
+        {
+            n.fetch_add(1, Relaxed);
         }
     }
 }

@@ -237,8 +237,11 @@ impl Protocol {
                 let sql = self.coalescer.batch_statement();
                 if let Some(sql) = &sql {
                     self.note_settings_change(sql.words());
-                    if self.pooled && self.pin.is_none() {
-                        self.set_op = self.follow_executed_set(sql.as_str());
+                    if self.pooled {
+                        self.taint_by(sql);
+                        if self.pin.is_none() {
+                            self.set_op = self.follow_executed_set(sql.as_str());
+                        }
                     }
                 }
                 self.note_statement(sql);

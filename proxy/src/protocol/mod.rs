@@ -193,6 +193,9 @@ pub struct Protocol {
     /// The client's startup packet sets what the settings query reads: it
     /// asks on every connection, and leaves none of its answers behind.
     pub own_defaults: bool,
+    /// What the server connection held now needs before another client
+    /// may use it (`onetrip_planner::classify::Pins::reset`).
+    taint: onetrip_planner::classify::Reset,
     /// Databases whose pools drain for a statement of this session's
     /// (`Pools::drain`), until its answer.
     draining: Vec<String>,
@@ -268,6 +271,7 @@ impl Protocol {
             prep_failed: None,
             own_defaults: false,
             draining: Vec::new(),
+            taint: Default::default(),
             start_due: false,
         }
     }

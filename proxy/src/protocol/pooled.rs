@@ -7,7 +7,7 @@ use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 use bytes::{Bytes, BytesMut};
 use onetrip_planner::{
     analysis::Analysis,
-    classify::{Pins, reset_undoes},
+    classify::{Pins, Reset, SessionSet, reset_undoes, session_set},
 };
 
 use super::*;
@@ -18,46 +18,14 @@ pub use super::server_statements::ServerStatements;
 /// that can't be read.
 const PARSE_NOT_READ: &str = "Parse message not read";
 
-/// The databases a CREATE, ALTER or DROP DATABASE needs without other
-/// sessions: the one dropped or renamed, a CREATE's template (`template1`
-/// unless named).
-fn database_targets(sql: &str) -> Vec<String> {
-    let words: Vec<&str> = sql
-        .split(|c: char| c.is_whitespace() || c == ';' || c == '=')
-        .filter(|w| !w.is_empty())
-        .collect();
-    let name = |w: &str| match w.strip_prefix('"').and_then(|w| w.strip_suffix('"')) {
-        Some(quoted) => quoted.replace("\"\"", "\""),
-        None => w.to_ascii_lowercase(),
-    };
-    let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
-    let mut out = Vec::new();
-    if is(0, "drop") && is(1, "database") {
-        let at = if is(2, "if") && is(3, "exists") { 4 } else { 2 };
-        out.extend(words.get(at).map(|w| name(w)));
-    } else if is(0, "alter") && is(1, "database") && is(3, "rename") {
-        out.extend(words.get(2).map(|w| name(w)));
-    } else if is(0, "create") && is(1, "database") {
-        let t = words
-            .iter()
-            .position(|w| w.eq_ignore_ascii_case("template"));
-        match t.and_then(|t| words.get(t + 1)) {
-            Some(w) => out.push(name(w)),
-            None => out.push("template1".into()),
-        }
-    }
-    out
-}
-
 /// What the pin scan finds, less what follows its client instead of
-/// pinning: a LOAD (made again on each connection the client takes), and
-/// the Parse of a replayable `SET` (followed when it is executed).
+/// pinning: the Parse of a replayable `SET` (followed when it is
+/// executed).
 fn followed(mut pins: Pins, t: u8, text: &str) -> Pins {
     let follows = |why: &str| {
-        why == "LOAD"
-            || (t == tag::PARSE
-                && matches!(why, "session SET" | "RESET")
-                && onetrip_planner::classify::session_set(text).is_some())
+        t == tag::PARSE
+            && matches!(why, "session SET" | "RESET")
+            && onetrip_planner::classify::session_set(text).is_some()
     };
     if pins.pin.is_some_and(follows) {
         pins.pin = None;
@@ -88,13 +56,27 @@ impl Protocol {
             Some(a) => followed(a.pins, t, text),
             None => followed(Pins::of(text), t, text),
         });
+        if let Some(f) = facts {
+            // What the connection needs before another client may use it.
+            self.taint = self.taint.combine(f.reset);
+            // A custom setting stays defined in the backend once named,
+            // whatever becomes of the statement's transaction.
+            if f.pin == Some("session SET")
+                && let Some(SessionSet::Set(name)) = text.and_then(session_set)
+            {
+                self.defined(&name);
+            }
+        }
         if facts.is_some_and(|f| f.database_command)
             && let Some(text) = text
         {
             // The pools' connections would keep the database in use (a
             // dedicated client's would have closed with it): they close,
             // and open none until the statement is done.
-            let databases = database_targets(text);
+            let databases: Vec<String> = onetrip_planner::classify::database_targets(text)
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
             self.services.pools.drain(&databases);
             self.draining.extend(databases);
         }
@@ -353,7 +335,11 @@ impl Protocol {
         self.upstream_key = key;
         self.upstream_opened = opened;
         self.fresh_upstream = true;
-        self.named.server = statements;
+        self.named.server = match state.reset {
+            // Its reset (DISCARD ALL) drops every statement it holds.
+            Reset::Full(_) => ServerStatements::default(),
+            _ => statements,
+        };
         // The coalescer's probe statement, made on the last connection.
         self.coalescer.probe_forgotten();
         let held = frontend::parse(&self.unnamed_parse).is_some_and(|(_, text)| {

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use onetrip_planner::classify::SessionSet;
+use onetrip_planner::classify::{Pins, Reset, SessionSet};
 
 use super::*;
 
@@ -121,6 +121,8 @@ pub struct ServerState {
     pub sets: SessionSets,
     /// What no reset undoes in its backend.
     pub residue: Residues,
+    /// What it needs before another client may use it, and why.
+    pub reset: Reset,
 }
 
 /// How a connection becomes a client's.
@@ -143,10 +145,27 @@ pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Residues) -> Prep 
         return Prep::Unusable;
     }
     let same_libraries = has.residue.libraries.len() == loads.libraries.len();
-    if same_libraries && has.sets == *sets {
+    if same_libraries && has.sets == *sets && has.reset == Reset::None {
         return Prep::Ready;
     }
+    let mut out = BytesMut::new();
     let mut sql = String::new();
+    let none = SessionSets::new();
+    let has_sets = match has.reset {
+        Reset::None => &has.sets,
+        Reset::Sequences(_) => {
+            sql.push_str(RESET_SEQUENCES);
+            &has.sets
+        }
+        // Its settings are the server's defaults again. DISCARD ALL runs
+        // alone (not in a transaction block), and costs a tenth of the
+        // statements it stands for sent in one Query.
+        Reset::Full(_) => {
+            crate::wire::write::query(&mut out, "DISCARD ALL");
+            sql.push_str(RESEED);
+            &none
+        }
+    };
     let missing = loads
         .libraries
         .iter()
@@ -156,7 +175,7 @@ pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Residues) -> Prep 
         sql.push_str(&crate::pooling::startup::literal(lib));
         sql.push_str(";\n");
     }
-    for (name, _) in has.sets.iter() {
+    for (name, _) in has_sets.iter() {
         if sets.get(name).is_none() {
             sql.push_str("RESET ");
             sql.push_str(&setting_name(name));
@@ -164,16 +183,24 @@ pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Residues) -> Prep 
         }
     }
     for (name, text) in sets.iter() {
-        if has.sets.get(name) != Some(text.as_str()) {
+        if has_sets.get(name) != Some(text.as_str()) {
             // Its own line: a trailing `--` comment ends with it.
             sql.push_str(text);
             sql.push_str("\n;\n");
         }
     }
-    let mut out = BytesMut::with_capacity(sql.len() + 6);
     crate::wire::write::query(&mut out, &sql);
     Prep::Query(out.freeze())
 }
+
+/// What `currval` and `lastval` remember, forgotten.
+const RESET_SEQUENCES: &str = "DISCARD SEQUENCES;\n";
+
+/// After DISCARD ALL: the random seed a `setseed` may have left, which
+/// DISCARD ALL keeps, made unpredictable again from a source it doesn't
+/// touch (the clock).
+const RESEED: &str = "SELECT pg_catalog.setseed(\
+pg_catalog.date_part('microseconds', pg_catalog.clock_timestamp()) / 60000000.0);\n";
 
 /// A setting's name as an identifier: each dotted part quoted.
 fn setting_name(name: &str) -> String {
@@ -196,6 +223,9 @@ impl Protocol {
         let Some(op) = onetrip_planner::classify::session_set(text) else {
             return false;
         };
+        if let SessionSet::Set(name) = &op {
+            self.defined(name);
+        }
         self.set_op = Some(Op::Set(op, text.to_owned()));
         true
     }
@@ -215,6 +245,10 @@ impl Protocol {
             return None;
         }
         let op = onetrip_planner::classify::session_set(text)?;
+        if let SessionSet::Set(name) = &op {
+            // Defined in the backend once named, committed or not.
+            self.defined(name);
+        }
         let in_block =
             self.txn_status != b'I' || self.txn.held.is_some() || self.flight.begin_on_its_way();
         if in_block {
@@ -245,9 +279,6 @@ impl Protocol {
         }
         for (op, text) in &done {
             self.sets.apply(op, text);
-            if let SessionSet::Set(name) = op {
-                self.defined(name);
-            }
         }
     }
 
@@ -281,7 +312,7 @@ impl Protocol {
 
     /// A setting `name` was made: a custom one stays defined in the
     /// backend for good.
-    fn defined(&mut self, name: &str) {
+    pub(super) fn defined(&mut self, name: &str) {
         if name.contains('.') && !self.loads.settings.iter().any(|s| s == name) {
             Arc::make_mut(&mut self.loads)
                 .settings
@@ -290,12 +321,23 @@ impl Protocol {
     }
 
     /// What the server connection holds of the client's state, as it goes
-    /// back to its pool.
-    pub fn server_state(&self) -> ServerState {
+    /// back to its pool; the next one the session takes needs no reset yet.
+    pub fn server_state(&mut self) -> ServerState {
         ServerState {
             sets: self.sets.clone(),
             residue: self.loads.clone(),
+            reset: std::mem::take(&mut self.taint),
         }
+    }
+
+    /// An Execute of `sql`: what running it may leave on the connection,
+    /// however long ago it was prepared.
+    pub(super) fn taint_by(&mut self, sql: &text::Sql) {
+        let reset = match sql.analysis() {
+            Some(a) => a.pins.reset,
+            None => Pins::of(sql.as_str()).reset,
+        };
+        self.taint = self.taint.combine(reset);
     }
 }
 
@@ -371,6 +413,7 @@ mod tests {
                 ("x.y", "SET x.y = 3"),
             ]),
             residue: xy.clone(),
+            reset: Reset::None,
         };
         assert_eq!(
             prepare(&has, &SessionSets::new(), &none),
@@ -394,8 +437,33 @@ mod tests {
         let loaded = ServerState {
             sets: SessionSets::new(),
             residue: age,
+            reset: Reset::None,
         };
         assert_eq!(prepare(&loaded, &SessionSets::new(), &none), Prep::Unusable);
+        let used = ServerState {
+            sets: sets(&[("a", "SET a = 1")]),
+            residue: none.clone(),
+            reset: Reset::Full("function call"),
+        };
+        let wants = sets(&[("a", "SET a = 1")]);
+        let Prep::Query(q) = prepare(&used, &wants, &none) else {
+            panic!("a used connection is reset")
+        };
+        assert!(q.starts_with(b"Q\0\0\0\x10DISCARD ALL\0Q"), "{q:?}");
+        let rest = String::from_utf8_lossy(&q[17..]);
+        assert!(rest.contains("setseed"), "{rest}");
+        assert!(
+            rest.ends_with("SET a = 1\n;\n\0"),
+            "made again after DISCARD ALL: {rest}"
+        );
+        let counted = ServerState {
+            reset: Reset::Sequences("DML"),
+            ..used
+        };
+        assert_eq!(
+            query_text(prepare(&counted, &wants, &none)),
+            "DISCARD SEQUENCES;\n"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! SHOW POOLS: one row per pool of transaction pooling (one per startup
-//! packet of a pooled session), with PgBouncer's columns.
+//! SHOW POOLS: one row per pool of transaction pooling (one per database
+//! and user), with PgBouncer's columns, and the resets its connections
+//! needed between clients, by reason.
 
 use bytes::BytesMut;
 
@@ -19,6 +20,8 @@ const COLUMNS: &[&str] = &[
     "sv_pinned",
     "maxwait_us",
     "pool_mode",
+    "resets",
+    "reset_reasons",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -38,6 +41,14 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 cell(p.pinned),
                 cell(p.max_wait.as_micros()),
                 cell("transaction"),
+                cell(p.resets.iter().map(|(_, n)| n).sum::<u64>()),
+                cell(
+                    p.resets
+                        .iter()
+                        .map(|(why, n)| format!("{why} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
             ]
         })
         .collect();
