@@ -296,15 +296,13 @@ fn judge(schema: Option<Part>, n: &str) -> Reset {
         Some(s) if s.is("ag_catalog") => (false, true),
         Some(_) => return full,
     };
-    if pg && matches!(n, "nextval" | "setval") {
+    // AGE's writes take their ids from sequences: lastval moves.
+    if (pg && matches!(n, "nextval" | "setval")) || (age && n == "cypher") {
         return Reset::Sequences(reset::SEQUENCE_FUNCTION);
     }
     let neutral = (pg
         && (PG_NEUTRAL.contains(n) || NEUTRAL_PREFIXES.iter().any(|p| n.starts_with(p))))
-        || (age
-            && (functions::age_read_only(n)
-                || n == "cypher"
-                || AGE_PREFIXES.iter().any(|p| n.starts_with(p))));
+        || (age && (functions::age_read_only(n) || AGE_PREFIXES.iter().any(|p| n.starts_with(p))));
     match neutral {
         true => Reset::None,
         false => full,
