@@ -61,7 +61,11 @@ impl Env {
 
     /// PostgreSQL with `opts`, and a proxy whose config `tweak` may change.
     pub async fn start_with(opts: PgOptions, tweak: impl FnOnce(&mut Config)) -> Self {
-        let pg = start_pg(opts).await;
+        Self::start_on(start_pg(opts).await, tweak).await
+    }
+
+    /// A proxy in front of `pg`, a server the test started itself.
+    pub async fn start_on(pg: PgServer, tweak: impl FnOnce(&mut Config)) -> Self {
         let mut cfg = proxy_config(&pg);
         tweak(&mut cfg);
         let workers = workers();
