@@ -253,3 +253,46 @@ impl WriteQuery for tokio::net::TcpStream {
         self.write_all(&raw::query(sql)).await.unwrap();
     }
 }
+
+/// RESET returns a startup parameter to the startup packet's value, as on
+/// a dedicated connection, and the client is told what a dedicated
+/// connection would tell it.
+#[tokio::test]
+async fn reset_returns_a_startup_parameter_to_the_startup_packets_value() {
+    let env = pooled(1).await;
+    let params = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("application_name", "started"),
+        ("options", "-c statement_timeout=42s"),
+    ];
+    let script: &[&str] = &[
+        "SET application_name = 'changed'",
+        "SHOW application_name",
+        "RESET application_name",
+        "SHOW application_name",
+        "SET statement_timeout = '1s'",
+        "RESET ALL",
+        "SHOW statement_timeout",
+        "SHOW application_name",
+        "RESET application_name",
+    ];
+    let mut seen = Vec::new();
+    for port in [env.pg.port(), env.proxy_port()] {
+        let (mut s, _) = raw::login_with(port, &params).await;
+        let mut answers = Vec::new();
+        for sql in script {
+            s.write_all_query(sql).await;
+            let msgs = raw::read_to_z(&mut s).await;
+            answers.push(
+                msgs.into_iter()
+                    .filter(|(t, _)| matches!(t, b'S' | b'D' | b'C' | b'E'))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        seen.push(answers);
+    }
+    for (i, sql) in script.iter().enumerate() {
+        assert_eq!(seen[1][i], seen[0][i], "{sql}");
+    }
+}

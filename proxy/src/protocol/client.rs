@@ -82,6 +82,14 @@ impl Protocol {
         to_client: &mut WriteQueue,
     ) {
         self.fresh_upstream = false;
+        if self.prep_due.is_some() && self.quiet_upstream() {
+            // Startup settings a RESET took from this connection, made
+            // again before the client's next statement runs.
+            if let Some(q) = self.prep_due.take() {
+                self.send_own_up(to_up, q, Own::Prepare, false);
+                self.lacking.clear();
+            }
+        }
         let mut at = 0;
         let mut forwarded = 0;
         while at < chunk.len() {
@@ -283,6 +291,7 @@ impl Protocol {
     pub fn start_if_due(&mut self, to_up: &mut WriteQueue) {
         if let Some(q) = self.prep_due.take() {
             self.send_own_up(to_up, q, Own::Prepare, false);
+            self.lacking.clear();
         }
         if std::mem::take(&mut self.start_due) {
             self.start(to_up);

@@ -483,6 +483,16 @@ impl Flight {
         std::mem::take(&mut self.loaded)
     }
 
+    /// Whether the last of the group's completed `SET`s and `RESET`s that
+    /// touched the setting `name` was a RESET (or RESET ALL).
+    pub fn reset_in_group(&self, name: &str) -> bool {
+        let last = self.done_sets.iter().rev().find(|(op, _)| match op {
+            SessionSet::Set(n) | SessionSet::Reset(n) => n.eq_ignore_ascii_case(name),
+            SessionSet::ResetAll => true,
+        });
+        matches!(last, Some((SessionSet::Reset(_) | SessionSet::ResetAll, _)))
+    }
+
     /// The `SET`s of the groups that ended since the last look, in order.
     pub fn take_done_sets(&mut self) -> Vec<(SessionSet, String)> {
         std::mem::take(&mut self.ended_sets)

@@ -179,6 +179,15 @@ pub struct Protocol {
     /// The client's settings that follow it (its startup packet's and its
     /// replayable `SET`s'), and the libraries it loaded.
     sets: SessionSets,
+    /// Those its startup packet made: what RESET returns them to.
+    startup: SessionSets,
+    /// The values reported to the client for its startup parameters at
+    /// login, and every reported value it has been told since.
+    startup_told: Vec<(String, String)>,
+    told: Vec<(String, String)>,
+    /// Startup settings a RESET took from the connection held now: made
+    /// again before the client's next message on it, or on the next one.
+    lacking: Vec<String>,
     loads: Residues,
     /// The group of a `SET` sent that is not in force yet
     /// (`follow_executed_set`).
@@ -264,6 +273,10 @@ impl Protocol {
             fresh_upstream: false,
             named: named::Named::default(),
             sets: SessionSets::new(),
+            startup: SessionSets::new(),
+            startup_told: Vec::new(),
+            told: Vec::new(),
+            lacking: Vec::new(),
             loads: Residues::default(),
             set_group: None,
             set_op: None,

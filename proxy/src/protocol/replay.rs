@@ -279,6 +279,75 @@ impl Protocol {
         }
         for (op, text) in &done {
             self.sets.apply(op, text);
+            // RESET returns a startup parameter to the startup packet's
+            // value on a dedicated connection; on this one, to the pool's.
+            let reset: Vec<String> = match op {
+                SessionSet::Reset(name) => vec![name.clone()],
+                SessionSet::ResetAll => self.startup.iter().map(|(n, _)| n.clone()).collect(),
+                SessionSet::Set(_) => continue,
+            };
+            for name in reset {
+                if let Some((_, stmt)) = self.startup.iter().find(|(n, _)| *n == name) {
+                    self.sets.set(name.clone(), stmt.clone());
+                    if !self.lacking.contains(&name) {
+                        self.lacking.push(name);
+                    }
+                }
+            }
+        }
+        if !self.lacking.is_empty() {
+            // The client's own: its taint is for the next client.
+            let state = ServerState {
+                reset: Reset::None,
+                ..self.held_state()
+            };
+            if let Prep::Query(q) = prepare(&state, &self.sets, &self.loads) {
+                self.prep_due = Some(q);
+            }
+        }
+    }
+
+    /// What the connection held now holds, as far as the session knows:
+    /// the client's settings, but those a RESET took from it.
+    fn held_state(&self) -> ServerState {
+        let mut sets = self.sets.clone();
+        for name in &self.lacking {
+            sets.remove(name);
+        }
+        ServerState {
+            sets,
+            residue: self.loads.clone(),
+            reset: self.taint,
+        }
+    }
+
+    /// A ParameterStatus of the client's statements, as a dedicated
+    /// connection would report it: a startup parameter its RESET returned
+    /// to the pool's value is reported at the startup packet's (or not at
+    /// all, when the client knows it already). `None`: not reported.
+    pub(super) fn reported(&mut self, name: &str, value: &str) -> Option<String> {
+        let is = |n: &String| n.eq_ignore_ascii_case(name);
+        let at_startup = self
+            .startup_told
+            .iter()
+            .find(|(n, _)| is(n))
+            .map(|(_, v)| v.as_str());
+        let restored = match at_startup {
+            Some(v) if self.flight.reset_in_group(name) => Some(v.to_owned()),
+            _ => None,
+        };
+        let value = restored.clone().unwrap_or_else(|| value.to_owned());
+        let restored = restored.is_some();
+        match self.told.iter_mut().find(|(n, _)| is(n)) {
+            Some((_, v)) if *v == value && restored => None,
+            Some((_, v)) => {
+                v.clone_from(&value);
+                Some(value)
+            }
+            None => {
+                self.told.push((name.to_owned(), value.clone()));
+                Some(value)
+            }
         }
     }
 
@@ -292,13 +361,23 @@ impl Protocol {
         &self.loads
     }
 
-    /// The session starts with the settings its startup packet asked for.
-    pub fn start_with(&mut self, sets: SessionSets) {
+    /// The session starts with the settings its startup packet asked for,
+    /// told `greeting` (every reported value) and `startup_told` (those of
+    /// its startup parameters).
+    pub fn start_with(
+        &mut self,
+        sets: SessionSets,
+        greeting: &[(String, String)],
+        startup_told: Vec<(String, String)>,
+    ) {
         let names: Vec<String> = sets.iter().map(|(n, _)| n.clone()).collect();
         for name in names {
             self.defined(&name);
         }
+        self.startup = sets.clone();
         self.sets = sets;
+        self.told = greeting.to_vec();
+        self.startup_told = startup_told;
     }
 
     /// LOADs completed: their libraries follow the client.
@@ -323,11 +402,11 @@ impl Protocol {
     /// What the server connection holds of the client's state, as it goes
     /// back to its pool; the next one the session takes needs no reset yet.
     pub fn server_state(&mut self) -> ServerState {
-        ServerState {
-            sets: self.sets.clone(),
-            residue: self.loads.clone(),
-            reset: std::mem::take(&mut self.taint),
-        }
+        let state = self.held_state();
+        self.taint = Reset::None;
+        self.lacking.clear();
+        self.prep_due = None;
+        state
     }
 
     /// An Execute of `sql`: what running it may leave on the connection,

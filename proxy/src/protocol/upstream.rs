@@ -243,6 +243,18 @@ impl Protocol {
             tag::PARAMETER_STATUS if self.keep_upstream || self.pooled => {
                 if let Some((k, v)) = backend::parameter_status(msg) {
                     set_param(&mut self.server_params, k, v);
+                    if self.pooled && !self.startup.is_empty() {
+                        let (k, v) = (k.to_owned(), v.to_owned());
+                        match self.reported(&k, &v) {
+                            None => return false,
+                            Some(told) if told != v => {
+                                let m = wire::write::parameter_status_frame(&k, &told);
+                                self.emit(to_client, m);
+                                return false;
+                            }
+                            Some(_) => {}
+                        }
+                    }
                 }
             }
             tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {

@@ -351,7 +351,9 @@ async fn greet_alone(
     proto.upstream_opened = std::time::Instant::now();
     proto.pooled = true;
     proto.own_defaults = startup.own_defaults;
-    proto.start_with(startup.sets);
+    let startup_told: Vec<(String, String)> =
+        learned.iter().chain(&startup.known).cloned().collect();
+    proto.start_with(startup.sets, &params, startup_told);
     proto.count_pins_in(pooled.pool.pinned.clone());
     info.pooled
         .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -181,6 +181,13 @@ pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
     });
 }
 
+/// A ParameterStatus message of its own.
+pub fn parameter_status_frame(name: &str, value: &str) -> Bytes {
+    let mut out = BytesMut::with_capacity(name.len() + value.len() + 7);
+    parameter_status(&mut out, name, value);
+    out.freeze()
+}
+
 /// The type a RowDescription gives a column; its values go as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
