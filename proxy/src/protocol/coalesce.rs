@@ -375,11 +375,13 @@ impl Coalescer {
             // control keeps its meaning. Not settings, though (nor
             // set_config, which is unsafe): the server reports a changed
             // setting (ParameterStatus) just before ReadyForQuery, and an
-            // early Sync would bring the report forward.
+            // early Sync would bring the report forward. Nor a COPY: FROM
+            // STDIN reads the early Sync as its data and never answers it.
             match verdict {
                 Verdict::TransactionControl
                 | Verdict::Unknown
                 | Verdict::Never(StatementClass::SessionSetting | StatementClass::Unsafe) => None,
+                _ if self.analyses.judge(&sql).copy => None,
                 _ => Some(false),
             }
         } else {
