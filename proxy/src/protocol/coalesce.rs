@@ -83,6 +83,8 @@ struct Batch {
     executes: u32,
     /// Anything but Parse/Bind/Describe/Execute/Flush.
     others: bool,
+    /// It began at a simple Query.
+    after_query: bool,
     unlimited: bool,
     statement: Option<Sql>,
     /// Parse/Bind/Describe/Execute as sent, for a rerun after a failed probe.
@@ -314,10 +316,18 @@ impl Coalescer {
                     }
                 }
             }
+            tag::SYNC => self.batch.clear(),
             // A simple Query ends the extended batch as a Sync does.
-            tag::SYNC | tag::QUERY => {
+            tag::QUERY => {
                 self.batch.clear();
+                self.batch.after_query = true;
             }
+            // The end of a COPY a simple Query runs, nothing since: the
+            // Query's ReadyForQuery ends it. (After a Sync, the COPY may
+            // be an Execute's, which read that Sync as its data: its group
+            // goes on until the next.)
+            tag::COPY_DONE | tag::COPY_FAIL
+                if self.batch.after_query && self.batch.frames.is_empty() => {}
             tag::FLUSH => {
                 if let Some(probe) = self.qualifies(ctx) {
                     self.early_sync(probe, ctx, out);
