@@ -73,6 +73,12 @@ pub enum ProtocolError {
     Frontend(FrameError),
     #[error("invalid message from upstream: {0}")]
     Backend(FrameError),
+    /// `Flight::lost`.
+    #[error(
+        "onetrip cannot tell which answers the server still owes: a COPY failed \
+         with a Sync or another message sent among its data"
+    )]
+    CopyLost,
 }
 
 impl ProtocolError {
@@ -80,6 +86,7 @@ impl ProtocolError {
         match self {
             ProtocolError::Frontend(e) => e.sqlstate(),
             ProtocolError::Backend(_) => "08P01",
+            ProtocolError::CopyLost => "0A000",
         }
     }
 }
@@ -355,7 +362,10 @@ impl Protocol {
     /// A message of type `t` went upstream; `flush`: the server answers
     /// what it has now, which starts an upstream round trip if none is on.
     fn note_sent_up(&mut self, t: u8, flush: bool, own: Option<Own>, op: Op) {
-        self.flight.sent(t, own, op);
+        if !self.flight.sent(t, own, op) {
+            // Read by the server as COPY data: nothing of its own.
+            return;
+        }
         if own.is_none() && self.lazy_next && matches!(t, tag::SYNC | tag::QUERY) {
             self.lazy_next = false;
             self.flight.mark_lazy();
