@@ -44,19 +44,31 @@ pub enum Fe {
     CloseStatement(String),
     Flush,
     Sync,
+    CopyData(Vec<u8>),
+    CopyDone,
+    /// CopyFail with the client's reason.
+    CopyFail(String),
 }
 
 /// What the server owes, as PostgreSQL answers: each extended-protocol
 /// message one completion or an error, each Query and Sync a
 /// ReadyForQuery; after an error in an extended-protocol message it skips
-/// everything up to the next Sync, Queries included.
+/// everything up to the next Sync, Queries included. A COPY FROM STDIN
+/// reads what follows it as its data up to CopyDone or CopyFail, a Sync
+/// there included, which it ignores (scripts send nothing else there).
 #[derive(Debug, Default)]
 struct Owed {
-    items: std::collections::VecDeque<Owes>,
+    /// What is owed, each with the CopyDone and CopyFail messages sent
+    /// before it.
+    items: std::collections::VecDeque<(Owes, u64)>,
     skipping: bool,
     /// The first this many items are answered now, without waiting for
-    /// more messages: those before the last Flush, Sync or Query.
+    /// more messages: those before the last flush request.
     due: usize,
+    /// CopyDone and CopyFail messages sent.
+    copy_ends: u64,
+    /// The server waits for the client's COPY data.
+    copy_in: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,17 +79,27 @@ enum Owes {
 
 impl Owed {
     fn sent(&mut self, fe: &Fe) {
+        let ends = self.copy_ends;
         match fe {
+            Fe::CopyData(_) | Fe::Flush => {}
+            Fe::CopyDone | Fe::CopyFail(_) => {
+                self.copy_ends += 1;
+                self.copy_in = false;
+            }
+            // Read as COPY data, and ignored.
+            Fe::Sync if self.copy_in => {}
             Fe::Sync => {
                 self.skipping = false;
-                self.items.push_back(Owes::Ready { sync: true });
+                self.items.push_back((Owes::Ready { sync: true }, ends));
             }
-            Fe::Flush => {}
             _ if self.skipping => {}
-            Fe::Query(_) => self.items.push_back(Owes::Ready { sync: false }),
-            _ => self.items.push_back(Owes::Completion),
+            Fe::Query(_) => self.items.push_back((Owes::Ready { sync: false }, ends)),
+            _ => self.items.push_back((Owes::Completion, ends)),
         }
-        if matches!(fe, Fe::Sync | Fe::Flush | Fe::Query(_)) {
+        if matches!(
+            fe,
+            Fe::Sync | Fe::Flush | Fe::Query(_) | Fe::CopyDone | Fe::CopyFail(_)
+        ) {
             self.due = self.items.len();
         }
     }
@@ -88,11 +110,13 @@ impl Owed {
     }
 
     fn received(&mut self, m: &Msg) {
-        match (self.items.front(), m.tag) {
+        match (self.items.front().map(|(o, _)| *o), m.tag) {
             (_, 'N' | 'A' | 'S') | (None, _) => {}
+            (Some(_), 'G') => self.copy_began(),
             (Some(Owes::Completion), 'E') => {
+                self.copy_in = false;
                 self.pop();
-                while let Some(i) = self.items.front() {
+                while let Some((i, _)) = self.items.front() {
                     if *i == (Owes::Ready { sync: true }) {
                         return;
                     }
@@ -101,14 +125,32 @@ impl Owed {
                 self.skipping = true;
             }
             (Some(Owes::Completion), '1' | '2' | '3' | 'n' | 'T' | 'C' | 'I' | 's') => self.pop(),
+            (Some(Owes::Ready { .. }), 'E') => self.copy_in = false,
             (Some(Owes::Ready { .. }), 'Z') => self.pop(),
             _ => {}
         }
     }
 
-    /// Everything a client waiting now would wait for has come.
+    /// CopyInResponse: the Syncs sent after the COPY and before its
+    /// CopyDone or CopyFail are read as its data, and never answered.
+    fn copy_began(&mut self) {
+        let Some(&(_, ends)) = self.items.front() else {
+            return;
+        };
+        let ignored = |(o, e): &(Owes, u64)| *e == ends && *o == Owes::Ready { sync: true };
+        while let Some(at) = (1..self.items.len()).find(|&i| ignored(&self.items[i])) {
+            self.items.remove(at);
+            if at < self.due {
+                self.due -= 1;
+            }
+        }
+        self.copy_in = self.copy_ends == ends;
+    }
+
+    /// Everything a client waiting now would wait for has come (or the
+    /// server waits for COPY data).
     fn settled(&self) -> bool {
-        self.due == 0
+        self.due == 0 || self.copy_in
     }
 }
 
@@ -129,6 +171,9 @@ impl fmt::Display for Fe {
             Fe::CloseStatement(s) => write!(f, "C(S {s:?})"),
             Fe::Flush => f.write_str("H"),
             Fe::Sync => f.write_str("S"),
+            Fe::CopyData(d) => write!(f, "d({:?})", String::from_utf8_lossy(d)),
+            Fe::CopyDone => f.write_str("c"),
+            Fe::CopyFail(why) => write!(f, "f({why:?})"),
         }
     }
 }
@@ -202,6 +247,18 @@ impl Script {
 
     pub fn sync(self) -> Self {
         self.push(Fe::Sync)
+    }
+
+    pub fn copy_data(self, data: impl AsRef<[u8]>) -> Self {
+        self.push(Fe::CopyData(data.as_ref().to_vec()))
+    }
+
+    pub fn copy_done(self) -> Self {
+        self.push(Fe::CopyDone)
+    }
+
+    pub fn copy_fail(self, why: &str) -> Self {
+        self.push(Fe::CopyFail(why.into()))
     }
 
     /// `Parse Bind Execute` of `sql` on the unnamed statement and portal.
@@ -559,5 +616,8 @@ fn queue(raw: &mut Raw, fe: &Fe) {
         Fe::CloseStatement(s) => raw.close('S', s),
         Fe::Flush => raw.flush(),
         Fe::Sync => raw.sync(),
+        Fe::CopyData(d) => raw.copy_data(d),
+        Fe::CopyDone => raw.copy_done(),
+        Fe::CopyFail(why) => raw.copy_fail(why),
     };
 }

@@ -163,6 +163,20 @@ impl Raw {
         self.msg(b'S', |_| {})
     }
 
+    /// CopyData carrying `data` as it is.
+    pub fn copy_data(&mut self, data: &[u8]) -> &mut Self {
+        self.msg(b'd', |b| b.put_slice(data))
+    }
+
+    pub fn copy_done(&mut self) -> &mut Self {
+        self.msg(b'c', |_| {})
+    }
+
+    /// CopyFail with the client's reason.
+    pub fn copy_fail(&mut self, why: &str) -> &mut Self {
+        self.msg(b'f', |b| cstr(b, why))
+    }
+
     /// `Parse? Bind Describe Execute` of `sql` with the unnamed statement
     /// and portal: a single read as psycopg sends it (without the Flush).
     pub fn read_batch(&mut self, sql: &str) -> &mut Self {

@@ -424,3 +424,33 @@ async fn a_goodbye_behind_a_query_waits_for_its_answers() {
         assert_eq!(got, want, "{name} against {reference}");
     }
 }
+
+/// A COPY in a transaction block, its batch ended by a Flush: never
+/// coalesced, since a COPY FROM STDIN reads an early Sync as its data and
+/// never answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_in_a_block_is_not_coalesced() {
+    let s = Sides::start().await;
+    let t = s
+        .same(
+            Script::new()
+                .query("begin")
+                .wait()
+                .pbe("copy t from stdin")
+                .flush()
+                .wait()
+                .copy_data("6\t60\n")
+                .copy_done()
+                .sync()
+                .wait()
+                .pbe("copy (select id from t where id > 4) to stdout")
+                .flush()
+                .wait()
+                .sync()
+                .wait()
+                .query("commit")
+                .wait(),
+        )
+        .await;
+    assert_eq!(t, "C ZT | 1 2 G | C ZT | 1 2 H d d c C | ZT | C ZI");
+}

@@ -121,6 +121,9 @@ pub struct Classification {
     pub transaction_time: bool,
     /// The text is one statement that begins or ends a transaction.
     pub transaction: Option<TransactionStatement>,
+    /// A statement of the text is a COPY: its data goes in messages of
+    /// their own, and a COPY FROM STDIN reads the client's Syncs as data.
+    pub copy: bool,
 }
 
 /// A statement that begins or ends a transaction, as far as a session that
@@ -184,6 +187,7 @@ impl Classifier {
                 statement_count: 0,
                 transaction_time: false,
                 transaction: None,
+                copy: false,
             };
         }
         let count = pieces.len();
@@ -212,8 +216,18 @@ impl Classifier {
             statement_count: count,
             transaction_time,
             transaction: if count == 1 { v.transaction } else { None },
+            copy: pieces.iter().any(|p| is_copy(sql, p)),
         }
     }
+}
+
+/// The statement is a COPY, by its first word (whether sqlparser reads it
+/// or not).
+fn is_copy(sql: &str, piece: &lexer::Piece) -> bool {
+    let text = sql.get(piece.start..piece.end).unwrap_or("");
+    lexer::tokens(text)
+        .next()
+        .is_some_and(|t| t.is_word(text, "copy"))
 }
 
 /// `EXPLAIN ANALYSE ...` with `ANALYZE` in place of PostgreSQL's other

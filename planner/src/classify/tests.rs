@@ -755,6 +755,27 @@ fn transaction_time() {
     }
 }
 
+/// COPY in any direction and spelling, which the coalescer leaves alone.
+#[test]
+fn copy_is_told_apart() {
+    for sql in [
+        "copy t from stdin",
+        "COPY t (a, b) FROM STDIN (FORMAT binary)",
+        "/* load */ copy t to stdout",
+        "select 1; copy (select 1) to stdout",
+        "copy t from stdin with (some_new_option)",
+    ] {
+        assert!(classify(sql).copy, "{sql}");
+    }
+    for sql in [
+        "select 'copy'",
+        "select copy from t",
+        "insert into copy values (1)",
+    ] {
+        assert!(!classify(sql).copy, "{sql}");
+    }
+}
+
 /// BEGIN and the ends of a transaction, as a session that answers them
 /// itself needs to know them.
 #[test]

@@ -83,6 +83,8 @@ struct Batch {
     executes: u32,
     /// Anything but Parse/Bind/Describe/Execute/Flush.
     others: bool,
+    /// It began at a simple Query.
+    after_query: bool,
     unlimited: bool,
     statement: Option<Sql>,
     /// Parse/Bind/Describe/Execute as sent, for a rerun after a failed probe.
@@ -314,10 +316,18 @@ impl Coalescer {
                     }
                 }
             }
+            tag::SYNC => self.batch.clear(),
             // A simple Query ends the extended batch as a Sync does.
-            tag::SYNC | tag::QUERY => {
+            tag::QUERY => {
                 self.batch.clear();
+                self.batch.after_query = true;
             }
+            // The end of a COPY a simple Query runs, nothing since: the
+            // Query's ReadyForQuery ends it. (After a Sync, the COPY may
+            // be an Execute's, which read that Sync as its data: its group
+            // goes on until the next.)
+            tag::COPY_DONE | tag::COPY_FAIL
+                if self.batch.after_query && self.batch.frames.is_empty() => {}
             tag::FLUSH => {
                 if let Some(probe) = self.qualifies(ctx) {
                     self.early_sync(probe, ctx, out);
@@ -375,11 +385,13 @@ impl Coalescer {
             // control keeps its meaning. Not settings, though (nor
             // set_config, which is unsafe): the server reports a changed
             // setting (ParameterStatus) just before ReadyForQuery, and an
-            // early Sync would bring the report forward.
+            // early Sync would bring the report forward. Nor a COPY: FROM
+            // STDIN reads the early Sync as its data and never answers it.
             match verdict {
                 Verdict::TransactionControl
                 | Verdict::Unknown
                 | Verdict::Never(StatementClass::SessionSetting | StatementClass::Unsafe) => None,
+                _ if self.analyses.judge(&sql).copy => None,
                 _ => Some(false),
             }
         } else {

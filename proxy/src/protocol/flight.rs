@@ -11,6 +11,13 @@
 //! client's, or a statement the proxy sent on its own), whether anything
 //! sent is still unanswered, and which prepared statements the server
 //! holds: a Parse is recorded at its ParseComplete, never before.
+//!
+//! A COPY FROM STDIN reads what follows it as its data, up to a CopyDone
+//! or CopyFail, and ignores the Syncs and Flushes it reads there (clients
+//! such as libpq and tokio-postgres send a Sync right after the COPY's
+//! Execute, before its data); any other message ends the COPY with an
+//! error and gets no answer of its own. Which messages those are is known
+//! only at the CopyInResponse, so they are taken out of the queue then.
 
 use std::collections::VecDeque;
 
@@ -76,7 +83,11 @@ pub enum Op {
 #[derive(Debug)]
 enum Item {
     /// An extended-protocol message, and what its completion records.
-    Ext { own: Option<Own>, records: Records },
+    Ext {
+        own: Option<Own>,
+        records: Records,
+        at: CopyMark,
+    },
     /// A Sync, Query or FunctionCall: answered through ReadyForQuery.
     Ready {
         own: Option<Own>,
@@ -86,10 +97,48 @@ enum Item {
         /// block (`T`, or `E` when it failed), not the server's.
         lazy: bool,
         failed: bool,
+        at: CopyMark,
     },
     /// An answer given here, which goes to the client once everything sent
     /// before it is answered.
     Local(Bytes),
+}
+
+impl Item {
+    fn copy_mark(&self) -> Option<CopyMark> {
+        match self {
+            Item::Ext { at, .. } | Item::Ready { at, .. } => Some(*at),
+            Item::Local(_) => None,
+        }
+    }
+}
+
+/// The COPY messages sent before a message: whether the server may read
+/// it as a COPY's data (`Flight::copy_began`).
+#[derive(Debug, Default, Clone, Copy)]
+struct CopyMark {
+    /// CopyDone and CopyFail messages.
+    ends: u64,
+    /// CopyData messages.
+    data: u64,
+    /// CopyData messages before the last CopyDone or CopyFail.
+    data_at_end: u64,
+}
+
+/// A COPY FROM STDIN the server runs, from its CopyInResponse until its
+/// CommandComplete or error.
+#[derive(Debug)]
+struct CopyIn {
+    /// The server reads what is sent now as the COPY's data: its CopyDone
+    /// or CopyFail has not gone up.
+    open: bool,
+    /// CopyData messages sent before the COPY's first.
+    data_from: u64,
+    /// A message went up after some of the COPY's data: the server ignores
+    /// it (a Sync) or fails on it (any other) if the COPY got that far,
+    /// and answers or skips it as usual if the COPY failed before, which
+    /// only the server knows.
+    unsure: bool,
 }
 
 /// Statements a message makes once the server accepts them; an entry is
@@ -188,13 +237,41 @@ pub struct Flight {
     /// error comes when `readies_done` is n.
     readies_sent: u64,
     readies_done: u64,
+    /// The COPY messages sent so far.
+    copy_sent: CopyMark,
+    /// A COPY FROM STDIN under way at the server.
+    copy: Option<CopyIn>,
+    /// COPYs the first item has begun (a Query may run several).
+    front_copies: u64,
+    /// A COPY failed with messages among its data that it may or may not
+    /// have read as data: what the server owes can't be told any more.
+    lost: bool,
 }
 
 impl Flight {
     /// A message of type `t` went upstream, the client's or (`own`) the
-    /// proxy's.
-    pub fn sent(&mut self, t: u8, own: Option<Own>, op: Op) {
+    /// proxy's. False when the server reads it as a COPY's data: ignored
+    /// (a Sync), or the COPY's end (any other message), not a message of
+    /// its own.
+    pub fn sent(&mut self, t: u8, own: Option<Own>, op: Op) -> bool {
         match t {
+            tag::COPY_DATA => self.copy_sent.data += 1,
+            tag::COPY_DONE | tag::COPY_FAIL => {
+                self.copy_sent.ends += 1;
+                self.copy_sent.data_at_end = self.copy_sent.data;
+                if let Some(c) = &mut self.copy {
+                    c.open = false;
+                }
+            }
+            tag::FLUSH => {}
+            _ if self.copy.as_ref().is_some_and(|c| c.open) => {
+                let data = self.copy_sent.data;
+                if let Some(c) = &mut self.copy {
+                    c.unsure |= data > c.data_from;
+                    c.open = t == tag::SYNC;
+                }
+                return false;
+            }
             tag::SYNC => {
                 self.skipping = false;
                 self.push_ready(own, true, op);
@@ -206,10 +283,12 @@ impl Flight {
                 self.push(Item::Ext {
                     own,
                     records: Records::from(op),
+                    at: self.copy_sent,
                 })
             }
             _ => {}
         }
+        true
     }
 
     fn push_ready(&mut self, own: Option<Own>, sync: bool, op: Op) {
@@ -220,6 +299,7 @@ impl Flight {
             records: Records::from(op),
             lazy: false,
             failed: false,
+            at: self.copy_sent,
         });
     }
 
@@ -250,6 +330,71 @@ impl Flight {
         if let Some(item) = self.items.pop_front() {
             self.tally.count(&item, false);
         }
+        self.front_copies = 0;
+    }
+
+    /// CopyInResponse: the first item runs a COPY FROM STDIN, which reads
+    /// what went up after it, up to the CopyDone or CopyFail that ends it,
+    /// as its data. The Syncs there are never answered; the first other
+    /// message ends the COPY with an error, and what follows it is read as
+    /// usual.
+    fn copy_began(&mut self) {
+        let Some(at) = self.items.front().and_then(Item::copy_mark) else {
+            return;
+        };
+        self.front_copies += 1;
+        let ends = at.ends + self.front_copies - 1;
+        let (mut unsure, mut ended) = (false, false);
+        let mut i = 1;
+        while let Some(item) = self.items.get(i) {
+            let Some(m) = item.copy_mark() else {
+                i += 1;
+                continue;
+            };
+            if m.ends != ends {
+                break;
+            }
+            unsure |= m.data > at.data.max(m.data_at_end);
+            let sync = matches!(item, Item::Ready { sync: true, .. });
+            if let Some(item) = self.items.remove(i) {
+                self.tally.count(&item, false);
+            }
+            if !sync {
+                ended = true;
+                break;
+            }
+            // What was sent after it belongs to the COPY's group, whose
+            // answers come now.
+            self.readies_done += 1;
+        }
+        self.copy = Some(CopyIn {
+            open: !ended && self.copy_sent.ends == ends,
+            data_from: at.data.max(self.copy_sent.data_at_end),
+            unsure,
+        });
+    }
+
+    /// The COPY under way ended (`t`: its CommandComplete or error, or a
+    /// ReadyForQuery). A failure may have come before messages sent among
+    /// its data, which the server then answers or skips as usual, or
+    /// after them, which it read as data: it alone knows which.
+    fn copy_ended(&mut self, t: u8) {
+        if let Some(c) = self.copy.take() {
+            self.lost |= t == tag::ERROR_RESPONSE && c.unsure;
+        }
+    }
+
+    /// What the server owes can't be told: a COPY failed with messages
+    /// among its data whose fate only the server knows.
+    pub fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// Extended-protocol messages await answers and no Sync is on its way:
+    /// the server ends their group only at a Sync still to come (after a
+    /// COPY that read the Sync sent with it as data).
+    pub fn awaits_sync(&self) -> bool {
+        !self.items.is_empty() && self.tally.readies == 0
     }
 
     /// The answers given here whose turn has come.
@@ -343,12 +488,19 @@ impl Flight {
                 _ => Owner::Client,
             };
         }
+        match t {
+            tag::COPY_IN_RESPONSE => self.copy_began(),
+            tag::COMMAND_COMPLETE | tag::ERROR_RESPONSE | tag::READY_FOR_QUERY => {
+                self.copy_ended(t)
+            }
+            _ => {}
+        }
         let prepared = &mut self.prepared;
         let Some(front) = self.items.front_mut() else {
             return Owner::Client;
         };
         match front {
-            Item::Ext { own, records } => {
+            Item::Ext { own, records, .. } => {
                 let owner = Owner::of(*own);
                 match t {
                     tag::ERROR_RESPONSE => {

@@ -75,6 +75,12 @@ pub enum ProtocolError {
     Backend(FrameError),
     #[error("the session's settings could not be made on a pooled server connection: {0}")]
     Prepare(String),
+    /// `Flight::lost`.
+    #[error(
+        "onetrip cannot tell which answers the server still owes: a COPY failed \
+         with a Sync or another message sent among its data"
+    )]
+    CopyLost,
 }
 
 impl ProtocolError {
@@ -83,6 +89,7 @@ impl ProtocolError {
             ProtocolError::Frontend(e) => e.sqlstate(),
             ProtocolError::Backend(_) => "08P01",
             ProtocolError::Prepare(_) => "08006",
+            ProtocolError::CopyLost => "0A000",
         }
     }
 }
@@ -398,7 +405,10 @@ impl Protocol {
     /// A message of type `t` went upstream; `flush`: the server answers
     /// what it has now, which starts an upstream round trip if none is on.
     fn note_sent_up(&mut self, t: u8, flush: bool, own: Option<Own>, op: Op) {
-        self.flight.sent(t, own, op);
+        if !self.flight.sent(t, own, op) {
+            // Read by the server as COPY data: nothing of its own.
+            return;
+        }
         if own.is_none() && self.lazy_next && matches!(t, tag::SYNC | tag::QUERY) {
             self.lazy_next = false;
             self.flight.mark_lazy();

@@ -93,6 +93,35 @@ async fn copy_data_pieces_are_not_counted_as_messages() {
     assert_eq!(counted.load(Relaxed), h.sent.len() as u64);
 }
 
+/// A COPY run by a simple Query is over at the Query's ReadyForQuery:
+/// nothing is left pending (a pooled session gives its connection back
+/// there, not at the client's next message).
+#[tokio::test]
+async fn a_simple_querys_copy_leaves_the_session_quiet() {
+    let failed = write::error(
+        write::Severity::Error,
+        "57014",
+        "COPY from stdin failed: no",
+    );
+    let ends = [
+        (msg(b'c', b""), msg(b'C', b"COPY 1\0")),
+        (msg(b'f', b"no\0"), BytesMut::from(&failed[..])),
+    ];
+    for (end, answer) in ends {
+        let mut h = Harness::new();
+        h.client(&msg(tag::QUERY, b"copy t from stdin\0"));
+        h.upstream(&msg(b'G', &[0, 0, 1, 0, 0]));
+        let mut data = msg(tag::COPY_DATA, b"1\t10\n");
+        data.extend_from_slice(&end);
+        h.client(&data);
+        assert!(!h.p.quiet());
+        let mut done = answer;
+        done.extend_from_slice(&msg(tag::READY_FOR_QUERY, b"I"));
+        h.upstream(&done);
+        assert!(h.p.quiet());
+    }
+}
+
 /// A killed backend's FATAL that arrives with the client's next BEGIN (read
 /// in the same turn) is all the client hears, as from the server itself: the
 /// BEGIN is not answered here, nor does anything go upstream.

@@ -47,6 +47,9 @@ impl Protocol {
             if n > 0 {
                 let chunk = uin.split_to(n).freeze();
                 self.on_upstream_chunk(&chunk, to_client, to_up);
+                if self.flight.lost() {
+                    return Err(ProtocolError::CopyLost);
+                }
                 continue;
             }
             // The first message is not whole yet: one the session reads
@@ -68,7 +71,12 @@ impl Protocol {
                     }
                     self.emit(to_client, bytes)
                 }
-                Some(Piece::Whole(_, msg)) => self.on_upstream_chunk(&msg, to_client, to_up),
+                Some(Piece::Whole(_, msg)) => {
+                    self.on_upstream_chunk(&msg, to_client, to_up);
+                    if self.flight.lost() {
+                        return Err(ProtocolError::CopyLost);
+                    }
+                }
                 None => break,
             }
         }
@@ -258,7 +266,12 @@ impl Protocol {
                 }
             }
             tag::COPY_IN_RESPONSE | tag::COPY_OUT_RESPONSE | tag::COPY_BOTH_RESPONSE => {
-                self.in_copy = true
+                self.in_copy = true;
+                if self.flight.awaits_sync() {
+                    // The Sync sent with the COPY was read as its data: its
+                    // group ends at the client's next one.
+                    self.unsynced = true;
+                }
             }
             tag::COMMAND_COMPLETE => self.in_copy = false,
             _ => {}

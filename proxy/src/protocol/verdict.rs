@@ -57,6 +57,8 @@ pub struct Judgement {
     pub isolation: Vec<onetrip_planner::classify::IsolationChange>,
     /// Statements in the text.
     pub statements: usize,
+    /// A statement of the text is a COPY.
+    pub copy: bool,
 }
 
 impl Judgement {
@@ -73,6 +75,7 @@ impl Judgement {
             verdict,
             isolation: c.isolation.clone(),
             statements: c.statement_count,
+            copy: c.copy,
         }
     }
 }

@@ -151,3 +151,119 @@ fn notices_and_notifications_are_nobody_s_answer() {
     );
     assert_eq!(f.next_owner(), Owner::Own(Own::Settings));
 }
+
+/// Sends messages by type, the client's; returns which the server takes
+/// as messages of their own.
+fn send(f: &mut Flight, tags: &[u8]) -> Vec<bool> {
+    tags.iter().map(|&t| f.sent(t, None, Op::None)).collect()
+}
+
+/// tokio-postgres and libpq send a COPY's Sync before its data: the server
+/// reads it as COPY data and never answers it; the group ends at the Sync
+/// after CopyDone or CopyFail.
+#[test]
+fn a_sync_before_copy_data_is_read_as_data() {
+    for (end, answers) in [(tag::COPY_DONE, b"CZ"), (tag::COPY_FAIL, b"EZ")] {
+        let mut f = Flight::default();
+        send(&mut f, b"BES");
+        assert_eq!(f.group_now(), 1);
+        answer(&mut f, b"2G");
+        assert!(f.awaits_sync() && !f.awaiting_ready());
+        // Messages sent now belong to the COPY's group.
+        assert_eq!(f.group_answered_now(), f.group_now());
+        assert_eq!(send(&mut f, &[b'd', b'd', end, b'S']), [true; 4]);
+        assert!(f.awaiting_ready() && !f.awaits_sync());
+        answer(&mut f, answers);
+        assert!(f.answered() && !f.lost());
+        assert_eq!(f.group_answered_now(), f.group_now());
+    }
+}
+
+/// The same sent at once, before the CopyInResponse came; a Sync or Flush
+/// sent while the COPY reads before any data is ignored too.
+#[test]
+fn syncs_the_copy_reads_are_found_however_they_came() {
+    let mut f = Flight::default();
+    send(&mut f, b"PBESdcSPBES");
+    answer(&mut f, b"12G");
+    assert_eq!(f.readies(), 2);
+    answer(&mut f, b"CZ12CZ");
+    assert!(f.answered());
+
+    let mut f = Flight::default();
+    send(&mut f, b"BES");
+    answer(&mut f, b"2G");
+    assert_eq!(send(&mut f, b"SHS"), [false, true, false]);
+    send(&mut f, b"dcS");
+    answer(&mut f, b"CZ");
+    assert!(f.answered() && !f.lost());
+}
+
+/// A simple Query's COPY: Syncs among its data are read as data, and the
+/// Query's ReadyForQuery ends it.
+#[test]
+fn a_querys_copy_reads_syncs_as_data_too() {
+    let mut f = Flight::default();
+    send(&mut f, b"QS");
+    answer(&mut f, b"G");
+    assert_eq!(send(&mut f, b"dSc"), [true, false, true]);
+    assert_eq!(f.readies(), 1);
+    answer(&mut f, b"CZ");
+    assert!(f.answered() && !f.lost());
+}
+
+/// Any other message the COPY reads ends it with an error and gets no
+/// answer of its own; what follows is read as usual.
+#[test]
+fn another_message_among_copy_data_ends_the_copy() {
+    let mut f = Flight::default();
+    send(&mut f, b"BES");
+    answer(&mut f, b"2G");
+    assert_eq!(send(&mut f, b"PBES"), [false, true, true, true]);
+    // The error skips the Bind and Execute, to the Sync.
+    answer(&mut f, b"EZ");
+    assert!(f.answered() && !f.lost());
+
+    let mut f = Flight::default();
+    send(&mut f, b"BESQdcS");
+    answer(&mut f, b"2G");
+    answer(&mut f, b"EZ");
+    assert!(f.answered() && !f.lost());
+}
+
+/// A Sync among a COPY's data: ignored if the COPY succeeds; answered or
+/// not if it fails, as only the server knows (where in the data it
+/// failed), which the flight says.
+#[test]
+fn a_sync_among_the_data_of_a_failed_copy_is_unknowable() {
+    let mut f = Flight::default();
+    send(&mut f, b"BES");
+    answer(&mut f, b"2G");
+    assert_eq!(send(&mut f, b"dSdcS"), [true, false, true, true, true]);
+    answer(&mut f, b"CZ");
+    assert!(f.answered() && !f.lost());
+
+    let mut f = Flight::default();
+    send(&mut f, b"BES");
+    answer(&mut f, b"2G");
+    send(&mut f, b"dSdcS");
+    answer(&mut f, b"E");
+    assert!(f.lost());
+
+    // Sent before the CopyInResponse came.
+    let mut f = Flight::default();
+    send(&mut f, b"BESdSdcS");
+    answer(&mut f, b"2G");
+    answer(&mut f, b"E");
+    assert!(f.lost());
+}
+
+/// A COPY that fails before it reads anything: the Syncs are the server's
+/// as usual.
+#[test]
+fn a_copy_that_never_began_reads_nothing() {
+    let mut f = Flight::default();
+    send(&mut f, b"BESdcS");
+    answer(&mut f, b"2EZZ");
+    assert!(f.answered() && !f.lost());
+}
