@@ -224,6 +224,12 @@ pub struct PoolConfig {
     /// Pools (one per database and user) at most; unused ones are dropped
     /// to make room, and past it a login gets 53300.
     pub max_pools: usize,
+    /// Server connections to one database, across its users' pools, at
+    /// most (0: no bound but the pools' own), as PgBouncer's.
+    pub max_db_connections: usize,
+    /// Server connections of one user, across its databases' pools, at
+    /// most (0: no bound but the pools' own), as PgBouncer's.
+    pub max_user_connections: usize,
     /// The user onetrip logs in as (trust, or its password in `users`) to
     /// look up the passwords of other pooled users with `auth_query`, as
     /// PgBouncer's `auth_user`; unset: none are looked up.
@@ -274,6 +280,8 @@ impl Default for PoolConfig {
             max_prepared_statements: 200,
             users: Vec::new(),
             max_pools: 1000,
+            max_db_connections: 0,
+            max_user_connections: 0,
             auth_user: None,
             // PgBouncer's default.
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename = $1".into(),

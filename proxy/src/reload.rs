@@ -119,6 +119,9 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
         limits.max_stats_rows,
         pool.mode,
         pool.pool_size,
+        pool.max_pools,
+        pool.max_db_connections,
+        pool.max_user_connections,
     );
     kept
 }

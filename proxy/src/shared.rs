@@ -181,6 +181,10 @@ impl Shared {
     ) -> Self {
         let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
         let (pool_size, max_pools) = (config.pool.pool_size, config.pool.max_pools);
+        let (max_db, max_user) = (
+            config.pool.max_db_connections,
+            config.pool.max_user_connections,
+        );
         Self {
             live: RwLock::new(Arc::new(Live::new(config, tls_acceptor))),
             reload: Default::default(),
@@ -192,7 +196,9 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
-            pools: Arc::new(crate::pooling::Pools::new(pool_size, max_pools)),
+            pools: Arc::new(crate::pooling::Pools::with_limits(
+                pool_size, max_pools, max_db, max_user,
+            )),
             secrets: Default::default(),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),

@@ -296,3 +296,67 @@ async fn reset_returns_a_startup_parameter_to_the_startup_packets_value() {
         assert_eq!(seen[1][i], seen[0][i], "{sql}");
     }
 }
+
+/// `max_db_connections` bounds a database's server connections across
+/// its users' pools: an idle connection of one user's pool makes room for
+/// another's, and clients past the bound wait their turn.
+#[tokio::test]
+async fn max_db_connections_bounds_a_database_across_pools() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 5;
+        c.pool.max_db_connections = 2;
+    })
+    .await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute("CREATE ROLE alice LOGIN SUPERUSER; CREATE ROLE bob LOGIN SUPERUSER")
+        .await
+        .unwrap();
+    let backends = || async {
+        let sql = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+        let n: i64 = direct.query_one(sql, &[]).await.unwrap().get(0);
+        n
+    };
+    let dsn = |user: &str| {
+        format!(
+            "host=127.0.0.1 port={} user={user} dbname=postgres",
+            env.proxy_port()
+        )
+    };
+    // Alice's two transactions at once leave two idle connections.
+    let (a1, a2) = (connect(&dsn("alice")).await, connect(&dsn("alice")).await);
+    a1.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    a2.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    a1.batch_execute("COMMIT").await.unwrap();
+    a2.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(backends().await, 2);
+    // Bob's need one: an idle one of alice's gives its place up.
+    let b1 = connect(&dsn("bob")).await;
+    let who = one(&b1, "SELECT current_user").await;
+    assert_eq!(who.as_deref(), Some("bob"));
+    assert!(backends().await <= 2);
+    // Four clients at once, two users: never more than two backends.
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let dsn = dsn(if i % 2 == 0 { "alice" } else { "bob" });
+        tasks.push(tokio::spawn(async move {
+            let c = connect(&dsn).await;
+            for _ in 0..5 {
+                c.batch_execute("BEGIN; SELECT pg_sleep(0.01); COMMIT")
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut most = 0;
+    while !tasks.iter().all(|t| t.is_finished()) {
+        most = most.max(backends().await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(most <= 2, "{most} backends of one database");
+}

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 mod held;
+mod limit;
 mod pools;
 pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
@@ -192,6 +193,9 @@ pub struct Pool {
     /// Connections given back that needed a reset, by reason
     /// (`RESET_REASONS`).
     resets: [AtomicU64; RESET_REASONS.len()],
+    /// `max_db_connections` and `max_user_connections`, shared with the
+    /// other pools of its database and of its user.
+    limits: limit::Limits,
 }
 
 /// The values a server reports for a set of startup parameters, as
@@ -302,7 +306,7 @@ pub struct PoolRow {
 }
 
 impl Pool {
-    pub(crate) fn new(database: String, user: String, size: usize) -> Self {
+    pub(crate) fn new(database: String, user: String, size: usize, limits: limit::Limits) -> Self {
         let startup = startup_packet(&[("user", user.as_str()), ("database", database.as_str())]);
         Pool {
             database,
@@ -319,6 +323,7 @@ impl Pool {
             drain_flag: Default::default(),
             credential: Mutex::default(),
             resets: Default::default(),
+            limits,
         }
     }
 
@@ -356,7 +361,7 @@ impl Pool {
         self.drain_flag.store(false, Relaxed);
         loop {
             let mut g = self.lock();
-            if g.places >= self.size {
+            if g.places >= self.size || g.waiters.is_empty() || !self.limits.take() {
                 return;
             }
             let Some((_, waiter)) = g.waiters.pop_front() else {
@@ -512,28 +517,85 @@ impl Pool {
         wants: Wants<'_>,
         waiter: impl FnOnce() -> (Waiter, W),
     ) -> Result<Grant, W> {
-        let mut g = self.lock();
         let here = crate::worker::thread_mark();
-        let now = if let Some(i) = best_idle(&g.idle, here, wants) {
-            let idle = g.idle.remove(i);
-            drop(g);
-            Self::checked(idle, max_idle, lifetime)
-        } else if g.places < self.size && !self.is_draining() {
-            g.places += 1;
-            drop(g);
-            Grant::Open(Slot::new(self))
-        } else if let Some(idle) = g.idle.pop() {
-            // None can be the client's, and the pool is full: the oldest
-            // gives its place to a new one.
-            drop(g);
-            Grant::Open(idle.close())
-        } else {
+        // A second look after an idle connection of another pool under a
+        // full shared bound gave its place up.
+        let mut evicted = false;
+        let now = loop {
+            let mut g = self.lock();
+            if let Some(i) = best_idle(&g.idle, here, wants) {
+                let idle = g.idle.remove(i);
+                drop(g);
+                break Self::checked(idle, max_idle, lifetime);
+            }
+            if g.places < self.size && !self.is_draining() {
+                if self.limits.take() {
+                    g.places += 1;
+                    drop(g);
+                    break Grant::Open(Slot::new(self));
+                }
+                if !evicted {
+                    // That pool locks its own: this one is let go first.
+                    drop(g);
+                    evicted = true;
+                    if self.limits.evict_elsewhere(self) {
+                        continue;
+                    }
+                    g = self.lock();
+                }
+            }
+            if let Some(idle) = g.idle.pop() {
+                // None can be the client's, and the pool is full: the
+                // oldest gives its place to a new one.
+                drop(g);
+                break Grant::Open(idle.close());
+            }
             let (waiter, made) = waiter();
             g.waiters.push_back((Instant::now(), waiter));
             return Err(made);
         };
         self.waits.record(Duration::ZERO);
         Ok(now)
+    }
+
+    /// A place freed under a shared bound: the first client in line here,
+    /// if any, gets it to open a connection in. True when one did.
+    fn open_for_waiter(self: &Arc<Self>) -> bool {
+        let mut g = self.lock();
+        if g.waiters.is_empty()
+            || g.places >= self.size
+            || self.is_draining()
+            || !self.limits.take()
+        {
+            return false;
+        }
+        let Some((_, waiter)) = g.waiters.pop_front() else {
+            self.limits.give(self);
+            return false;
+        };
+        g.places += 1;
+        drop(g);
+        if let Err(Grant::Open(slot)) = waiter.grant(Grant::Open(Slot::new(self))) {
+            // It stopped waiting: the place goes on (`place_freed`).
+            drop(slot);
+        }
+        true
+    }
+
+    /// Closes its oldest idle connection, for another pool under a full
+    /// shared bound. True when it had one.
+    fn close_one_idle(&self) -> bool {
+        let oldest = {
+            let mut g = self.lock();
+            (!g.idle.is_empty()).then(|| g.idle.remove(0))
+        };
+        match oldest {
+            Some(idle) => {
+                drop(idle.close());
+                true
+            }
+            None => false,
+        }
     }
 
     /// A client that waited in line got its grant after `waited`: an idle
@@ -625,6 +687,8 @@ impl Pool {
             }
         }
         g.places = g.places.saturating_sub(1);
+        drop(g);
+        self.limits.give(&self);
     }
 
     /// Closes idle connections that waited `max_idle`, but for the newest
@@ -645,7 +709,7 @@ impl Pool {
     pub fn places_to_fill(self: &Arc<Self>, min_idle: usize) -> Vec<Slot> {
         let mut g = self.lock();
         let mut slots = Vec::new();
-        while g.idle.len() + g.filling < min_idle && g.places < self.size {
+        while g.idle.len() + g.filling < min_idle && g.places < self.size && self.limits.take() {
             g.places += 1;
             g.filling += 1;
             slots.push(Slot::new(self));

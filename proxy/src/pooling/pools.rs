@@ -9,7 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Pool, PoolRow, Slot};
+use super::{
+    Pool, PoolRow, Slot,
+    limit::{Limit, Limits},
+};
 
 /// A login that would make one pool too many.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +25,11 @@ pub struct Pools {
     size: usize,
     max: usize,
     map: Mutex<HashMap<(String, String), Arc<Pool>>>,
+    /// `max_db_connections` and `max_user_connections` (0: none), and the
+    /// bound of each database and user that has pools.
+    max_db: usize,
+    max_user: usize,
+    bounds: Mutex<HashMap<(bool, String), std::sync::Weak<Limit>>>,
 }
 
 /// How long a statement that needs a database without other sessions
@@ -31,11 +39,43 @@ pub const DRAIN: Duration = Duration::from_secs(8);
 
 impl Pools {
     pub fn new(size: usize, max: usize) -> Self {
+        Self::with_limits(size, max, 0, 0)
+    }
+
+    /// Pools whose connections to one database (`max_db`) and of one user
+    /// (`max_user`) are bounded across pools too; 0: no such bound.
+    pub fn with_limits(size: usize, max: usize, max_db: usize, max_user: usize) -> Self {
         Self {
             size,
             max: max.max(1),
             map: Mutex::default(),
+            max_db,
+            max_user,
+            bounds: Mutex::default(),
         }
+    }
+
+    /// The bounds a new pool of (`database`, `user`) is under.
+    fn limits(&self, database: &str, user: &str) -> Limits {
+        let mut bounds = self.bounds.lock().unwrap_or_else(|e| e.into_inner());
+        bounds.retain(|_, l| l.strong_count() > 0);
+        let mut out = Vec::new();
+        for (is_db, name, max) in [(true, database, self.max_db), (false, user, self.max_user)] {
+            if max == 0 {
+                continue;
+            }
+            let key = (is_db, name.to_owned());
+            let limit = match bounds.get(&key).and_then(std::sync::Weak::upgrade) {
+                Some(l) => l,
+                None => {
+                    let l = Limit::new(max);
+                    bounds.insert(key, Arc::downgrade(&l));
+                    l
+                }
+            };
+            out.push(limit);
+        }
+        Limits::new(out)
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Pool>>> {
@@ -56,7 +96,9 @@ impl Pools {
                 return Err(TooManyPools { max: self.max });
             }
         }
-        let pool = Arc::new(Pool::new(key.0.clone(), key.1.clone(), self.size));
+        let limits = self.limits(database, user);
+        let pool = Arc::new(Pool::new(key.0.clone(), key.1.clone(), self.size, limits));
+        pool.limits.join(&pool);
         map.insert(key, pool.clone());
         Ok(pool)
     }
