@@ -16,6 +16,7 @@ use bytes::Bytes;
 use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout, Wants};
 use crate::{
     cancel::{CancelKeys, Key, Target},
+    net::ServerConn,
     protocol::{Protocol, ServerState, ServerStatements, settings::Settings},
     stats::SessionState,
     wire::backend,
@@ -41,7 +42,7 @@ pub enum Waiting {
     /// epoll it was kept in, if it was).
     Ready(std::net::TcpStream, Option<Kept>),
     /// Its task goes on with what it was granted (`Pooled::granted`): a
-    /// connection to open, or one to make its settings on.
+    /// connection to open, or a TLS one to relay.
     Task,
     /// It waits in line for a grant, left with its worker's relay.
     InLine,
@@ -64,16 +65,48 @@ pub struct Taken {
 impl Idle {
     /// The connection and what the session that takes it adopts. Out of
     /// any worker epoll: the session's task relays it now.
-    pub fn taken(mut self) -> (std::net::TcpStream, Taken) {
-        if let Some(kept) = self.kept.take() {
-            kept.end(self.tcp.as_raw_fd());
-        }
-        let (tcp, _, taken) = self.taken_kept();
+    pub fn taken(self) -> (ServerConn, Taken) {
+        let idle = match self.taken_kept() {
+            Ok((tcp, kept, taken)) => {
+                if let Some(kept) = kept {
+                    kept.end(tcp.as_raw_fd());
+                }
+                return (ServerConn::Plain(tcp), taken);
+            }
+            Err(tls) => tls,
+        };
+        let Idle {
+            tcp,
+            params,
+            key,
+            settings,
+            statements,
+            state,
+            opened,
+            slot,
+            ..
+        } = idle;
+        let taken = Taken {
+            key,
+            opened,
+            slot,
+            statements,
+            params,
+            settings,
+            state,
+        };
         (tcp, taken)
     }
 
     /// As `taken`, for a worker's relay: left in the epoll it was kept in.
-    fn taken_kept(self) -> (std::net::TcpStream, Option<Kept>, Taken) {
+    /// A TLS connection is given back: only a session's task relays it.
+    // Moved, not boxed, as a `Grant` is.
+    #[allow(clippy::result_large_err)]
+    fn taken_kept(self) -> Result<(std::net::TcpStream, Option<Kept>, Taken), Idle> {
+        let tcp = match self.tcp {
+            ServerConn::Plain(tcp) => tcp,
+            ServerConn::Tls(_) => return Err(self),
+        };
         let taken = Taken {
             key: self.key,
             opened: self.opened,
@@ -83,7 +116,7 @@ impl Idle {
             settings: self.settings,
             state: self.state,
         };
-        (self.tcp, self.kept, taken)
+        Ok((tcp, self.kept, taken))
     }
 }
 
@@ -108,7 +141,7 @@ impl Pooled {
     /// stays in.
     pub fn give_back(
         &mut self,
-        tcp: std::net::TcpStream,
+        tcp: crate::net::ServerConn,
         kept: Option<Kept>,
         proto: &mut Protocol,
     ) -> bool {
@@ -162,16 +195,23 @@ impl Pooled {
         }
     }
 
-    /// Takes a grant: an idle connection that can be the client's is used
-    /// (what makes it so goes ahead of the client's next message); anything
-    /// else is left for the task (`granted`) to open a connection.
+    /// Takes a grant: an idle plain connection that can be the client's is
+    /// used (what makes it so goes ahead of the client's next message); a
+    /// TLS one is left for the task (`granted`) to relay, and anything else
+    /// for it to open a connection.
     pub fn use_grant(&mut self, proto: &mut Protocol, grant: Grant) -> Waiting {
         match grant {
-            Grant::Idle(idle) if idle.usable_for(proto.loads()) => {
-                let (tcp, kept, taken) = idle.taken_kept();
-                self.adopt(proto, taken);
-                Waiting::Ready(tcp, kept)
-            }
+            Grant::Idle(idle) if idle.usable_for(proto.loads()) => match idle.taken_kept() {
+                Ok((tcp, kept, taken)) => {
+                    self.adopt(proto, taken);
+                    Waiting::Ready(tcp, kept)
+                }
+                // TLS: the task relays it, in its runtime.
+                Err(tls) => {
+                    self.granted = Some(Ok(Grant::Idle(tls)));
+                    Waiting::Task
+                }
+            },
             Grant::Idle(idle) => {
                 self.granted = Some(Ok(Grant::Open(idle.close())));
                 Waiting::Task

@@ -10,7 +10,6 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    io::Write,
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
@@ -32,6 +31,7 @@ use onetrip_planner::classify::{RESET_REASONS, Reset};
 
 use crate::{
     auth::Credential,
+    net::ServerConn,
     protocol::{Residues, ServerState, ServerStatements, SessionSets, settings::Settings},
     stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{startup::encode_startup as startup_packet, write},
@@ -45,7 +45,8 @@ const CHECK_AFTER: Duration = Duration::from_millis(10);
 /// A server connection of a pool, idle between two clients. It holds its
 /// place in the pool's count.
 pub struct Idle {
-    pub tcp: std::net::TcpStream,
+    /// The connection: plain TCP, or TLS (`[upstream] tls`).
+    pub tcp: ServerConn,
     /// The greeting's ParameterStatus values, for a client that logs in on it.
     pub params: Vec<(String, String)>,
     /// The backend's BackendKeyData message.
@@ -63,11 +64,10 @@ pub struct Idle {
 }
 
 impl Idle {
-    /// Nothing unread waits in it and the server has not closed it, as far
-    /// as the socket can tell now (one syscall).
+    /// Nothing unread waits in it (plain TCP) and the server has not
+    /// closed it, as far as the socket can tell now (one syscall).
     fn alive(&self) -> bool {
-        let mut b = [0u8; 1];
-        matches!(self.tcp.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        self.tcp.alive()
     }
 
     /// Whether it holds exactly a client's settings and libraries (it is
@@ -84,8 +84,8 @@ impl Idle {
 
     /// Says goodbye and closes the connection; its place stays with the
     /// slot returned.
-    pub fn close(self) -> Slot {
-        let _ = (&self.tcp).write(&write::TERMINATE);
+    pub fn close(mut self) -> Slot {
+        self.tcp.say_goodbye(&write::TERMINATE);
         self.slot
     }
 }
@@ -822,7 +822,7 @@ mod tests {
         let _ = pool;
         let now = Instant::now();
         let i = Idle {
-            tcp,
+            tcp: ServerConn::Plain(tcp),
             params: Vec::new(),
             key: None,
             settings: None,

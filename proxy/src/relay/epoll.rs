@@ -31,6 +31,7 @@ use tracing::Span;
 
 use super::{Bufs, End, line};
 use crate::{
+    net::ServerConn,
     pooling::{Deliver, Grant, Pooled, Waiting},
     protocol::Protocol,
     wire::write,
@@ -824,7 +825,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             None => _ = worker::unwatch(upstream.as_raw_fd()),
         }
         if let Some(up) = held.take()
-            && pooled.give_back(up, kept, proto)
+            && pooled.give_back(ServerConn::Plain(up), kept, proto)
         {
             WOKE_OTHERS.with(|w| w.set(true));
         }
@@ -1010,7 +1011,7 @@ fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Kept>) -> Result<(), Stop>
     } = &mut e.parts;
     let Ok(kept) = kept else {
         if let Some(pooled) = pooled.as_mut() {
-            pooled.give_back(tcp, None, proto);
+            pooled.give_back(ServerConn::Plain(tcp), None, proto);
         }
         return Err(Stop::End(End::Release));
     };

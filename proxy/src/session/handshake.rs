@@ -84,7 +84,7 @@ pub async fn connect_upstream(shared: &Shared) -> Result<Stream, ConnectError> {
         rustls::pki_types::ServerName::try_from("localhost").expect("static name")
     });
     let tls = connector
-        .connect(name, tcp)
+        .connect(name, crate::net::TlsTcp::new(tcp))
         .await
         .map_err(|source| ConnectError::Tls { addr, source })?;
     Ok(Stream::ClientTls(Box::new(tls)))

@@ -26,16 +26,17 @@ use tracing::{Instrument, Span, debug, warn};
 use super::{
     farewell::{farewells, write_farewells},
     login::{Ready, connect_and_authenticate},
-    pooled::{self, Next},
+    pooled::{self, Client, Next},
     reuse,
 };
 use crate::{
-    net::{Pair, Stream},
+    net::{Pair, ServerConn, Stream},
     pooling::Pooled,
     protocol::Protocol,
     relay::{
         Bufs, Closer, End, Outcome,
         epoll::{self as fast},
+        give_back_room,
         task::relay,
     },
     shared::Shared,
@@ -82,8 +83,11 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
                 Streams::Waiting(_) => proto.start_later(),
                 _ => proto.start(&mut bufs.to_up),
             }
-            // A TLS stream's state lives in this task: it stays here.
-            let may_move = !streams.is_tls();
+            // A TLS stream's state lives in this task: it stays here. So
+            // do pooled sessions over TLS server connections, which relay
+            // here.
+            let relays_tls = pooled.is_some() && shared.upstream_tls.is_some();
+            let may_move = !(streams.is_tls() || relays_tls);
             let seat = Seat::take(shared.workers.clone(), worker, may_move);
             let s = Session {
                 startup_raw,
@@ -130,7 +134,7 @@ pub(super) enum Streams {
     Std(std::net::TcpStream, std::net::TcpStream),
     /// A pooled session's client, with no server connection yet: it waits
     /// for its client's first bytes (`pooled::between`) before it relays.
-    Waiting(std::net::TcpStream),
+    Waiting(Client),
     /// Nothing to relay: the login ended the session.
     Closed,
 }
@@ -139,6 +143,7 @@ impl Streams {
     fn is_tls(&self) -> bool {
         match self {
             Streams::Runtime(io) => io.client.is_tls() || io.upstream.is_tls(),
+            Streams::Waiting(c) => c.is_tls(),
             _ => false,
         }
     }
@@ -235,12 +240,17 @@ fn relay_to_the_end(
             // the relay stopped without one.
             let (sockets, mut b, stopped) = match streams {
                 // Greeted without a connection: where the worker's relay
-                // can't wait for the client's first bytes, it waits here.
-                Streams::Waiting(c) if !fast::may_relay(&proto) => (Ok((c, None)), bufs, None),
+                // can't wait for the client's first bytes (a client that
+                // stays in the runtime, or no worker relay), it waits here.
+                Streams::Waiting(c)
+                    if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) =>
+                {
+                    (Ok((c, None)), bufs, None)
+                }
                 streams => {
                     let relayed = if fast::may_relay(&proto) {
                         let sockets = match streams {
-                            Streams::Waiting(c) => Ok(Ok((c, None))),
+                            Streams::Waiting(Client::Plain(c)) => Ok(Ok((c, None))),
                             streams => streams.unregistered().map(|r| r.map(|(c, u)| (c, Some(u)))),
                         };
                         match sockets {
@@ -285,11 +295,14 @@ fn relay_to_the_end(
                             if matches!(out.end, End::Release) =>
                         {
                             (proto, seat) = (p, se);
-                            (
-                                released_sockets(st).map(|(c, u)| (c, Some(u))),
-                                out.bufs,
-                                None,
-                            )
+                            let mut b = out.bufs;
+                            // Empty at a release point, as in the worker's
+                            // relay: a client between transactions holds no
+                            // read room.
+                            proto.let_go_of_reads();
+                            give_back_room(&mut b.cin);
+                            give_back_room(&mut b.uin);
+                            (released_sockets(st).map(|(c, u)| (c, Some(u))), b, None)
                         }
                         Some((
                             Relayed::Released {
@@ -313,7 +326,7 @@ fn relay_to_the_end(
                                 (Some(spot), false) => spot.leave(&client),
                                 (None, _) => fast::release(&client),
                             }
-                            (Ok((client, None)), bufs, end)
+                            (Ok((Client::Plain(client), None)), bufs, end)
                         }
                         other => break other,
                     }
@@ -336,13 +349,12 @@ fn relay_to_the_end(
             };
             let next = match (s.pooled.as_mut(), sockets) {
                 (Some(pooled), Ok((c, u))) => {
-                    let buffered = !b.cin.is_empty();
                     let shared = &s.shared;
                     let between = pooled::between(
                         c,
                         u,
                         stopped,
-                        buffered,
+                        &mut b,
                         &mut proto,
                         pooled,
                         shared,
@@ -359,13 +371,20 @@ fn relay_to_the_end(
                 // Never released without a pool.
                 (None, Ok(_)) => Next::End,
             };
+            let next = match next {
+                Next::Go(c, u) => relay_over(c, u, &mut away).map_err(|e| {
+                    s.span
+                        .in_scope(|| warn!("session closed: its connections could not relay: {e}"));
+                }),
+                Next::End => Err(()),
+            };
             match next {
-                Next::Go(c, u) => {
-                    streams = Streams::Std(c, u);
+                Ok(over) => {
+                    streams = over;
                     bufs = b;
                     proto.start_if_due(&mut bufs.to_up);
                 }
-                Next::End => {
+                Err(()) => {
                     drop(away);
                     s.shared.forget_closer(id);
                     drop(seat);
@@ -409,17 +428,14 @@ fn relay_to_the_end(
         let upstream = match (upstream, s.pooled.as_mut()) {
             // A pooled session that ended cleanly: its connection stays in
             // the pool, as after any transaction.
-            (Some(Stream::Plain(mut t)), Some(pooled)) => {
-                if !Box::pin(reset_for_pool(&mut t, &mut proto)).await {
+            (Some(mut up), Some(pooled)) => {
+                if !Box::pin(reset_for_pool(&mut up, &mut proto)).await {
                     return Some(proto);
                 }
-                match t
-                    .into_std()
-                    .and_then(|t| t.set_nonblocking(true).map(|()| t))
-                {
-                    Ok(tcp) => {
+                match ServerConn::from_stream(up) {
+                    Ok(conn) => {
                         proto.upstream_key = key;
-                        pooled.give_back(tcp, None, &mut proto);
+                        pooled.give_back(conn, None, &mut proto);
                     }
                     Err(e) => debug!("pooled connection not given back: {e}"),
                 }
@@ -450,7 +466,7 @@ fn relay_to_the_end(
 /// transaction it left open is rolled back, and a pinned one's state undone
 /// by DISCARD ALL, so that the connection can serve the pool again. False
 /// when that failed (the connection is dropped, which ends its backend).
-async fn reset_for_pool(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> bool {
+async fn reset_for_pool(t: &mut Stream, proto: &mut Protocol) -> bool {
     let queries = proto.reset_at_end();
     if queries.is_empty() {
         return true;
@@ -481,16 +497,54 @@ async fn reset_for_pool(t: &mut tokio::net::TcpStream, proto: &mut Protocol) -> 
     }
 }
 
-/// The plain sockets of a session that released its connection, out of
-/// the worker's epoll or the runtime.
-fn released_sockets(
-    streams: Streams,
-) -> Result<(std::net::TcpStream, std::net::TcpStream), String> {
-    streams.release();
-    match streams.unregistered() {
-        Ok(Ok(pair)) => Ok(pair),
-        Ok(Err(e)) => Err(format!("its sockets could not leave the runtime: {e}")),
-        Err(_) => Err("a TLS session was released (never pooled)".into()),
+/// The client and the connection of a session that released it: plain
+/// sockets out of the worker's epoll or the runtime, as they were; the
+/// client stays in the runtime when it is TLS or its connection was.
+fn released_sockets(streams: Streams) -> Result<(Client, ServerConn), String> {
+    let left = |e| format!("its sockets could not leave the runtime: {e}");
+    match streams {
+        Streams::Std(c, u) => {
+            fast::release(&c);
+            fast::release(&u);
+            Ok((Client::Plain(c), ServerConn::Plain(u)))
+        }
+        Streams::Runtime(Pair { client, upstream }) => {
+            let upstream = ServerConn::from_stream(upstream).map_err(left)?;
+            let client = match client {
+                Stream::Plain(c) if !upstream.is_tls() => {
+                    Client::Plain(c.into_std().map_err(left)?)
+                }
+                c => Client::Runtime(c),
+            };
+            Ok((client, upstream))
+        }
+        Streams::Waiting(_) | Streams::Closed => Err(no_connection().to_string()),
+    }
+}
+
+/// Where a pooled session relays on over the connection it took: plain
+/// both ways, in the worker's epoll (as plain sockets, in no reactor yet);
+/// else in this task's runtime, which a plain client's socket enters (out
+/// of the worker's epoll, where it may have waited for the connection).
+fn relay_over(
+    client: Client,
+    upstream: ServerConn,
+    away: &mut Option<fast::Spot>,
+) -> std::io::Result<Streams> {
+    match (client, upstream) {
+        (Client::Plain(c), ServerConn::Plain(u)) => Ok(Streams::Std(c, u)),
+        (Client::Runtime(Stream::Plain(c)), ServerConn::Plain(u)) => {
+            Ok(Streams::Std(c.into_std()?, u))
+        }
+        (c, u) => {
+            if let (Some(spot), Client::Plain(c)) = (away.take(), &c) {
+                spot.leave(c);
+            }
+            Ok(Streams::Runtime(Pair {
+                client: c.into_stream()?,
+                upstream: u.into_stream()?,
+            }))
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tracing::{debug, info, warn};
 
-use super::{handshake, life::Start, pool_login, pooled_login, reuse};
+use super::{handshake, life::Start, pool_login, pooled, pooled_login, reuse};
 use crate::{
     auth::Credential,
     cancel::Pid,
@@ -32,7 +32,7 @@ pub(super) enum Ready {
     /// A pooled session greeted without a server connection: it waits for
     /// its client's first bytes, then for a connection (what the client
     /// sent past its password, if anything, is read already).
-    Waiting(std::net::TcpStream, BytesMut),
+    Waiting(pooled::Client, BytesMut),
 }
 
 /// A login that gets no server connection: the client is told why
@@ -88,7 +88,7 @@ pub(super) async fn connect_and_authenticate(
     // login's credential is not for them (a reload may have stopped
     // naming the user): they are relayed to the server, in session mode.
     let check = pool_login::Check::of(&config.pool, &user);
-    let startup = pooled_startup(shared, &client, &params)
+    let startup = pooled_startup(shared, &params)
         .filter(|_| check.is_some() || !shared.pools.has_credential(&database, &user));
     let client = match startup {
         None => client,
@@ -122,18 +122,10 @@ pub(super) async fn connect_and_authenticate(
     session_login(client, startup_raw, &params, info, deadline, shared).await
 }
 
-/// The startup parameters of a login transaction pooling takes: plain TCP
-/// both ways (a TLS stream can't wait between transactions here yet), and
-/// parameters it can carry from connection to connection.
-fn pooled_startup(
-    shared: &Shared,
-    client: &Stream,
-    params: &[(String, String)],
-) -> Option<ClientStartup> {
-    if shared.config().pool.mode != PoolMode::Transaction
-        || shared.upstream_tls.is_some()
-        || client.is_tls()
-    {
+/// The startup parameters of a login transaction pooling takes: parameters
+/// it can carry from connection to connection.
+fn pooled_startup(shared: &Shared, params: &[(String, String)]) -> Option<ClientStartup> {
+    if shared.config().pool.mode != PoolMode::Transaction {
         return None;
     }
     match ClientStartup::of(params) {

@@ -1,7 +1,9 @@
 //! A session in transaction pooling, between two transactions, when it
 //! must wait: for its client's next bytes, for a connection of its pool
 //! (an idle one, or one it opens with the trust handshake), or for its
-//! settings to be made on one; then relaying goes on over it.
+//! settings to be made on one; then relaying goes on over it. A TLS
+//! client, or any client of TLS server connections, waits and relays here,
+//! in the session's task: TLS state can't enter a worker's epoll.
 
 use std::{
     sync::Arc,
@@ -9,7 +11,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, warn};
 
 use super::{
@@ -18,10 +20,10 @@ use super::{
 };
 use crate::{
     auth::{Credential, scram::ScramError},
-    net::Stream,
+    net::{ServerConn, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::Protocol,
-    relay::{Closer, End},
+    relay::{Bufs, Closer, End, give_back_room, reserve},
     shared::Shared,
     stats::Counters,
     wire::{
@@ -52,8 +54,6 @@ pub enum PoolError {
     Unexpected(u8),
     #[error("opening a pooled upstream connection took longer than {0:?}")]
     Timeout(Duration),
-    #[error("the pool's server connections are TLS, which the pool does not keep yet")]
-    Tls,
 }
 
 /// The message of a server's ErrorResponse.
@@ -89,7 +89,8 @@ impl PoolError {
 /// A fresh server connection for a pool: the startup packet, trust
 /// authentication, the greeting read to its ReadyForQuery.
 pub struct Opened {
-    pub tcp: tokio::net::TcpStream,
+    /// Plain or TLS, as `[upstream] tls` and the server made it.
+    pub stream: Stream,
     pub key: Option<Bytes>,
     /// The greeting's ParameterStatus values.
     pub params: Vec<(String, String)>,
@@ -124,10 +125,10 @@ async fn open_now(
     user: &str,
     credential: Option<&Credential>,
 ) -> Result<Opened, PoolError> {
-    let Stream::Plain(mut tcp) = connect_upstream(shared).await? else {
-        return Err(PoolError::Tls);
-    };
-    tcp.write_all(startup).await?;
+    let mut stream = connect_upstream(shared).await?;
+    stream.write_all(startup).await?;
+    // TLS may hold what it took until flushed.
+    stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut key = None;
     let mut params = Vec::new();
@@ -135,13 +136,14 @@ async fn open_now(
     let mut answerer = Answerer::new(user, credential);
     let mut answer = BytesMut::new();
     loop {
-        let msg = read_message(&mut tcp, &mut buf, max).await?;
+        let msg = read_message(&mut stream, &mut buf, max).await?;
         match msg[0] {
             tag::AUTHENTICATION if backend::auth_code(&msg) == Some(backend::auth::OK) => {}
             tag::AUTHENTICATION => {
                 answerer.answer(&msg, &mut answer)?;
                 if !answer.is_empty() {
-                    tcp.write_all(&answer).await?;
+                    stream.write_all(&answer).await?;
+                    stream.flush().await?;
                     answer.clear();
                 }
             }
@@ -156,7 +158,11 @@ async fn open_now(
             tag::BACKEND_KEY_DATA => key = Some(msg),
             tag::ERROR_RESPONSE => return Err(PoolError::Refused(msg)),
             tag::READY_FOR_QUERY if buf.is_empty() => {
-                return Ok(Opened { tcp, key, params });
+                return Ok(Opened {
+                    stream,
+                    key,
+                    params,
+                });
             }
             t => return Err(PoolError::Unexpected(t)),
         }
@@ -172,7 +178,7 @@ pub fn fill_pools(shared: &Arc<Shared>) {
             let (shared, pool) = (shared.clone(), pool.clone());
             tokio::spawn(async move {
                 let idle = match open(&shared, &pool).await {
-                    Ok(o) => o.tcp.into_std().ok().map(|tcp| {
+                    Ok(o) => ServerConn::from_stream(o.stream).ok().map(|tcp| {
                         let now = Instant::now();
                         Idle {
                             tcp,
@@ -204,9 +210,8 @@ pub async fn opened(
     shared: &Shared,
     pool: &Pool,
     slot: crate::pooling::Slot,
-) -> Result<(std::net::TcpStream, Taken), PoolError> {
+) -> Result<(ServerConn, Taken), PoolError> {
     let o = open(shared, pool).await?;
-    let _ = o.tcp.set_nodelay(true);
     let taken = Taken {
         key: o.key,
         opened: Instant::now(),
@@ -216,14 +221,76 @@ pub async fn opened(
         settings: None,
         state: Default::default(),
     };
-    Ok((o.tcp.into_std()?, taken))
+    Ok((ServerConn::from_stream(o.stream)?, taken))
+}
+
+/// A pooled session's client, between two transactions.
+pub enum Client {
+    /// A plain socket in no reactor: the worker's epoll relays it, and
+    /// waits for its next bytes.
+    Plain(std::net::TcpStream),
+    /// A stream that stays in the session's task's runtime: a TLS client,
+    /// whose TLS state lives there, or a plain one whose server connections
+    /// are TLS (relayed there too, it would otherwise leave and enter the
+    /// runtime at each transaction).
+    Runtime(Stream),
+}
+
+impl Client {
+    /// The client's TLS state can't leave the session's task.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Client::Runtime(s) if s.is_tls())
+    }
+
+    /// The client in this thread's runtime.
+    pub fn into_stream(self) -> std::io::Result<Stream> {
+        match self {
+            Client::Plain(c) => Ok(Stream::Plain(tokio::net::TcpStream::from_std(c)?)),
+            Client::Runtime(s) => Ok(s),
+        }
+    }
+
+    /// Writes `queue` to the client, within `limit`: an error names why it
+    /// did not take it all.
+    async fn write(self, queue: &mut WriteQueue, limit: Duration) -> Result<Self, String> {
+        match self {
+            Client::Plain(c) => {
+                let mut c = tokio::net::TcpStream::from_std(c)
+                    .map_err(|e| format!("its client socket could not wait: {e}"))?;
+                write_within(&mut c, queue, limit).await?;
+                c.into_std()
+                    .map(Client::Plain)
+                    .map_err(|e| format!("its client socket could not leave the runtime: {e}"))
+            }
+            Client::Runtime(mut s) => {
+                write_within(&mut s, queue, limit).await?;
+                Ok(Client::Runtime(s))
+            }
+        }
+    }
+}
+
+/// Writes and flushes `queue` (a TLS stream may hold what it took) within
+/// `limit`.
+async fn write_within<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    queue: &mut WriteQueue,
+    limit: Duration,
+) -> Result<(), String> {
+    match crate::timers::timeout(limit, queue.write_all(w)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("client write: {e}")),
+        Err(_) => Err(format!(
+            "its client took no answer within limits.client_write_timeout ({limit:?})"
+        )),
+    }
 }
 
 /// What the session does after giving its connection back.
 pub enum Next {
-    /// Relaying goes on over these sockets (client, upstream), in no
-    /// reactor yet.
-    Go(std::net::TcpStream, std::net::TcpStream),
+    /// Relaying goes on over these (client, upstream); plain sockets are
+    /// in no reactor yet.
+    Go(Client, ServerConn),
     /// The session is over (its client left, or shutdown, or no connection
     /// came; the client was told why).
     End,
@@ -234,22 +301,12 @@ pub enum Next {
 /// Within `limits.client_write_timeout`, as last words are; past it, or
 /// with the client gone, the session ends.
 pub async fn answer_first(
-    client: std::net::TcpStream,
+    client: Client,
     to_client: &mut WriteQueue,
     proto: &Protocol,
-) -> Result<std::net::TcpStream, String> {
-    let mut c = tokio::net::TcpStream::from_std(client)
-        .map_err(|e| format!("its client socket could not wait: {e}"))?;
+) -> Result<Client, String> {
     let limit = proto.services.config.limits.client_write_timeout;
-    match crate::timers::timeout(limit, to_client.write_all(&mut c)).await {
-        Ok(Ok(())) => c
-            .into_std()
-            .map_err(|e| format!("its client socket could not leave the runtime: {e}")),
-        Ok(Err(e)) => Err(format!("client write: {e}")),
-        Err(_) => Err(format!(
-            "its client took no answer within limits.client_write_timeout ({limit:?})"
-        )),
-    }
+    client.write(to_client, limit).await
 }
 
 /// Between two transactions, the long way: the session's connection (if
@@ -258,17 +315,17 @@ pub async fn answer_first(
 /// or else waits for a connection here, opens one or makes its settings on
 /// one (the worker's relay takes an idle one itself: `pooling::held`).
 /// `stopped` is why the relay handed the session over while it had no
-/// connection; `buffered`, whether the client's next bytes are read. The
-/// sockets enter the runtime only to be waited on (the client's first
-/// bytes, a settings replay), so a session that only waits for a
-/// connection goes back to the worker's epoll without two more
-/// registrations each.
+/// connection; `b.cin` holds the client's next bytes if they are read (a
+/// client in the runtime has them read into it here). Plain sockets enter
+/// the runtime only to be waited on (the client's first bytes, a settings
+/// replay), so a session that only waits for a connection goes back to
+/// the worker's epoll without two more registrations each.
 #[allow(clippy::too_many_arguments)]
 pub async fn between(
-    client: std::net::TcpStream,
-    upstream: Option<std::net::TcpStream>,
+    client: Client,
+    upstream: Option<ServerConn>,
     stopped: Option<End>,
-    buffered: bool,
+    b: &mut Bufs,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Shared,
@@ -290,12 +347,8 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    let client = match buffered {
-        true => client,
-        false => match wait_for_client(client, proto, forced).await {
-            Some(c) => c,
-            None => return Next::End,
-        },
+    let Some(client) = next_bytes(client, b, proto, forced).await else {
+        return Next::End;
     };
     // The session's own configuration, as it started: no shared lock here.
     let config = proto.services.config.clone();
@@ -325,9 +378,7 @@ pub async fn between(
             warn!("{e}");
             Counters::add(&info.counters.errors, 1);
             let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
-            if let Ok(mut client) = tokio::net::TcpStream::from_std(client) {
-                let _ = client.write_all(&msg).await;
-            }
+            say(client, msg, proto).await;
             return Next::End;
         }
     };
@@ -336,14 +387,60 @@ pub async fn between(
     Next::Go(client, tcp)
 }
 
-/// Waits for the client's next bytes (`None`: it left, said goodbye, or
-/// the session was closed and its client told why).
+/// Waits for the client's next bytes, unless they are read (`None`: it
+/// left, said goodbye, or the session was closed and its client told
+/// why). What a client in the runtime sends that needs no connection (a
+/// BEGIN the session holds, its end, Closes alone) is answered here, as
+/// the worker's relay answers it, and the wait goes on.
+async fn next_bytes(
+    mut client: Client,
+    b: &mut Bufs,
+    proto: &mut Protocol,
+    forced: &mut Closer,
+) -> Option<Client> {
+    loop {
+        if b.cin.is_empty() {
+            client = wait_for_client(client, &mut b.cin, proto, forced).await?;
+        }
+        // Saying goodbye: no connection is taken for that.
+        if b.cin.starts_with(&write::TERMINATE) {
+            return None;
+        }
+        if !matches!(client, Client::Runtime(_))
+            || !proto.answer_alone(&mut b.cin, &mut b.to_client)
+        {
+            return Some(client);
+        }
+        let limit = proto.services.config.limits.client_write_timeout;
+        client = match client.write(&mut b.to_client, limit).await {
+            Ok(c) => c,
+            Err(why) => {
+                debug!("session closed: {why}");
+                return None;
+            }
+        };
+        if b.cin.is_empty() {
+            proto.let_go_of_reads();
+            give_back_room(&mut b.cin);
+        }
+    }
+}
+
+/// Waits for the client's next bytes (`None`: it left, or the session was
+/// closed and its client told why). A plain socket is
+/// peeked at, its bytes left for the relay; a stream in the runtime is
+/// read into `cin`, since TLS may hold what the socket no longer shows.
 async fn wait_for_client(
-    client: std::net::TcpStream,
+    client: Client,
+    cin: &mut BytesMut,
     proto: &Protocol,
     forced: &mut Closer,
-) -> Option<std::net::TcpStream> {
-    let client = match tokio::net::TcpStream::from_std(client) {
+) -> Option<Client> {
+    let client = match client {
+        Client::Plain(c) => tokio::net::TcpStream::from_std(c),
+        Client::Runtime(s) => return read_from_client(s, cin, proto, forced).await,
+    };
+    let client = match client {
         Ok(c) => c,
         Err(e) => {
             warn!("session closed: its client socket could not wait: {e}");
@@ -354,7 +451,7 @@ async fn wait_for_client(
     let peeked = tokio::select! {
         biased;
         end = &mut *forced => {
-            farewell_to(client, end, proto).await;
+            farewell(Client::Runtime(Stream::Plain(client)), end, proto).await;
             return None;
         }
         r = client.peek(&mut first) => r,
@@ -363,20 +460,42 @@ async fn wait_for_client(
         // Gone, or saying goodbye: no connection is taken for that.
         Ok(0) | Err(_) => None,
         Ok(5) if first == write::TERMINATE => None,
-        Ok(_) => client.into_std().ok(),
+        Ok(_) => client.into_std().ok().map(Client::Plain),
     }
+}
+
+/// Reads a client's next bytes into `cin`. The session holds no read room
+/// while it waits: what comes is read here first, then moved to the room
+/// the relay reads into.
+async fn read_from_client(
+    mut client: Stream,
+    cin: &mut BytesMut,
+    proto: &Protocol,
+    forced: &mut Closer,
+) -> Option<Client> {
+    let mut first = [0u8; 512];
+    let read = tokio::select! {
+        biased;
+        end = &mut *forced => {
+            farewell(Client::Runtime(client), end, proto).await;
+            return None;
+        }
+        r = client.read(&mut first) => r,
+    };
+    let n = match read {
+        // Gone: no connection is taken for that.
+        Ok(0) | Err(_) => return None,
+        Ok(n) => n,
+    };
+    Counters::add(&proto.info.counters.bytes_from_client, n as u64);
+    reserve(cin);
+    cin.extend_from_slice(&first[..n]);
+    Some(Client::Runtime(client))
 }
 
 /// The session ends between two transactions, for shutdown or its idle
 /// timeout: its client is told why, as PostgreSQL would tell it.
-async fn farewell(client: std::net::TcpStream, end: End, proto: &Protocol) -> Next {
-    if let Ok(client) = tokio::net::TcpStream::from_std(client) {
-        farewell_to(client, end, proto).await;
-    }
-    Next::End
-}
-
-async fn farewell_to(mut client: tokio::net::TcpStream, end: End, proto: &Protocol) {
+async fn farewell(client: Client, end: End, proto: &Protocol) -> Next {
     let msg = match end {
         // PostgreSQL's own, from its idle_session_timeout.
         End::IdleTimeout => write::error(
@@ -390,6 +509,16 @@ async fn farewell_to(mut client: tokio::net::TcpStream, end: End, proto: &Protoc
             "terminating connection due to administrator command (onetrip is shutting down)",
         ),
     };
+    say(client, msg, proto).await;
+    Next::End
+}
+
+/// The client's last words, within `limits.client_write_timeout`.
+async fn say(client: Client, msg: Bytes, proto: &Protocol) {
     let limit = proto.services.config.limits.client_write_timeout;
-    let _ = crate::timers::timeout(limit, client.write_all(&msg)).await;
+    let mut queue = WriteQueue::default();
+    queue.push(msg);
+    if let Err(why) = client.write(&mut queue, limit).await {
+        debug!("last words not written: {why}");
+    }
 }

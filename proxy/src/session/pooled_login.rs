@@ -14,12 +14,12 @@ use tracing::{debug, info, warn};
 use super::{
     handshake::KeyGuard,
     login::{Ready, refuse},
-    pooled::{self, PoolError},
+    pooled::{self, Client, PoolError},
 };
 use crate::{
     auth::Credential,
     cancel::Pid,
-    net::Stream,
+    net::{ServerConn, Stream},
     pooling::{Grant, Greeting, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
     protocol::{Protocol, Residues},
     shared::Shared,
@@ -138,7 +138,7 @@ async fn connect(
         Grant::Idle(idle) => pooled::opened(shared, pool, idle.close()).await,
         Grant::Open(slot) => pooled::opened(shared, pool, slot).await,
     };
-    let (tcp, mut taken) = match got {
+    let (conn, mut taken) = match got {
         Ok(g) => g,
         Err(e) if e.needs_password() => {
             info!(
@@ -149,11 +149,10 @@ async fn connect(
         }
         Err(e) => return Err(refused(client, e, info, shared).await),
     };
-    let tcp = match tokio::net::TcpStream::from_std(tcp) {
+    let mut tcp = match conn.into_stream() {
         Ok(t) => t,
         Err(e) => return Err(refused(client, e.into(), info, shared).await),
     };
-    let mut tcp = tcp;
     if !startup.learn.is_empty() && pool.learned(&startup.learn).is_none() {
         let limit = up.connect_timeout;
         let learning = learn(&mut tcp, startup, config.limits.max_message_bytes);
@@ -196,11 +195,8 @@ async fn connect(
 
 /// A connection the login used goes back to its pool, for the client's
 /// first statement or anyone's.
-fn give_back(pool: &Pool, tcp: tokio::net::TcpStream, taken: crate::pooling::Taken) {
-    let tcp = match tcp
-        .into_std()
-        .and_then(|t| t.set_nonblocking(true).map(|()| t))
-    {
+fn give_back(pool: &Pool, tcp: Stream, taken: crate::pooling::Taken) {
+    let tcp = match ServerConn::from_stream(tcp) {
         Ok(t) => t,
         Err(e) => return debug!("pooled connection not given back: {e}"),
     };
@@ -257,14 +253,12 @@ impl From<std::io::Error> for Learning {
 
 /// Makes the startup parameters on `tcp` (`ClientStartup::learn_query`)
 /// and reads what the server reports for each.
-async fn learn(
-    tcp: &mut tokio::net::TcpStream,
-    startup: &ClientStartup,
-    max: usize,
-) -> Result<Learned, Learning> {
+async fn learn(tcp: &mut Stream, startup: &ClientStartup, max: usize) -> Result<Learned, Learning> {
     let mut q = BytesMut::new();
     write::query(&mut q, &startup.learn_query());
     tcp.write_all(&q).await?;
+    // TLS may hold what it took until flushed.
+    tcp.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut values = None;
     let mut failed = None;
@@ -311,7 +305,7 @@ fn greeting_for(g: &Greeting, learned: &Learned, startup: &ClientStartup) -> Vec
 /// that cancels nothing until the session takes a connection.
 #[allow(clippy::too_many_arguments)]
 async fn greet_alone(
-    client: Stream,
+    mut client: Stream,
     unread: BytesMut,
     greeting: Greeting,
     learned: &Learned,
@@ -321,10 +315,6 @@ async fn greet_alone(
     info: Arc<SessionInfo>,
 ) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
     let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
-    let Stream::Plain(mut tcp) = client else {
-        // Pooling is for plain clients only.
-        return Some((proto, None, None));
-    };
     let params = greeting_for(&greeting, learned, &startup);
     let registered = KeyGuard::issue(shared, Some(&greeting.key), Pid::MadeUp);
     if let Some(key) = registered.key() {
@@ -333,18 +323,26 @@ async fn greet_alone(
     }
     let hello = crate::pool::greeting(&params, registered.message().as_deref());
     let limit = shared.config().limits.client_write_timeout;
-    let written = timeout(limit, tcp.write_all(&hello)).await;
+    let written = timeout(limit, async {
+        client.write_all(&hello).await?;
+        client.flush().await
+    })
+    .await;
     if !matches!(written, Ok(Ok(()))) {
         debug!("login ended before its greeting was written");
         return Some((proto, None, None));
     }
     Counters::add(&info.counters.bytes_to_client, hello.len() as u64);
-    let tcp = match tcp.into_std() {
-        Ok(tcp) => tcp,
-        Err(e) => {
-            warn!("session closed: its client socket could not wait: {e}");
-            return Some((proto, None, None));
-        }
+    // A plain client waits in the worker's epoll; a TLS one in this task.
+    let client = match client {
+        Stream::Plain(tcp) => match tcp.into_std() {
+            Ok(tcp) => Client::Plain(tcp),
+            Err(e) => {
+                warn!("session closed: its client socket could not wait: {e}");
+                return Some((proto, None, None));
+            }
+        },
+        tls => Client::Runtime(tls),
     };
     proto.client_key = registered.keep();
     proto.on_server_params(&params);
@@ -360,5 +358,5 @@ async fn greet_alone(
     shared.stats.admit(&info);
     info.set_state(SessionState::Idle);
     debug!("pooled session greeted without a server connection");
-    Some((proto, Some(Ready::Waiting(tcp, unread)), Some(pooled)))
+    Some((proto, Some(Ready::Waiting(client, unread)), Some(pooled)))
 }

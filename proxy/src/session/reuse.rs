@@ -124,7 +124,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
 /// their way to the old client are dropped, and so are the answers to
 /// `owed` queries of the proxy's own sent before.
 pub(super) async fn reset(
-    tcp: &mut tokio::net::TcpStream,
+    tcp: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin),
     queries: &[&str],
     params: &mut Vec<(String, String)>,
     max: usize,
@@ -138,6 +138,8 @@ pub(super) async fn reset(
         });
     }
     tcp.write_all(&out).await?;
+    // TLS may hold what it took until flushed.
+    tcp.flush().await?;
     let mut left = queries.len();
     let mut buf = BytesMut::with_capacity(1024);
     loop {
