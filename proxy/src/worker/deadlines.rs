@@ -13,7 +13,9 @@ use std::{
 
 thread_local! {
     /// This thread's deadlines, when it is a worker.
-    static ARMED: RefCell<Option<BTreeMap<(Instant, u64), Waker>>> = const { RefCell::new(None) };
+    /// Each deadline's waker, and whether it is the relay's own (it wakes
+    /// no task: the relay looks at what it was for in its own turn).
+    static ARMED: RefCell<Option<BTreeMap<(Instant, u64), (Waker, bool)>>> = const { RefCell::new(None) };
     static NEXT_ID: Cell<u64> = const { Cell::new(0) };
 }
 
@@ -33,6 +35,18 @@ pub struct Key {
 /// Arms a deadline at `at` that wakes `waker`; `None` on a thread that
 /// keeps no deadlines (then the runtime's timers serve).
 pub fn arm(at: Instant, waker: &Waker) -> Option<Key> {
+    arm_as(at, waker, false)
+}
+
+/// As `arm`, for a deadline of the relay's own, whose waker wakes no
+/// task: `fire` does not count it as work for the runtime (a park hook
+/// that returns with none leaves the runtime blocked in its own epoll,
+/// and the worker's sessions stalled, until something else wakes it).
+pub fn arm_internal(at: Instant, waker: &Waker) -> Option<Key> {
+    arm_as(at, waker, true)
+}
+
+fn arm_as(at: Instant, waker: &Waker, internal: bool) -> Option<Key> {
     ARMED.with(|a| {
         let mut a = a.try_borrow_mut().ok()?;
         let map = a.as_mut()?;
@@ -41,7 +55,7 @@ pub fn arm(at: Instant, waker: &Waker) -> Option<Key> {
             n.set(id + 1);
             id
         });
-        map.insert((at, id), waker.clone());
+        map.insert((at, id), (waker.clone(), internal));
         Some(Key {
             at,
             id,
@@ -60,7 +74,7 @@ impl Key {
     pub fn set_waker(&self, waker: &Waker) {
         ARMED.with(|a| {
             if let Ok(mut a) = a.try_borrow_mut()
-                && let Some(w) = a.as_mut().and_then(|m| m.get_mut(&(self.at, self.id)))
+                && let Some((w, _)) = a.as_mut().and_then(|m| m.get_mut(&(self.at, self.id)))
                 && !w.will_wake(waker)
             {
                 *w = waker.clone();
@@ -100,9 +114,10 @@ pub fn wait_ms() -> i32 {
     })
 }
 
-/// Wakes every task whose deadline has passed; true when there was one.
+/// Wakes every task whose deadline has passed; true when one was a
+/// task's (not the relay's own, `arm_internal`).
 pub fn fire() -> bool {
-    let due: Vec<Waker> = ARMED.with(|a| {
+    let due: Vec<(Waker, bool)> = ARMED.with(|a| {
         let mut a = a.borrow_mut();
         let Some(m) = a.as_mut() else {
             return Vec::new();
@@ -117,9 +132,11 @@ pub fn fire() -> bool {
         let later = m.split_off(&(now, u64::MAX));
         std::mem::replace(m, later).into_values().collect()
     });
-    // Woken outside the borrow: a wake may drop a task, and with it a key.
-    let woke = !due.is_empty();
-    due.into_iter().for_each(Waker::wake);
+    let mut woke = false;
+    for (w, internal) in due {
+        woke |= !internal;
+        w.wake();
+    }
     woke
 }
 
