@@ -219,3 +219,36 @@ async fn a_client_that_hangs_up_in_line_leaves_it() {
     let clients = admin(&env, "SHOW CLIENTS").await;
     assert!(clients.len() <= 2, "{clients:?}");
 }
+
+/// A wait in line leaves the line's deadline armed after its client got
+/// a connection; when it passes, the worker must go on relaying. (It used
+/// to hand the thread to the runtime with nothing to run, and every
+/// session relayed on that worker stalled until something else woke it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lines_deadline_passing_stalls_nobody() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+        c.pool.query_wait_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let dsn = env.proxy_dsn();
+    let holder = connect(&dsn).await;
+    let waiter = connect(&dsn).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let (asked, ()) = tokio::join!(waiter.simple_query("SELECT 'waited'"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        holder.batch_execute("COMMIT").await.unwrap();
+    });
+    asked.expect("granted within its wait");
+    // Past the deadline, with nothing else going on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for c in [&waiter, &holder] {
+        let answered =
+            tokio::time::timeout(Duration::from_secs(5), c.simple_query("SELECT 1")).await;
+        assert!(
+            answered.is_ok(),
+            "a session stalled after the line's deadline passed"
+        );
+    }
+}
