@@ -68,8 +68,17 @@ pub struct KeptRow {
 /// and `key` (the client's own BackendKeyData): AuthenticationOk,
 /// ParameterStatus, BackendKeyData, ReadyForQuery.
 pub fn greeting(params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
+    greeting_with(&[], params, key)
+}
+
+/// As `greeting`, with the server's notices of a login (messages as they
+/// came) where the server gives them: right after AuthenticationOk.
+pub fn greeting_with(notices: &[Bytes], params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
     let mut out = BytesMut::with_capacity(512);
     write::auth_request(&mut out, backend::auth::OK, &[]);
+    for n in notices {
+        out.extend_from_slice(n);
+    }
     for (k, v) in params {
         write::parameter_status(&mut out, k, v);
     }

@@ -360,3 +360,59 @@ async fn max_db_connections_bounds_a_database_across_pools() {
     }
     assert!(most <= 2, "{most} backends of one database");
 }
+
+/// CREATE, ALTER and DROP DATABASE make the pools forget their greetings
+/// (the next login hears the server): logins after them still get in,
+/// on pools that kept idle connections too.
+#[tokio::test]
+async fn logins_go_on_after_database_commands() {
+    let env = pooled(2).await;
+    let dsn = env.proxy_dsn();
+    let c = connect(&dsn).await;
+    one(&c, "SELECT 1").await;
+    for sql in [
+        "CREATE DATABASE made_here",
+        "ALTER DATABASE made_here RENAME TO renamed_here",
+        "DROP DATABASE renamed_here",
+    ] {
+        c.batch_execute(sql).await.unwrap();
+        for _ in 0..3 {
+            let later = connect(&dsn).await;
+            assert_eq!(
+                one(&later, "SELECT 'in'").await.as_deref(),
+                Some("in"),
+                "after {sql}"
+            );
+        }
+    }
+}
+
+/// What the server says at a login (a notice that an application_name
+/// past 63 bytes is cut short) reaches a pooled login as it would a
+/// dedicated one, and the name is reported cut short.
+#[tokio::test]
+async fn a_login_hears_the_servers_notices() {
+    let env = pooled(1).await;
+    let long = "x".repeat(70);
+    let params = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("application_name", long.as_str()),
+    ];
+    let (_d, direct) = raw::login_with(env.pg.port(), &params).await;
+    let notices = |msgs: &[(u8, Vec<u8>)]| -> Vec<(u8, Vec<u8>)> {
+        msgs.iter().filter(|(t, _)| *t == b'N').cloned().collect()
+    };
+    assert_eq!(notices(&direct).len(), 1, "{direct:?}");
+    for _ in 0..2 {
+        let (_p, through) = raw::login_with(env.proxy_port(), &params).await;
+        assert_eq!(notices(&through), notices(&direct));
+        assert_eq!(raw::parameters(&through), raw::parameters(&direct));
+        let order: Vec<u8> = through.iter().map(|(t, _)| *t).take(2).collect();
+        assert_eq!(
+            order,
+            [b'R', b'N'],
+            "the notice right after AuthenticationOk"
+        );
+    }
+}

@@ -198,9 +198,14 @@ pub struct Pool {
     limits: limit::Limits,
 }
 
-/// The values a server reports for a set of startup parameters, as
-/// `set_config` answered them.
-pub type Learned = Vec<(String, String)>;
+/// What a server makes of a set of startup parameters: the values it
+/// reports for them, as `set_config` answered them, and the notices it
+/// gave (PostgreSQL's at login: a name truncated, say).
+#[derive(Debug, Clone, Default)]
+pub struct Learned {
+    pub values: Vec<(String, String)>,
+    pub notices: Vec<Bytes>,
+}
 
 /// Most sets of startup parameters a pool remembers what the server made
 /// of (forgotten all at once past it: a forgotten one costs a login a

@@ -79,7 +79,10 @@ impl ClientStartup {
                 return Err(NotPooled::Role);
             }
             out.own_defaults |= DEFAULTS.contains(&key.as_str());
-            if key == "application_name" && value.bytes().all(|b| (32..=126).contains(&b)) {
+            // PostgreSQL reports a printable name of at most NAMEDATALEN - 1
+            // bytes as it was sent; a longer one it truncates, with a notice.
+            let as_sent = value.len() < 64 && value.bytes().all(|b| (32..=126).contains(&b));
+            if key == "application_name" && as_sent {
                 out.known.push((key.clone(), value.clone()));
             } else {
                 out.learn.push((key.clone(), value.clone()));

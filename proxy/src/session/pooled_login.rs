@@ -91,7 +91,7 @@ async fn ready(
     // A drain between two looks forgets the greeting: a few looks at most.
     for _ in 0..3 {
         let learned = match startup.learn.is_empty() {
-            true => Some(Learned::new()),
+            true => Some(Learned::default()),
             false => pool.learned(&startup.learn),
         };
         if let (Some(g), Some(learned)) = (pool.greeting(), learned) {
@@ -133,8 +133,11 @@ async fn connect(
             return Err(Outcome::Done(None));
         }
     };
+    // Without a greeting (forgotten after CREATE, ALTER or DROP DATABASE:
+    // the next login hears the server) only a new connection gives one.
+    let greeted = pool.greeting().is_some();
     let got = match grant {
-        Grant::Idle(idle) if idle.usable_for(&no_libraries) => Ok(idle.taken()),
+        Grant::Idle(idle) if greeted && idle.usable_for(&no_libraries) => Ok(idle.taken()),
         Grant::Idle(idle) => pooled::opened(shared, pool, idle.close()).await,
         Grant::Open(slot) => pooled::opened(shared, pool, slot).await,
     };
@@ -262,6 +265,7 @@ async fn learn(tcp: &mut Stream, startup: &ClientStartup, max: usize) -> Result<
     let mut buf = BytesMut::with_capacity(1024);
     let mut values = None;
     let mut failed = None;
+    let mut notices = Vec::new();
     loop {
         let msg = read_message(tcp, &mut buf, max)
             .await
@@ -269,6 +273,7 @@ async fn learn(tcp: &mut Stream, startup: &ClientStartup, max: usize) -> Result<
         match msg[0] {
             tag::DATA_ROW => values = backend::data_row_text(&msg, startup.learn.len()),
             tag::ERROR_RESPONSE => failed = Some(msg),
+            tag::NOTICE_RESPONSE => notices.push(msg),
             tag::READY_FOR_QUERY => break,
             _ => {}
         }
@@ -277,19 +282,20 @@ async fn learn(tcp: &mut Stream, startup: &ClientStartup, max: usize) -> Result<
         return Err(Learning::Server(msg));
     }
     let values = values.unwrap_or_default();
-    Ok(startup
+    let values = startup
         .learn
         .iter()
         .zip(values)
         .filter_map(|((n, _), v)| Some((n.clone(), v?)))
-        .collect())
+        .collect();
+    Ok(Learned { values, notices })
 }
 
 /// The greeting a client of `startup` gets: the pool's, with the values
 /// reported for its own parameters in place of the pool's.
 fn greeting_for(g: &Greeting, learned: &Learned, startup: &ClientStartup) -> Vec<(String, String)> {
     let mut params = g.params.clone();
-    for (name, value) in learned.iter().chain(&startup.known) {
+    for (name, value) in learned.values.iter().chain(&startup.known) {
         if let Some((_, v)) = params
             .iter_mut()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -321,7 +327,8 @@ async fn greet_alone(
         // Issued pointing at the greeting's backend, another client's now.
         shared.cancel.detach(key);
     }
-    let hello = crate::pool::greeting(&params, registered.message().as_deref());
+    let hello =
+        crate::pool::greeting_with(&learned.notices, &params, registered.message().as_deref());
     let limit = shared.config().limits.client_write_timeout;
     let written = timeout(limit, async {
         client.write_all(&hello).await?;
@@ -349,8 +356,12 @@ async fn greet_alone(
     proto.upstream_opened = std::time::Instant::now();
     proto.pooled = true;
     proto.own_defaults = startup.own_defaults;
-    let startup_told: Vec<(String, String)> =
-        learned.iter().chain(&startup.known).cloned().collect();
+    let startup_told: Vec<(String, String)> = learned
+        .values
+        .iter()
+        .chain(&startup.known)
+        .cloned()
+        .collect();
     proto.start_with(startup.sets, &params, startup_told);
     proto.count_pins_in(pooled.pool.pinned.clone());
     info.pooled

@@ -11,11 +11,14 @@ use std::{
     time::Instant,
 };
 
+/// Deadlines by (when, id): the waker, and whether it is the relay's own.
+type Armed = BTreeMap<(Instant, u64), (Waker, bool)>;
+
 thread_local! {
     /// This thread's deadlines, when it is a worker.
     /// Each deadline's waker, and whether it is the relay's own (it wakes
     /// no task: the relay looks at what it was for in its own turn).
-    static ARMED: RefCell<Option<BTreeMap<(Instant, u64), (Waker, bool)>>> = const { RefCell::new(None) };
+    static ARMED: RefCell<Option<Armed>> = const { RefCell::new(None) };
     static NEXT_ID: Cell<u64> = const { Cell::new(0) };
 }
 
