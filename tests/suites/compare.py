@@ -1,16 +1,24 @@
-"""Counts and differences of one suite's three runs (see run.sh).
+"""Counts and differences of one suite's runs (see run.sh).
 
     python3 compare.py SUITE OUT_DIR
 
-reads OUT_DIR/SUITE-{direct,default,lazy}.xml (pytest's JUnit files) and
-prints each run's passed/failed/skipped counts, then every test that passed
-directly but failed (or errored) through onetrip, with its message.
+reads OUT_DIR/SUITE-{direct,default,lazy,pooled,pooled-lazy}.xml (pytest's
+JUnit files, those that are there) and prints each run's
+passed/failed/skipped counts, then every test that passed directly but
+failed (or errored, or hung) through onetrip, with its message.
+
+    python3 compare.py --libtest LOG LIST OUT.xml
+
+writes the JUnit file of a Rust test binary's run (tokio-postgres.sh): LOG
+is its output, LIST its `--list` output; a listed test the log gives no
+result for (the run was stopped by a timeout) counts as failed, "hung".
 """
 
+import re
 import sys
 import xml.etree.ElementTree as ET
 
-RUNS = ("direct", "default", "lazy", "pooled")
+RUNS = ("direct", "default", "lazy", "pooled", "pooled-lazy")
 
 
 def outcomes(path):
@@ -28,7 +36,40 @@ def outcomes(path):
     return res
 
 
+def libtest_junit(log_path, list_path, xml_path):
+    listed = []
+    with open(list_path) as f:
+        for line in f:
+            if line.endswith(": test\n"):
+                listed.append(line[: -len(": test\n")])
+    log = open(log_path, errors="replace").read()
+    results = dict(re.findall(r"^test (\S+) \.\.\. (ok|FAILED|ignored)", log, re.M))
+    # libtest prints each failure's output under "---- NAME stdout ----".
+    messages = {}
+    for m in re.finditer(r"^---- (\S+) stdout ----\n(.*?)(?=^---- |^failures:$|\Z)", log, re.M | re.S):
+        messages[m.group(1)] = m.group(2).strip()
+    suite = ET.Element("testsuite")
+    for name in listed:
+        mod, _, fn = name.rpartition("::")
+        case = ET.SubElement(suite, "testcase", classname=mod or "test", name=fn)
+        state = results.get(name)
+        if state == "FAILED":
+            msg = messages.get(name, "")
+            lines = [l for l in msg.splitlines() if not l.startswith("thread ")] or [""]
+            ET.SubElement(case, "failure", message="\n".join(lines)).text = msg
+        elif state == "ignored":
+            ET.SubElement(case, "skipped", message="ignored")
+        elif state is None:
+            ET.SubElement(case, "failure", message="hung: no result before the run's timeout")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(xml_path)
+
+
 def main():
+    if sys.argv[1] == "--libtest":
+        libtest_junit(*sys.argv[2:5])
+        return
     suite, out = sys.argv[1], sys.argv[2]
     runs = {}
     for run in RUNS:
@@ -46,7 +87,9 @@ def main():
         print(f"{suite} {run}: {shown}")
     direct = runs.get("direct", {})
     for run in RUNS[1:]:
-        res = runs.get(run, {})
+        if run not in runs:
+            continue
+        res = runs[run]
         worse = [
             (name, res[name][1])
             for name, (state, _) in direct.items()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs two client libraries' own test suites against a private PostgreSQL 15
-# three ways -- directly, through onetrip with its defaults, and through
-# onetrip with `[transactions] lazy_reads = true` -- and reports, per suite
-# and run, the pass/fail/skip counts and every test that passes directly but
-# fails through onetrip.
+# directly and through onetrip in the configurations RUNS names (by default
+# its defaults and `[transactions] lazy_reads = true`; transaction pooling
+# on request) and reports, per suite and run, the pass/fail/skip counts and
+# every test that passes directly but fails through onetrip.
 #
 # A manual check, not part of CI: the suites are third-party sources that
 # are not in this repository and must be checked out by hand beforehand, and
@@ -17,11 +17,19 @@
 # LANGGRAPH_CHECKPOINT_POSTGRES_DIR: libs/checkpoint-postgres of a langgraph
 #   checkout (its tests/ are copied out and run against the installed
 #   langgraph-checkpoint-postgres).
-# Environment: RUNS picks the ways in (default "direct default lazy"; "pooled"
-# adds onetrip in transaction pooling, `[pool] mode = "transaction"`,
-# pool_size 20, with lazy reads); PARALLEL=1 runs the three configurations of a suite at once
-# (each on its own database; faster, but timing-based tests get flakier);
-# SUITES="psycopg langgraph" picks suites; PYTEST_ARGS adds pytest arguments.
+# Environment: RUNS picks the ways in (default "direct default lazy"; also
+# "pooled": onetrip in transaction pooling, `[pool] mode = "transaction"`,
+# pool_size 20, auth_user = "postgres", and "pooled-lazy": the same with
+# `[transactions] lazy_reads = true`); PARALLEL=1 runs the configurations of
+# a suite at once (each on its own database; faster, but timing-based tests
+# get flakier); SUITES="psycopg langgraph" picks suites; PYTEST_ARGS adds
+# pytest arguments; PSYCOPG_MARKERS selects psycopg's tests by marker
+# (default "not refcount": those measure the Python heap with repeated
+# gc.collect(), never differ through a proxy, and take hours on a small
+# machine); ONETRIP_LOG_LEVEL=debug (or any other ONETRIP_* setting)
+# reaches every onetrip started. How long each run took is printed at the
+# end and kept in OUT_DIR/times. tokio-postgres's suite needs a fixed port
+# and has a script of its own, tokio-postgres.sh beside this one.
 # Needs: /usr/lib/postgresql/15/bin, python3 with pytest, pytest-timeout,
 # anyio, pproxy, pytest-asyncio, pytest-mock, psycopg, psycopg-pool,
 # langgraph-checkpoint-postgres and langgraph-checkpoint-conformance.
@@ -34,6 +42,7 @@ lg_src=$(cd "${2:?usage: run.sh PSYCOPG_SRC LANGGRAPH_CHECKPOINT_POSTGRES_DIR [O
 out=${3:-$(mktemp -d /tmp/onetrip-suites.XXXXXX)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+rm -f "$out/times"
 suites=${SUITES:-psycopg langgraph}
 pgbin=/usr/lib/postgresql/15/bin
 
@@ -41,8 +50,11 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+read -r -a runs <<<"${RUNS:-direct default lazy}"
 bin=$root/target/release/onetrip
-[ -x "$bin" ] || (cd "$root" && cargo build --release -p onetrip)
+if [ "${runs[*]}" != direct ] && [ ! -x "$bin" ]; then
+    (cd "$root" && cargo build --release -p onetrip)
+fi
 
 # A private PostgreSQL 15 on loopback, trust authentication.
 pgdata=$(mktemp -d /tmp/onetrip-suites-pg.XXXXXX)
@@ -66,41 +78,42 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The three ways in: the server itself, onetrip with defaults, onetrip with
-# lazy reads.
+# The ways in: the server itself, onetrip with defaults, with lazy reads,
+# and in transaction pooling without and with lazy reads. Only the ones in
+# RUNS are started.
 declare -A port
 port[direct]=$pgport
-port[default]=$(free_port)
-ONETRIP_TRANSACTIONS_LAZY_READS=false "$bin" --listen "127.0.0.1:${port[default]}" \
-    --upstream "127.0.0.1:$pgport" >"$out/onetrip-default.log" 2>&1 &
-pids+=($!)
-port[lazy]=$(free_port)
-ONETRIP_TRANSACTIONS_LAZY_READS=true "$bin" --listen "127.0.0.1:${port[lazy]}" \
-    --upstream "127.0.0.1:$pgport" >"$out/onetrip-lazy.log" 2>&1 &
-pids+=($!)
-port[pooled]=$(free_port)
-ONETRIP_TRANSACTIONS_LAZY_READS=true ONETRIP_POOL_MODE=transaction ONETRIP_POOL_POOL_SIZE=20 \
-    "$bin" --listen "127.0.0.1:${port[pooled]}" --upstream "127.0.0.1:$pgport" \
-    >"$out/onetrip-pooled.log" 2>&1 &
-pids+=($!)
-for run in default lazy pooled; do
+pooled=(ONETRIP_POOL_MODE=transaction ONETRIP_POOL_POOL_SIZE=20 ONETRIP_POOL_AUTH_USER=postgres)
+for run in "${runs[@]}"; do
+    case $run in
+    direct) continue ;;
+    default) settings=(ONETRIP_TRANSACTIONS_LAZY_READS=false) ;;
+    lazy) settings=(ONETRIP_TRANSACTIONS_LAZY_READS=true) ;;
+    pooled) settings=(ONETRIP_TRANSACTIONS_LAZY_READS=false "${pooled[@]}") ;;
+    pooled-lazy) settings=(ONETRIP_TRANSACTIONS_LAZY_READS=true "${pooled[@]}") ;;
+    *) echo "unknown run $run (direct, default, lazy, pooled, pooled-lazy)" >&2; exit 2 ;;
+    esac
+    port[$run]=$(free_port)
+    env "${settings[@]}" "$bin" --listen "127.0.0.1:${port[$run]}" \
+        --upstream "127.0.0.1:$pgport" >"$out/onetrip-$run.log" 2>&1 &
+    pids+=($!)
     for _ in $(seq 50); do
         "$pgbin/psql" -h 127.0.0.1 -p "${port[$run]}" -U postgres -qAtc 'select 1' postgres \
             >/dev/null 2>&1 && break
         sleep 0.1
     done
 done
-read -r -a runs <<<"${RUNS:-direct default lazy}"
 for run in "${runs[@]}"; do
-    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database psycopg_test_$run" postgres
-    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database langgraph_test_$run" postgres
+    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database psycopg_test_${run//-/_}" postgres
+    "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U postgres -qc "create database langgraph_test_${run//-/_}" postgres
 done
 
 psycopg_run() {
     local run=$1
     (cd "$psycopg_src" &&
-        PSYCOPG_TEST_DSN="host=127.0.0.1 port=${port[$run]} user=postgres dbname=psycopg_test_$run" \
+        PSYCOPG_TEST_DSN="host=127.0.0.1 port=${port[$run]} user=postgres dbname=psycopg_test_${run//-/_}" \
             python3 -m pytest tests -p no:asyncio -p no:randomly -o "cache_dir=$out/cache-psycopg-$run" \
+            -m "${PSYCOPG_MARKERS:-not refcount}" \
             --timeout=120 -q -rfE --junitxml="$out/psycopg-$run.xml" ${PYTEST_ARGS:-} \
             >"$out/psycopg-$run.log" 2>&1) || true
 }
@@ -114,19 +127,24 @@ langgraph_run() {
     local run=$1
     (cd "$lgdir" &&
         PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" LANGGRAPH_TEST_HOSTPORT="127.0.0.1:${port[$run]}" \
-            LANGGRAPH_TEST_DBNAME="langgraph_test_$run" \
+            LANGGRAPH_TEST_DBNAME="langgraph_test_${run//-/_}" \
             python3 -m pytest tests -p langgraph_dsn -o "cache_dir=$out/cache-langgraph-$run" \
             --timeout=120 -rfE --junitxml="$out/langgraph-$run.xml" ${PYTEST_ARGS:-} \
             >"$out/langgraph-$run.log" 2>&1) || true
 }
 
+timed() {
+    local start=$SECONDS
+    "${1}_run" "$2"
+    echo "$1 $2: $((SECONDS - start)) s" >>"$out/times"
+}
 for suite in $suites; do
     if [ "${PARALLEL:-0}" = 1 ]; then
         jobs_=()
-        for run in "${runs[@]}"; do "${suite}_run" "$run" & jobs_+=($!); done
+        for run in "${runs[@]}"; do timed "$suite" "$run" & jobs_+=($!); done
         wait "${jobs_[@]}"
     else
-        for run in "${runs[@]}"; do "${suite}_run" "$run"; done
+        for run in "${runs[@]}"; do timed "$suite" "$run"; done
     fi
 done
 rm -rf "$lgdir"
@@ -134,4 +152,5 @@ rm -rf "$lgdir"
 for suite in $suites; do
     python3 "$here/compare.py" "$suite" "$out"
 done
+cat "$out/times"
 echo "logs and JUnit files: $out"
