@@ -176,9 +176,22 @@ async fn slow_reader(port: u16) -> tokio::net::TcpStream {
 /// soon as it is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_in_line_leaves_it() {
+    hangs_up_in_line(|_| {}).await;
+}
+
+/// The same for a session that waits in its task, not in the worker's
+/// relay (one relayed through the runtime: TLS, or here a simulated
+/// round-trip time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_while_its_task_waits_leaves_the_line() {
+    hangs_up_in_line(|c| c.upstream.rtt = Duration::from_millis(1)).await;
+}
+
+async fn hangs_up_in_line(tweak: fn(&mut onetrip::Config)) {
     let env = Env::start_with(PgOptions::default(), |c| {
         c.pool.mode = onetrip::config::PoolMode::Transaction;
         c.pool.pool_size = 1;
+        tweak(c);
     })
     .await;
     let direct = connect(&env.direct_dsn()).await;

@@ -347,7 +347,7 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    let Some(client) = next_bytes(client, b, proto, forced).await else {
+    let Some(mut client) = next_bytes(client, b, proto, forced).await else {
         return Next::End;
     };
     // The session's own configuration, as it started: no shared lock here.
@@ -363,7 +363,18 @@ pub async fn between(
                 loads: proto.loads(),
             };
             let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
-            pooled.pool.acquire(wait, max_idle, lifetime, wants).await
+            let acquire = pooled.pool.acquire(wait, max_idle, lifetime, wants);
+            let limit = config.limits.buffer_bytes;
+            let (c, got) = unless_gone(client, &mut b.cin, limit, acquire).await;
+            match (c, got) {
+                (Some(c), Some(got)) => {
+                    client = c;
+                    got
+                }
+                // It hung up while waiting: its place in line is given up
+                // (the wait dropped) and its statement never runs.
+                _ => return Next::End,
+            }
         }
     };
     let got = match grant {
@@ -385,6 +396,44 @@ pub async fn between(
     pooled.adopt(proto, taken);
     debug!("pooled session took a server connection");
     Next::Go(client, tcp)
+}
+
+/// `fut`, unless the client hangs up first (`None` then): what it sends
+/// meanwhile is read into `cin`, up to `limit`. The client, unless it
+/// could not wait.
+async fn unless_gone<F: std::future::Future>(
+    client: Client,
+    cin: &mut BytesMut,
+    limit: usize,
+    fut: F,
+) -> (Option<Client>, Option<F::Output>) {
+    let (mut stream, plain) = match client {
+        Client::Plain(c) => match tokio::net::TcpStream::from_std(c) {
+            Ok(c) => (Stream::Plain(c), true),
+            Err(e) => {
+                warn!("session closed: its client socket could not wait: {e}");
+                return (None, None);
+            }
+        },
+        Client::Runtime(s) => (s, false),
+    };
+    let mut fut = std::pin::pin!(fut);
+    let mut room = [0u8; 512];
+    let out = loop {
+        tokio::select! {
+            biased;
+            out = &mut fut => break Some(out),
+            r = stream.read(&mut room), if cin.len() < limit => match r {
+                Ok(0) | Err(_) => break None,
+                Ok(n) => cin.extend_from_slice(&room[..n]),
+            },
+        }
+    };
+    let client = match (stream, plain) {
+        (Stream::Plain(c), true) => c.into_std().ok().map(Client::Plain),
+        (s, _) => Some(Client::Runtime(s)),
+    };
+    (client, out)
 }
 
 /// Waits for the client's next bytes, unless they are read (`None`: it
