@@ -50,7 +50,7 @@ pub struct Shared {
     /// Transaction pooling's pools (`[pool] mode = "transaction"`).
     pub pools: Arc<crate::pooling::Pools>,
     /// Pooled users' secrets looked up with `[pool] auth_query`.
-    pub secrets: crate::auth::cache::Secrets,
+    pub secrets: Arc<crate::auth::cache::Secrets>,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -108,6 +108,7 @@ impl Shared {
             cypher: self.cypher.clone(),
             analyzer: live.analyzer.clone(),
             pools: self.pools.clone(),
+            secrets: self.secrets.clone(),
         }
     }
 

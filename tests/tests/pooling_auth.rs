@@ -14,17 +14,24 @@ use onetrip::config::{PoolMode, PoolUser};
 use onetrip_tests::{Env, PgOptions, connect, simple_rows};
 use tokio_postgres::error::SqlState;
 
-/// SCRAM for one user, md5 for another; the auth_user `lookup` (a
-/// superuser) gets in by trust, `plain_lookup` (an ordinary role) with its
-/// password; everyone else is asked for a SCRAM password.
+/// SCRAM for one user, md5 for another, a cleartext password for the
+/// `pass_*` ones (stored as a SCRAM verifier, as an md5 hash, or no such
+/// role); the auth_user `lookup` (a superuser) gets in by trust,
+/// `plain_lookup` (an ordinary role) with its password; everyone else is
+/// asked for a SCRAM password.
 const HBA: &str = "local all all trust\n\
                    host all lookup 127.0.0.1/32 trust\n\
                    host all postgres 127.0.0.1/32 trust\n\
                    host all md5_user 127.0.0.1/32 md5\n\
+                   host all pass_user 127.0.0.1/32 password\n\
+                   host all pass_md5_user 127.0.0.1/32 password\n\
+                   host all pass_nobody 127.0.0.1/32 password\n\
                    host all all 127.0.0.1/32 scram-sha-256\n";
 
 const SCRAM: (&str, &str) = ("scram_user", "sCr@m pass");
 const MD5: (&str, &str) = ("md5_user", "md5 pass");
+const PASS: (&str, &str) = ("pass_user", "password");
+const PASS_MD5: (&str, &str) = ("pass_md5_user", "pass md5");
 const PLAIN_LOOKUP_PASSWORD: &str = "lookup pass";
 
 /// The SECURITY DEFINER function of the README, owned by the superuser
@@ -59,13 +66,15 @@ async fn env_with(tweak: impl FnOnce(&mut onetrip::Config)) -> Env {
         .batch_execute(&format!(
             "set password_encryption = 'scram-sha-256';
              create user {} password '{}';
+             create user {} password '{}';
              create user plain_lookup password '{PLAIN_LOOKUP_PASSWORD}';
              create user lookup superuser;
              create user nopw_user;
              set password_encryption = 'md5';
              create user {} password '{}';
+             create user {} password '{}';
              {GET_AUTH}",
-            SCRAM.0, SCRAM.1, MD5.0, MD5.1
+            SCRAM.0, SCRAM.1, PASS.0, PASS.1, MD5.0, MD5.1, PASS_MD5.0, PASS_MD5.1
         ))
         .await
         .unwrap();
@@ -139,8 +148,12 @@ fn psql(env: &Env, user: &str, password: &str, sql: &str) -> std::process::Outpu
 /// Several clients of each user on `pool_size = 1` share one backend, the
 /// one onetrip opened, all in one pool of `SHOW POOLS`; psql logs in too.
 async fn users_are_pooled(env: &Env) {
+    these_users_are_pooled(env, &[SCRAM, MD5]).await;
+}
+
+async fn these_users_are_pooled(env: &Env, users: &[(&str, &str)]) {
     let port = env.proxy_port();
-    for (user, password) in [SCRAM, MD5] {
+    for &(user, password) in users {
         let mut clients = Vec::new();
         for _ in 0..4 {
             clients.push(login(port, user, password).await.unwrap());
@@ -160,8 +173,8 @@ async fn users_are_pooled(env: &Env) {
         assert_eq!(row[2].as_deref(), Some("4"), "cl_active: {row:?}");
         assert_eq!(row[4].as_deref(), Some("0"), "sv_active: {row:?}");
         assert_eq!(row[5].as_deref(), Some("1"), "sv_idle: {row:?}");
-        // libpq's SCRAM and md5 against onetrip's (a pool of its own: its
-        // startup packet differs).
+        // libpq's SCRAM, md5 or cleartext password against onetrip's (a
+        // pool of its own: its startup packet differs).
         let out = psql(env, user, password, "select current_user");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "psql as {user}: {err}");
@@ -223,6 +236,101 @@ async fn wrong_passwords_and_unknown_users_fail_as_on_the_server() {
     }
     // Refused logins took no server connection of the pools.
     users_are_pooled(&env).await;
+}
+
+/// A user whose server asks for a cleartext password (pg_hba `password`)
+/// is asked for one by onetrip too, checked against the looked-up SCRAM
+/// verifier or md5 hash, and pooled: the password answers the server. A
+/// wrong one, or a name the server doesn't know, fails as on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleartext_password_users_are_pooled_with_passwords_looked_up() {
+    let env = env_with(lookup).await;
+    these_users_are_pooled(&env, &[PASS, PASS_MD5]).await;
+    for (user, password) in [
+        (PASS.0, "wrong"),
+        (PASS.0, ""),
+        (PASS_MD5.0, "wrong"),
+        ("pass_nobody", "whatever"),
+    ] {
+        let direct = login(env.pg.port(), user, password).await.err();
+        let proxied = login(env.proxy_port(), user, password).await.err();
+        let want = (
+            SqlState::INVALID_PASSWORD,
+            format!("password authentication failed for user \"{user}\""),
+        );
+        assert_eq!(direct.as_ref(), Some(&want), "{user} direct");
+        assert_eq!(proxied.as_ref(), Some(&want), "{user} through onetrip");
+    }
+}
+
+/// A user the server trusts is not asked for a password by onetrip, even
+/// with auth_user set: the server's to check, and pooled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_user_is_not_asked_for_a_password() {
+    let env = env_with(lookup).await;
+    let port = env.proxy_port();
+    let a = login(port, "postgres", "").await.unwrap();
+    let b = login(port, "postgres", "").await.unwrap();
+    assert_eq!(who(&a).await, who(&b).await, "one backend for both");
+}
+
+/// A password changed through onetrip is taken at the very next login, and
+/// the old one refused: `ALTER USER ... PASSWORD`, for a SCRAM, md5 and
+/// cleartext user, and the verifier psql's `\password` sends, inside a
+/// transaction block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_through_onetrip_is_taken_at_the_next_login() {
+    let env = env_with(lookup).await;
+    let port = env.proxy_port();
+    let superuser = login(port, "postgres", "").await.unwrap();
+    for (user, old, encryption) in [
+        (SCRAM.0, SCRAM.1, "scram-sha-256"),
+        (MD5.0, MD5.1, "md5"),
+        (PASS.0, PASS.1, "scram-sha-256"),
+    ] {
+        // The secret is kept from here on.
+        let first = login(port, user, old).await.unwrap();
+        superuser
+            .batch_execute(&format!("set password_encryption = '{encryption}'"))
+            .await
+            .unwrap();
+        superuser
+            .batch_execute(&format!("alter user {user} with password 'new pass'"))
+            .await
+            .unwrap();
+        let second = login(port, user, "new pass").await.unwrap();
+        let refused = login(port, user, old).await.err().unwrap();
+        assert_eq!(refused.0, SqlState::INVALID_PASSWORD, "{user}: the old one");
+        // The pool's connection serves both.
+        assert_eq!(who(&first).await, who(&second).await, "{user}");
+    }
+    // psql's `\password`: a verifier the client made (here the server, for
+    // a scratch role: a SCRAM verifier doesn't name its role).
+    let direct = connect(&env.dsn(false)).await;
+    direct
+        .batch_execute(
+            "set password_encryption = 'scram-sha-256'; create role scratch password 'newer'",
+        )
+        .await
+        .unwrap();
+    let verifier: String = direct
+        .query_one("select rolpassword from pg_authid where rolname = 'scratch'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(verifier.starts_with("SCRAM-SHA-256$"), "{verifier}");
+    superuser.batch_execute("begin").await.unwrap();
+    superuser
+        .batch_execute(&format!("ALTER USER \"{}\" PASSWORD '{verifier}'", SCRAM.0))
+        .await
+        .unwrap();
+    // A login between the ALTER and its COMMIT still finds the old one.
+    login(port, SCRAM.0, "new pass").await.unwrap();
+    superuser.batch_execute("commit").await.unwrap();
+    let c = login(port, SCRAM.0, "newer").await.unwrap();
+    assert_eq!(who(&c).await.0, SCRAM.0);
+    let refused = login(port, SCRAM.0, "new pass").await.err().unwrap();
+    assert_eq!(refused.0, SqlState::INVALID_PASSWORD);
 }
 
 /// auth_user unable to look up (a role that can't log in, a wrong

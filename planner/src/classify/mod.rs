@@ -41,6 +41,7 @@ mod pins;
 mod prepared;
 mod query;
 mod reset;
+mod role;
 mod set;
 mod statement;
 #[cfg(test)]
@@ -59,6 +60,7 @@ pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 pub use reset::{RESET_REASONS, Reset};
+pub use role::{RoleName, password_changes};
 pub use set::{SessionSet, session_set};
 
 /// What a statement may do, from safest to least safe (the derived order is that ranking; a

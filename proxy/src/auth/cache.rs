@@ -185,6 +185,14 @@ impl Secrets {
         }
     }
 
+    /// `user`'s password changed (`None`: some user's): its secrets are
+    /// forgotten in every database, and a look-up under way keeps none
+    /// (it may have read the old one; its logins still get it).
+    pub fn forget_user(&self, user: Option<&str>) {
+        let mut g = self.lock();
+        g.entries.retain(|(_, u), _| user.is_some_and(|user| u != user));
+    }
+
     /// Secrets kept or being looked up now.
     pub fn len(&self) -> usize {
         self.lock().entries.len()
@@ -323,6 +331,46 @@ mod tests {
             .unwrap();
         assert!(!f.kept);
         assert_eq!(s.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_changed_password_is_forgotten_in_every_database_even_mid_look_up() {
+        let s = Arc::new(Secrets::default());
+        let n = AtomicUsize::new(0);
+        for (db, user) in [("a", "u"), ("b", "u"), ("a", "v")] {
+            s.get("src", db, user, KEEP, found(&n, Some(secret("p"))))
+                .await
+                .unwrap();
+        }
+        s.forget_user(Some("u"));
+        assert_eq!(s.len(), 1, "v's is kept");
+        // A look-up under way when the password changed is not kept.
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        let under_way = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.get("src", "a", "u", KEEP, async {
+                    let _ = held.await;
+                    Ok(Some(secret("old")))
+                })
+                .await
+            })
+        };
+        while s.len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        s.forget_user(Some("u"));
+        release.send(()).unwrap();
+        let old = under_way.await.unwrap().unwrap();
+        assert_eq!(old.secret.as_deref(), Some(&secret("old")));
+        let next = s
+            .get("src", "a", "u", KEEP, found(&n, Some(secret("new"))))
+            .await
+            .unwrap();
+        assert!(!next.kept);
+        assert_eq!(next.secret.as_deref(), Some(&secret("new")));
+        s.forget_user(None);
+        assert!(s.is_empty());
     }
 
     #[tokio::test]

@@ -86,6 +86,46 @@ pub(crate) async fn sasl(
     Ok(client_key)
 }
 
+/// A cleartext password, asked for as PostgreSQL's `password` method asks
+/// (for a user whose server asks onetrip for one), checked against the
+/// user's stored secret, and kept to answer the server with. A user
+/// without a secret is asked too, its password put through a made-up
+/// verifier's work, and fails as a wrong password does.
+pub(crate) async fn cleartext(
+    client: &mut Client,
+    user: &str,
+    secret: Option<&Secret>,
+) -> Result<Credential, AuthError> {
+    send(client, code::CLEARTEXT, &[]).await?;
+    let body = password_message(client).await?;
+    let bad = || AuthError::BadPassword(user.into());
+    // One string, its NUL last; PostgreSQL refuses an empty one.
+    let password = body
+        .strip_suffix(&[0])
+        .filter(|p| !p.is_empty() && !p.contains(&0))
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .ok_or_else(bad)?
+        .to_owned();
+    let verifier = match secret {
+        Some(Secret::Md5(hash)) => {
+            return match hash.is_of(user, &password) {
+                true => Ok(Credential::Password(password)),
+                false => Err(bad()),
+            };
+        }
+        Some(Secret::Scram(v)) => v.clone(),
+        None => mock(user),
+    };
+    // PBKDF2 off the runtime's thread.
+    let (fits, password) = tokio::task::spawn_blocking(move || (verifier.is_of(&password), password))
+        .await
+        .map_err(|_| AuthError::Scram("checking the password was stopped"))?;
+    match fits && secret.is_some() {
+        true => Ok(Credential::Password(password)),
+        false => Err(bad()),
+    }
+}
+
 /// A verifier of `password` with a new random salt, made off the
 /// runtime's thread (its PBKDF2 takes milliseconds).
 pub(crate) async fn verifier_of(password: &str) -> Result<Verifier, AuthError> {
@@ -154,5 +194,61 @@ pub(crate) async fn check_secret(
             sasl(client, user, mock(user)).await?;
             Err(AuthError::BadPassword(user.into()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::{TcpListener, TcpStream},
+    };
+
+    use super::*;
+    use crate::net::Stream;
+
+    /// The exchange with a client that answers `password` (its NUL added),
+    /// as onetrip's side sees it, and the request the client read.
+    async fn cleartext_with(secret: Option<&Secret>, password: &[u8]) -> Result<Credential, AuthError> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let password = password.to_vec();
+        let client = tokio::spawn(async move {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let mut request = [0u8; 9];
+            c.read_exact(&mut request).await.unwrap();
+            // AuthenticationCleartextPassword.
+            assert_eq!(request, [b'R', 0, 0, 0, 8, 0, 0, 0, 3]);
+            let mut msg = vec![b'p'];
+            msg.extend_from_slice(&(5 + password.len() as u32).to_be_bytes());
+            msg.extend_from_slice(&password);
+            msg.push(0);
+            c.write_all(&msg).await.unwrap();
+            c
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut server = Client::new(Stream::Plain(tcp), std::time::Duration::from_secs(5));
+        let checked = cleartext(&mut server, "u", secret).await;
+        drop(client.await.unwrap());
+        checked
+    }
+
+    #[tokio::test]
+    async fn a_cleartext_password_is_checked_against_either_form_and_kept() {
+        let scram = Secret::Scram(Verifier::from_password("pw", b"0123456789abcdef", 4096));
+        let md5 = Secret::Md5(Md5Hash::of_password("u", "pw"));
+        for secret in [&scram, &md5] {
+            match cleartext_with(Some(secret), b"pw").await {
+                Ok(Credential::Password(p)) => assert_eq!(p, "pw"),
+                other => panic!("{other:?}"),
+            }
+            for wrong in [&b"pW"[..], b"", b"p\0w", b"\xff"] {
+                let e = cleartext_with(Some(secret), wrong).await;
+                assert!(matches!(e, Err(AuthError::BadPassword(ref u)) if u == "u"), "{e:?}");
+            }
+        }
+        // No password stored, or no such user: asked, then refused.
+        let e = cleartext_with(None, b"pw").await;
+        assert!(matches!(e, Err(AuthError::BadPassword(_))), "{e:?}");
     }
 }

@@ -34,6 +34,15 @@ pub enum AuthError {
     Timeout(std::time::Duration),
     #[error(transparent)]
     Lookup(#[from] LookupError),
+    /// The server refused the connection that was to tell how it asks the
+    /// user to authenticate: its ErrorResponse, for the client as it is.
+    #[error("the upstream refused the login: {}", crate::wire::backend::error_field(.0, b'M').unwrap_or("error"))]
+    Refused(bytes::Bytes),
+    /// That connection failed otherwise.
+    #[error("onetrip could not learn how the upstream authenticates user \"{user}\": {why}")]
+    Upstream { user: String, why: String },
+    #[error(transparent)]
+    Pools(#[from] crate::pooling::TooManyPools),
     #[error(transparent)]
     Message(#[from] ReadError),
     #[error("I/O error during authentication: {0}")]
@@ -48,6 +57,9 @@ impl AuthError {
             // What postgres_fdw and dblink answer when they can't log in
             // to the server they were to use.
             AuthError::Lookup(_) => "08001",
+            // A refusal goes to the client as the server wrote it.
+            AuthError::Refused(_) | AuthError::Upstream { .. } => "08006",
+            AuthError::Pools(_) => "53300",
             AuthError::Message(ReadError::Frame(e)) => e.sqlstate(),
             _ => "08P01",
         }
@@ -62,6 +74,35 @@ pub struct LookupError {
     pub auth_user: String,
     /// The server's message, or what else went wrong.
     pub why: String,
+}
+
+/// How the server asks a user to authenticate: its first authentication
+/// request at login (`session::pool_login::method` finds it, once per
+/// pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// AuthenticationOk at once: the server asks for nothing.
+    Trust,
+    /// AuthenticationCleartextPassword (pg_hba's `password`).
+    Cleartext,
+    Md5,
+    /// SASL: SCRAM-SHA-256.
+    Sasl,
+    /// GSSAPI, SSPI or another onetrip does not answer.
+    Other(i32),
+}
+
+impl Method {
+    pub fn of(code: i32) -> Method {
+        use crate::wire::backend::auth;
+        match code {
+            auth::OK => Method::Trust,
+            auth::CLEARTEXT => Method::Cleartext,
+            auth::MD5 => Method::Md5,
+            auth::SASL => Method::Sasl,
+            other => Method::Other(other),
+        }
+    }
 }
 
 pub(crate) fn random<const N: usize>() -> Result<[u8; N], AuthError> {

@@ -106,6 +106,14 @@ impl Verifier {
         (ClientKey(client_key), verifier)
     }
 
+    /// Whether it was made from `password`: its keys derived again with
+    /// its salt and iteration count (PBKDF2: milliseconds), StoredKey
+    /// compared.
+    pub fn is_of(&self, password: &str) -> bool {
+        let derived = Self::from_password(password, &self.salt, self.iterations);
+        eq_ct(&derived.stored_key, &self.stored_key)
+    }
+
     /// `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>` (base64
     /// each), as in `pg_authid.rolpassword`; `None` for anything else.
     pub fn parse(text: &str) -> Option<Verifier> {
@@ -448,6 +456,7 @@ mod tests {
         assert_eq!(v.iterations, 4096);
         assert_eq!(Verifier::from_password("p", &v.salt, v.iterations), v);
         assert_ne!(Verifier::from_password("q", &v.salt, v.iterations), v);
+        assert!(v.is_of("p") && !v.is_of("q") && !v.is_of(""));
         for bad in [
             "md5aaaa",
             "SCRAM-SHA-256$0:AAAA$AAAA:AAAA",

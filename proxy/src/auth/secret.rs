@@ -63,6 +63,12 @@ impl Md5Hash {
         Md5Hash(md5_hex(&[password.as_bytes(), user.as_bytes()]))
     }
 
+    /// Whether it is `user`'s hash of `password`.
+    pub fn is_of(&self, user: &str, password: &str) -> bool {
+        let other = Self::of_password(user, password);
+        scram::eq_ct(other.0.as_bytes(), self.0.as_bytes())
+    }
+
     /// `md5` and 32 hex digits (`pg_authid.rolpassword`).
     pub fn parse(text: &str) -> Option<Md5Hash> {
         let hex = text.strip_prefix("md5")?;
@@ -105,6 +111,8 @@ mod tests {
     fn md5_hashes_and_answers_as_postgresql() {
         let h = Md5Hash::parse(PG_MD5).unwrap();
         assert_eq!(h, Md5Hash::of_password("y", "p"));
+        assert!(h.is_of("y", "p"));
+        assert!(!h.is_of("y", "q") && !h.is_of("z", "p"));
         // postgres-protocol's client answer, from the password.
         let salt = *b"salt";
         let client = postgres_protocol::authentication::md5_hash(b"y", b"p", salt);

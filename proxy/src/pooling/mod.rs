@@ -190,6 +190,14 @@ pub struct Pool {
     /// its logins itself: the credential of the latest such login (`None`:
     /// the server admits its user by trust).
     credential: Mutex<Option<Arc<Credential>>>,
+    /// Whether a login onetrip checked has given it a credential, ever
+    /// (one forgotten since included): logins onetrip doesn't check stay
+    /// out of it.
+    had_credential: std::sync::atomic::AtomicBool,
+    /// How the server asks its user to authenticate, once a login has
+    /// found out (`session::pool_login`). An async lock: the logins that
+    /// come while one finds out wait for it, and cost the server nothing.
+    method: tokio::sync::Mutex<Option<crate::auth::Method>>,
     /// Connections given back that needed a reset, by reason
     /// (`RESET_REASONS`).
     resets: [AtomicU64; RESET_REASONS.len()],
@@ -327,6 +335,8 @@ impl Pool {
             draining: Mutex::default(),
             drain_flag: Default::default(),
             credential: Mutex::default(),
+            had_credential: Default::default(),
+            method: Default::default(),
             resets: Default::default(),
             limits,
         }
@@ -448,6 +458,42 @@ impl Pool {
     /// now on (a newer password's, say).
     pub fn use_credential(&self, credential: Arc<Credential>) {
         *self.credential.lock().unwrap_or_else(|e| e.into_inner()) = Some(credential);
+        self.had_credential.store(true, Relaxed);
+    }
+
+    /// Its user's password changed: the credential answers the server no
+    /// more, and none is used until the next checked login's.
+    pub fn forget_credential(&self) {
+        *self.credential.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Whether a login onetrip checked has given it a credential.
+    pub fn had_credential(&self) -> bool {
+        self.had_credential.load(Relaxed)
+    }
+
+    /// How the server asks its user to authenticate: kept, or what
+    /// `find_out` finds (kept then; an error is not).
+    pub async fn method_or<E>(
+        &self,
+        find_out: impl std::future::Future<Output = Result<crate::auth::Method, E>>,
+    ) -> Result<crate::auth::Method, E> {
+        let mut kept = self.method.lock().await;
+        if let Some(m) = *kept {
+            return Ok(m);
+        }
+        let found = find_out.await?;
+        *kept = Some(found);
+        Ok(found)
+    }
+
+    /// The server asked for what the kept method did not say (its pg_hba
+    /// changed): the next login finds out again. One finding out now
+    /// keeps what it finds.
+    pub fn forget_method(&self) {
+        if let Ok(mut kept) = self.method.try_lock() {
+            *kept = None;
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

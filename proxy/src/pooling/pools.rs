@@ -104,12 +104,21 @@ impl Pools {
     }
 
     /// Whether the pool of (`database`, `user`), if there is one, opens its
-    /// connections with a credential of a login onetrip checked.
-    pub fn has_credential(&self, database: &str, user: &str) -> bool {
+    /// connections with a credential of a login onetrip checked (or did,
+    /// before its user's password changed).
+    pub fn had_credential(&self, database: &str, user: &str) -> bool {
         let key = (database.to_owned(), user.to_owned());
-        self.map()
-            .get(&key)
-            .is_some_and(|p| p.credential().is_some())
+        self.map().get(&key).is_some_and(|p| p.had_credential())
+    }
+
+    /// `user`'s password changed: its pools, in every database, forget
+    /// their credential.
+    pub fn forget_credentials(&self, user: &str) {
+        for pool in self.all() {
+            if pool.user == user {
+                pool.forget_credential();
+            }
+        }
     }
 
     /// A login for `pool` failed before the server accepted one: if

@@ -3,7 +3,7 @@
 //! session's settings.
 
 use bytes::{Bytes, BytesMut};
-use onetrip_planner::classify::{PreparedOp, loaded_libraries, prepared_ops};
+use onetrip_planner::classify::{PreparedOp, RoleName, loaded_libraries, prepared_ops};
 
 use super::*;
 
@@ -208,6 +208,7 @@ impl Protocol {
         let mut sql = None;
         let mut rewritten = None;
         if t == tag::QUERY || t == tag::PARSE {
+            self.watch_for_password_change(t, msg);
             match self.route(t, msg) {
                 Routed::Plain(s) => sql = s,
                 Routed::Rewritten(m) => rewritten = Some(m),
@@ -277,6 +278,33 @@ impl Protocol {
                 self.client_op = op;
                 forward
             }
+        }
+    }
+
+    /// A statement that changes a role's password, renames it or drops it
+    /// (`password_changes`): the role's looked-up secrets and its pools'
+    /// credential are forgotten now, and again once its transaction is
+    /// over (a login in between may have looked up the old password).
+    /// This runs on every statement: only one whose first word is ALTER or
+    /// DROP is read further.
+    fn watch_for_password_change(&mut self, t: u8, msg: &[u8]) {
+        let Some(text) = frontend::statement_bytes(t, msg) else {
+            return;
+        };
+        if !client_txn::first_word_is(text, &["alter", "drop"]) {
+            return;
+        }
+        let Ok(text) = std::str::from_utf8(text) else {
+            return;
+        };
+        for role in onetrip_planner::classify::password_changes(text) {
+            let role = match role {
+                RoleName::Named(name) => Some(name),
+                RoleName::Current => Some(self.info.user.clone()),
+                RoleName::Unknown => None,
+            };
+            self.services.forget_password(role.as_deref());
+            self.passwords_changed.push(role);
         }
     }
 

@@ -58,6 +58,21 @@ pub struct Services {
     pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
     /// Transaction pooling's pools.
     pub pools: Arc<crate::pooling::Pools>,
+    /// Pooled users' secrets looked up with `[pool] auth_query`.
+    pub secrets: Arc<crate::auth::cache::Secrets>,
+}
+
+impl Services {
+    /// `role`'s password changed (`None`: some role's): its looked-up
+    /// secrets and its pools' credential are forgotten, so that its next
+    /// login looks it up again (the kept one would refuse the new
+    /// password).
+    pub fn forget_password(&self, role: Option<&str>) {
+        self.secrets.forget_user(role);
+        if let Some(role) = role {
+            self.pools.forget_credentials(role);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +230,10 @@ pub struct Protocol {
     /// Databases whose pools drain for a statement of this session's
     /// (`Pools::drain`), until its answer.
     draining: Vec<String>,
+    /// Roles whose password a statement of this session's changes
+    /// (`None`: some role's): forgotten when it was sent, and again once
+    /// its transaction is over (`Services::forget_password`).
+    passwords_changed: Vec<Option<String>>,
     /// Greeted with no server connection: what `start` sends goes with the
     /// first one the session takes (`start_if_due`).
     start_due: bool,
@@ -291,6 +310,7 @@ impl Protocol {
             prep_failed: None,
             own_defaults: false,
             draining: Vec::new(),
+            passwords_changed: Vec::new(),
             taint: Default::default(),
             start_due: false,
         }

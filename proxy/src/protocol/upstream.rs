@@ -218,6 +218,14 @@ impl Protocol {
                 self.cypher.on_ready(&self.services);
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
+                if status == b'I'
+                    && !self.passwords_changed.is_empty()
+                    && self.flight.client_answered()
+                {
+                    for role in std::mem::take(&mut self.passwords_changed) {
+                        self.services.forget_password(role.as_deref());
+                    }
+                }
                 if self.pooled {
                     self.on_sets_done(status);
                     self.on_loaded();

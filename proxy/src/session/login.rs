@@ -89,7 +89,7 @@ pub(super) async fn connect_and_authenticate(
     // naming the user): they are relayed to the server, in session mode.
     let check = pool_login::Check::of(&config.pool, &user);
     let startup = pooled_startup(shared, &params)
-        .filter(|_| check.is_some() || !shared.pools.has_credential(&database, &user));
+        .filter(|_| check.is_some() || !shared.pools.had_credential(&database, &user));
     let client = match startup {
         None => client,
         Some(startup) => {
@@ -102,20 +102,24 @@ pub(super) async fn connect_and_authenticate(
                         Err(_) => return None,
                     }
                 }
-                None => (client, BytesMut::new(), None),
+                None => Admitted::Pooled(client, BytesMut::new(), None),
             };
-            let (client, unread, credential) = checked;
-            let login = pooled_login::login(
-                client,
-                unread,
-                (startup, credential),
-                (&database, &user),
-                info.clone(),
-                shared,
-            );
-            match Box::pin(login).await {
-                pooled_login::Outcome::Done(done) => return done,
-                pooled_login::Outcome::SessionMode(client) => client,
+            match checked {
+                Admitted::Relayed(client) => client,
+                Admitted::Pooled(client, unread, credential) => {
+                    let login = pooled_login::login(
+                        client,
+                        unread,
+                        (startup, credential),
+                        (&database, &user),
+                        info.clone(),
+                        shared,
+                    );
+                    match Box::pin(login).await {
+                        pooled_login::Outcome::Done(done) => return done,
+                        pooled_login::Outcome::SessionMode(client) => client,
+                    }
+                }
             }
         }
     };
@@ -137,24 +141,49 @@ fn pooled_startup(shared: &Shared, params: &[(String, String)]) -> Option<Client
     }
 }
 
+/// What a login onetrip checks goes on to.
+enum Admitted {
+    /// A pooled login: the client, what it sent past its password, and
+    /// the credential its pool's server connections are opened with
+    /// (`None`: the server trusts the user).
+    Pooled(Stream, BytesMut, Option<Arc<Credential>>),
+    /// Its authentication relayed to the server, in session mode.
+    Relayed(Stream),
+}
+
 /// onetrip checks the client's password itself (`pool_login`). `None`
-/// when the client did not get in (it was told why); else the client, what
-/// it sent past its password, and the credential its pool's server
-/// connections are opened with.
+/// when the client did not get in (it was told why).
 async fn check_password(
     client: Stream,
     how: pool_login::Check<'_>,
     (database, user): (&str, &str),
     info: &Arc<crate::stats::SessionInfo>,
     shared: &Arc<Shared>,
-) -> Option<(Stream, BytesMut, Option<Arc<Credential>>)> {
+) -> Option<Admitted> {
     let config = shared.config();
     let limit = config.limits.client_write_timeout;
     let mut c = crate::auth::client::Client::new(client, limit);
     let checked = pool_login::check(&mut c, shared, &config, database, user, how).await;
     let (stream, rest) = c.into_parts();
     match checked {
-        Ok(credential) => Some((stream, rest, Some(Arc::new(credential)))),
+        Ok(pool_login::Checked::In(credential)) => Some(Admitted::Pooled(
+            stream,
+            rest,
+            Some(Arc::new(credential)),
+        )),
+        Ok(pool_login::Checked::Trust) => Some(Admitted::Pooled(stream, rest, None)),
+        Ok(pool_login::Checked::Relay) => Some(Admitted::Relayed(stream)),
+        Err(crate::auth::AuthError::Refused(msg)) => {
+            // The server's own refusal (no pg_hba.conf entry, say), as a
+            // direct login gets it.
+            info!("login refused by the upstream: {}", backend::error_field(&msg, b'M').unwrap_or("error"));
+            let mut c = stream;
+            let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
+            let _ = timeout(limit, write).await;
+            Counters::add(&info.counters.errors, 1);
+            shared.stats.close_session(info, Default::default());
+            None
+        }
         // psql hangs up at the request, to ask its user for the password.
         Err(crate::auth::AuthError::Io(e)) => {
             debug!("login ended during authentication: {e}");

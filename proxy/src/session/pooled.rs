@@ -54,6 +54,10 @@ pub enum PoolError {
     Unexpected(u8),
     #[error("opening a pooled upstream connection took longer than {0:?}")]
     Timeout(Duration),
+    #[error(
+        "the password of user \"{0}\" changed: its pool opens no server connection until the user logs in again"
+    )]
+    PasswordChanged(String),
 }
 
 /// The message of a server's ErrorResponse.
@@ -104,6 +108,10 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
     let credential = pool.credential();
     let now = open_now(shared, &pool.startup, &pool.user, credential.as_deref());
     let opened = match crate::timers::timeout(limit, now).await {
+        // The credential was forgotten (`Pool::forget_credential`).
+        Ok(Err(e)) if e.needs_password() && pool.had_credential() => {
+            Err(PoolError::PasswordChanged(pool.user.clone()))
+        }
         Ok(r) => r,
         Err(_) => Err(PoolError::Timeout(limit)),
     };
@@ -111,10 +119,18 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
         Ok(o) => pool.greeted(&o.params, o.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
-    if let Err(PoolError::Password(PasswordError::Scram(ScramError::Changed))) = &opened {
-        // The kept secret is older than the server's: looked up again at
-        // the next login.
-        shared.secrets.forget(&pool.database, &pool.user);
+    match &opened {
+        Err(PoolError::Password(PasswordError::Scram(ScramError::Changed))) => {
+            // The kept secret is older than the server's: looked up again
+            // at the next login.
+            shared.secrets.forget(&pool.database, &pool.user);
+        }
+        Err(PoolError::Password(PasswordError::Unanswerable { .. })) => {
+            // The server asks otherwise than when the pool found out (its
+            // pg_hba changed): the next login finds out again.
+            pool.forget_method();
+        }
+        _ => {}
     }
     opened
 }

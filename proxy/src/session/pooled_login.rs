@@ -145,8 +145,9 @@ async fn connect(
         Ok(g) => g,
         Err(e) if e.needs_password() => {
             info!(
-                "session mode: the upstream asked for a password \
-                 (a user not in [pool] users, and no [pool] auth_user)"
+                "session mode: the upstream asked user \"{}\" for a password onetrip \
+                 has none of (not in [pool] users, and no [pool] auth_user)",
+                pool.user
             );
             return Err(Outcome::SessionMode(client));
         }
