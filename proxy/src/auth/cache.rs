@@ -190,7 +190,8 @@ impl Secrets {
     /// (it may have read the old one; its logins still get it).
     pub fn forget_user(&self, user: Option<&str>) {
         let mut g = self.lock();
-        g.entries.retain(|(_, u), _| user.is_some_and(|user| u != user));
+        g.entries
+            .retain(|(_, u), _| user.is_some_and(|user| u != user));
     }
 
     /// Secrets kept or being looked up now.

@@ -99,10 +99,13 @@ pub(crate) async fn cleartext(
     send(client, code::CLEARTEXT, &[]).await?;
     let body = password_message(client).await?;
     let bad = || AuthError::BadPassword(user.into());
-    // One string, its NUL last; PostgreSQL refuses an empty one.
+    // One string, its NUL last; PostgreSQL refuses an empty one by name.
+    if body.first() == Some(&0) {
+        return Err(AuthError::EmptyPassword);
+    }
     let password = body
         .strip_suffix(&[0])
-        .filter(|p| !p.is_empty() && !p.contains(&0))
+        .filter(|p| !p.contains(&0))
         .and_then(|p| std::str::from_utf8(p).ok())
         .ok_or_else(bad)?
         .to_owned();
@@ -117,9 +120,10 @@ pub(crate) async fn cleartext(
         None => mock(user),
     };
     // PBKDF2 off the runtime's thread.
-    let (fits, password) = tokio::task::spawn_blocking(move || (verifier.is_of(&password), password))
-        .await
-        .map_err(|_| AuthError::Scram("checking the password was stopped"))?;
+    let (fits, password) =
+        tokio::task::spawn_blocking(move || (verifier.is_of(&password), password))
+            .await
+            .map_err(|_| AuthError::Scram("checking the password was stopped"))?;
     match fits && secret.is_some() {
         true => Ok(Credential::Password(password)),
         false => Err(bad()),
@@ -209,7 +213,10 @@ mod tests {
 
     /// The exchange with a client that answers `password` (its NUL added),
     /// as onetrip's side sees it, and the request the client read.
-    async fn cleartext_with(secret: Option<&Secret>, password: &[u8]) -> Result<Credential, AuthError> {
+    async fn cleartext_with(
+        secret: Option<&Secret>,
+        password: &[u8],
+    ) -> Result<Credential, AuthError> {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let password = password.to_vec();
@@ -242,9 +249,14 @@ mod tests {
                 Ok(Credential::Password(p)) => assert_eq!(p, "pw"),
                 other => panic!("{other:?}"),
             }
-            for wrong in [&b"pW"[..], b"", b"p\0w", b"\xff"] {
+            let e = cleartext_with(Some(secret), b"").await;
+            assert!(matches!(e, Err(AuthError::EmptyPassword)), "{e:?}");
+            for wrong in [&b"pW"[..], b"p\0w", b"\xff"] {
                 let e = cleartext_with(Some(secret), wrong).await;
-                assert!(matches!(e, Err(AuthError::BadPassword(ref u)) if u == "u"), "{e:?}");
+                assert!(
+                    matches!(e, Err(AuthError::BadPassword(ref u)) if u == "u"),
+                    "{e:?}"
+                );
             }
         }
         // No password stored, or no such user: asked, then refused.

@@ -26,6 +26,9 @@ pub enum AuthError {
     UnknownUser(String),
     #[error("password authentication failed for user \"{0}\"")]
     BadPassword(String),
+    /// PostgreSQL's answer to an empty cleartext password.
+    #[error("empty password returned by client")]
+    EmptyPassword,
     #[error("invalid SCRAM exchange: {0}")]
     Scram(&'static str),
     #[error("expected a password message, got message type '{}'", char::from(*.0))]
@@ -53,7 +56,7 @@ impl AuthError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             AuthError::UnknownUser(_) => "28000",
-            AuthError::BadPassword(_) => "28P01",
+            AuthError::BadPassword(_) | AuthError::EmptyPassword => "28P01",
             // What postgres_fdw and dblink answer when they can't log in
             // to the server they were to use.
             AuthError::Lookup(_) => "08001",

@@ -166,17 +166,18 @@ async fn check_password(
     let checked = pool_login::check(&mut c, shared, &config, database, user, how).await;
     let (stream, rest) = c.into_parts();
     match checked {
-        Ok(pool_login::Checked::In(credential)) => Some(Admitted::Pooled(
-            stream,
-            rest,
-            Some(Arc::new(credential)),
-        )),
+        Ok(pool_login::Checked::In(credential)) => {
+            Some(Admitted::Pooled(stream, rest, Some(Arc::new(credential))))
+        }
         Ok(pool_login::Checked::Trust) => Some(Admitted::Pooled(stream, rest, None)),
         Ok(pool_login::Checked::Relay) => Some(Admitted::Relayed(stream)),
         Err(crate::auth::AuthError::Refused(msg)) => {
             // The server's own refusal (no pg_hba.conf entry, say), as a
             // direct login gets it.
-            info!("login refused by the upstream: {}", backend::error_field(&msg, b'M').unwrap_or("error"));
+            info!(
+                "login refused by the upstream: {}",
+                backend::error_field(&msg, b'M').unwrap_or("error")
+            );
             let mut c = stream;
             let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
             let _ = timeout(limit, write).await;
