@@ -298,8 +298,9 @@ fn server_user() -> Result<Option<(u32, u32)>, EmbeddedError> {
     Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
 }
 
-/// The directory holding `initdb` and `postgres`: `pg_config --bindir`,
-/// then Debian's versioned directories (newest first), then PATH.
+/// The directory holding `initdb` and `postgres`: `ONETRIP_PG_BINDIR`, then
+/// Debian's versioned directories (the newest), then `pg_config --bindir`,
+/// then PATH.
 pub fn find_bin_dir() -> Option<PathBuf> {
     let has = |d: &Path| d.join("initdb").is_file() && d.join("postgres").is_file();
     if let Ok(d) = std::env::var("ONETRIP_PG_BINDIR") {

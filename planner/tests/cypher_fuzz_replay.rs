@@ -1,21 +1,21 @@
 //! Replays the `cypher_parse` fuzz seed corpus (fuzz/corpus/cypher_parse)
-//! plus hostile inputs through the fuzz target body: nothing may panic.
+//! plus hostile inputs through the fuzz target body: nothing may panic. A
+//! missing or empty corpus fails.
 
 use onetrip_planner::cypher::fuzzing::fuzz_cypher_parse;
 
 #[test]
 fn cypher_fuzz_corpus_replays() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/cypher_parse");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            if let Ok(data) = std::fs::read(e.path()) {
-                fuzz_cypher_parse(&data);
-                n += 1;
-            }
-        }
+    for e in entries.flatten() {
+        let data = std::fs::read(e.path()).unwrap_or_else(|err| panic!("{:?}: {err}", e.path()));
+        fuzz_cypher_parse(&data);
+        n += 1;
     }
-    println!("replayed {n} seeds from {}", dir.display());
+    // A corpus gone missing or emptied fails rather than replaying nothing.
+    assert!(n >= 10, "{n} seeds in {}", dir.display());
 }
 
 #[test]

@@ -237,8 +237,19 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Prints the standard skip line for a missing prerequisite.
+/// Whether a missing prerequisite fails its test instead of skipping it:
+/// `CI=true` (`.ci/run` sets it), so that CI can't pass by checking less.
+pub fn prerequisites_required() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
+}
+
+/// Prints the standard skip line for a missing prerequisite; with
+/// `CI=true`, fails instead.
 pub fn skip(what: &str) {
+    assert!(
+        !prerequisites_required(),
+        "{what}; with CI=true a missing prerequisite fails (.ci/run installs it)"
+    );
     eprintln!("skipped: {what}");
 }
 

@@ -1,6 +1,8 @@
 //! Random pipelines sent to PostgreSQL and through onetrip (with its
-//! defaults, with lazy reads, and with nothing saved): the same answers at the same points and the same tables
-//! afterwards, for every case.
+//! defaults, with lazy reads, with nothing saved: no coalescing and no
+//! deferred BEGIN, and pooling transactions with lazy reads): the same
+//! answers at the same points and the same tables afterwards, for every
+//! case.
 //!
 //! `ONETRIP_PIPELINE_CASES` (default 500) and `ONETRIP_PIPELINE_SEED`
 //! (default fixed, so CI runs the same cases every time) change what runs;
@@ -38,11 +40,25 @@ fn env_number(name: &str, default: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_pipelines_match_postgres() {
     let env = Env::start().await;
-    let plain: Proxy = env.start_proxy(|c| c.coalesce.single_read = false).await;
+    let lazy: Proxy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
+    let plain: Proxy = env
+        .start_proxy(|c| {
+            c.coalesce.single_read = false;
+            c.transactions.defer_begin = false;
+        })
+        .await;
+    let pooled: Proxy = env
+        .start_proxy(|c| {
+            c.pool.mode = onetrip::config::PoolMode::Transaction;
+            c.transactions.lazy_reads = true;
+        })
+        .await;
     let targets = vec![
         Target::new("PostgreSQL", env.pg.port()),
         Target::new("onetrip", env.proxy_port()),
-        Target::new("onetrip without coalescing", plain.local_addr().port()),
+        Target::new("onetrip with lazy reads", lazy.local_addr().port()),
+        Target::new("onetrip with nothing saved", plain.local_addr().port()),
+        Target::new("onetrip pooling transactions", pooled.local_addr().port()),
     ];
     let schemas: String = (0..LANES)
         .map(|l| {
@@ -61,7 +77,9 @@ async fn random_pipelines_match_postgres() {
             // depends only on the seed and its number.
             for case in (lane..cases).step_by(LANES) {
                 let pipeline = Pipeline::random(&mut Rng::new(seed ^ case as u64));
-                if std::env::var_os("DEBUG_CASES").is_some() { eprintln!("case {case}: {}", pipeline.script()); }
+                if std::env::var_os("DEBUG_CASES").is_some() {
+                    eprintln!("case {case}: {}", pipeline.script());
+                }
                 if let Err(m) = compare(&targets, &setup(lane), &pipeline.script()).await {
                     let (small, m) = shrink(&targets, &setup(lane), pipeline, m).await;
                     panic!(
