@@ -755,8 +755,17 @@ pub mod duration {
                 ));
             }
         };
-        Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+        let d = Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))?;
+        // Far past any real timeout, and well short of what overflows the
+        // clock when added to now.
+        if d > MAX {
+            return Err(format!("duration {s:?} is too long (at most 100 years)"));
+        }
+        Ok(d)
     }
+
+    /// The longest duration a setting takes.
+    pub const MAX: Duration = Duration::from_secs(100 * 365 * 86_400);
 
     pub fn format(d: &Duration) -> String {
         if d.subsec_nanos() == 0 {
@@ -799,6 +808,27 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.toml");
         let cfg = Config::load(Some(&path), []).unwrap();
         assert_eq!(cfg.upstream.address, UpstreamAddress::Embedded);
+    }
+
+    #[test]
+    fn a_duration_too_long_for_the_clock_is_a_configuration_error() {
+        for (text, env) in [
+            ("[upstream]\nrtt = \"1000000000000s\"\n", None),
+            ("[pool]\nquery_wait_timeout = \"99999999999999m\"\n", None),
+            ("", Some(("ONETRIP_UPSTREAM_RTT", "18446744073709551615s"))),
+        ] {
+            let env: Vec<_> = env.into_iter().collect();
+            let err = load_str(text, &env).unwrap_err().to_string();
+            assert!(
+                err.contains("too long") || err.contains("invalid duration"),
+                "{err}"
+            );
+        }
+        let ok = load_str("[upstream]\nrtt = \"36500d\"\n", &[]);
+        assert!(ok.is_err(), "no such unit");
+        let long = duration::parse("52560000m").unwrap();
+        assert_eq!(long, duration::MAX);
+        assert!(crate::timers::after(long) > std::time::Instant::now());
     }
 
     #[test]

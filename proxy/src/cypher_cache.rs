@@ -114,7 +114,7 @@ impl CypherCache {
         let slot = self.slot(db);
         let wait = *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner());
         *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Failed {
-            retry_at: Instant::now() + wait,
+            retry_at: crate::timers::after(wait),
             wait,
         };
         slot.changed.send_modify(|_| {});
