@@ -1,12 +1,7 @@
 //! Prometheus text exposition (format 0.0.4) on `[metrics] listen`: a
 //! minimal HTTP/1.1 server that answers `GET /metrics` and closes.
 
-use std::{
-    fmt::Write as _,
-    net::SocketAddr,
-    sync::{Arc, Weak},
-    time::Duration,
-};
+use std::{fmt::Write as _, net::SocketAddr, sync::Weak, time::Duration};
 
 use tokio::sync::oneshot;
 use tokio::{
@@ -17,9 +12,18 @@ use tracing::{debug, info, warn};
 
 use crate::{
     pooling::PoolRow,
-    shared::Shared,
     stats::{LATENCY_BUCKETS, Snapshot, Stats},
 };
+
+/// What the endpoint reports on (the proxy's shared state).
+pub trait Source: Send + Sync + 'static {
+    /// The page a scrape gets now.
+    fn page(&self) -> String;
+}
+
+/// The source, held weakly: the endpoint must not keep a stopped proxy
+/// alive, and stops once it is gone.
+pub type Page = Weak<dyn Source>;
 
 /// Longest request head read; a scrape needs a few hundred bytes.
 const MAX_REQUEST: usize = 8192;
@@ -34,10 +38,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds `addr` and serves on `runtime` (the current one when `None`).
+    /// Binds `addr` and serves `page` on `runtime` (the current one when
+    /// `None`).
     pub fn start(
         addr: SocketAddr,
-        shared: &Arc<Shared>,
+        page: Page,
         runtime: Option<&tokio::runtime::Handle>,
     ) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind(addr)?;
@@ -48,11 +53,9 @@ impl Endpoint {
             None => tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?,
         };
         let (stop_tx, stop) = oneshot::channel();
-        // A weak reference: the endpoint must not keep a stopped proxy alive.
-        let weak = Arc::downgrade(shared);
         runtime.spawn(async move {
             match TcpListener::from_std(listener) {
-                Ok(l) => accept_loop(l, weak, stop).await,
+                Ok(l) => accept_loop(l, page, stop).await,
                 Err(e) => warn!(listen = %local, "metrics endpoint failed: {e}"),
             }
         });
@@ -64,16 +67,15 @@ impl Endpoint {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Weak<Shared>, mut stop: oneshot::Receiver<()>) {
+async fn accept_loop(listener: TcpListener, page: Page, mut stop: oneshot::Receiver<()>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((tcp, peer)) => {
-                    let Some(stats) = shared.upgrade().map(|s| s.stats.clone()) else { return };
-                    let shared = shared.clone();
+                    let page = page.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = answer(tcp, &stats, &shared).await {
+                        if let Err(e) = answer(tcp, &page).await {
                             debug!(%peer, "metrics request failed: {e}");
                         }
                     });
@@ -84,12 +86,13 @@ async fn accept_loop(listener: TcpListener, shared: Weak<Shared>, mut stop: ones
                 }
             },
             _ = &mut stop => return,
-            _ = tick.tick() => if shared.strong_count() == 0 { return },
+            // The proxy is gone: its page with it.
+            _ = tick.tick() => if page.strong_count() == 0 { return },
         }
     }
 }
 
-async fn answer(mut tcp: TcpStream, stats: &Stats, shared: &Weak<Shared>) -> std::io::Result<()> {
+async fn answer(mut tcp: TcpStream, page: &Page) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = tokio::time::timeout(READ_TIMEOUT, async {
         loop {
@@ -111,10 +114,7 @@ async fn answer(mut tcp: TcpStream, stats: &Stats, shared: &Weak<Shared>) -> std
     .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let (status, ctype, body) = match head_end.map(|i| route(&buf[..i])) {
         Some(Route::Metrics) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", {
-            let shared = shared.upgrade();
-            let kept = shared.as_ref().map_or(0, |s| s.reuse.len());
-            let pools = shared.map(|s| s.pools.rows()).unwrap_or_default();
-            render(stats, kept, &pools)
+            page.upgrade().map(|s| s.page()).unwrap_or_default()
         }),
         Some(Route::NotFound) => (
             "404 Not Found",

@@ -8,10 +8,7 @@
 //! sized at start) keeps its old value and is named in a warning. A new
 //! configuration that is invalid is refused whole: nothing changes.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
@@ -20,46 +17,8 @@ use crate::{
     shared::{Live, Shared},
 };
 
-/// Where a reload gets the new configuration; an `Err` is the reason it
-/// is refused.
-pub type ConfigSource = dyn Fn() -> Result<Config, String> + Send + Sync;
-/// Told each configuration put in force by a reload (the command sets its
-/// log filter from it).
-pub type ReloadListener = dyn Fn(&Config) + Send + Sync;
-
-/// What a reload needs besides the configuration in force. Touched only
-/// by reloads and at start.
-#[derive(Default)]
-pub(crate) struct Hooks {
-    source: Mutex<Option<Arc<ConfigSource>>>,
-    listeners: Mutex<Vec<Arc<ReloadListener>>>,
-    /// One reload at a time: each compares with what the last put in force.
-    running: Mutex<()>,
-    /// The metrics endpoint now, replaced when `[metrics] listen` changes.
-    pub(crate) metrics: Mutex<Option<crate::metrics::Endpoint>>,
-    /// The runtime the metrics endpoint runs on (the one the proxy was
-    /// started from).
-    pub(crate) runtime: Mutex<Option<tokio::runtime::Handle>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while the lock was held left the value whole.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Hooks {
-    pub(crate) fn set_source(&self, source: Arc<ConfigSource>) {
-        *lock(&self.source) = Some(source);
-    }
-
-    pub(crate) fn add_listener(&self, listener: Arc<ReloadListener>) {
-        lock(&self.listeners).push(listener);
-    }
-
-    pub(crate) fn metrics_addr(&self) -> Option<SocketAddr> {
-        lock(&self.metrics).as_ref().map(|e| e.addr)
-    }
-}
+use crate::shared::lock;
+pub use crate::shared::{ConfigSource, ReloadListener};
 
 /// A reload that went through.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -203,8 +162,12 @@ fn reload_quietly(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         None => Some(None),
         Some(addr) => {
             let runtime = lock(&hooks.runtime).clone();
-            let endpoint = crate::metrics::Endpoint::start(addr, shared, runtime.as_ref())
-                .map_err(|e| ReloadError::Invalid(format!("metrics.listen {addr}: {e}")))?;
+            let endpoint = crate::metrics::Endpoint::start(
+                addr,
+                Shared::metrics_page(shared),
+                runtime.as_ref(),
+            )
+            .map_err(|e| ReloadError::Invalid(format!("metrics.listen {addr}: {e}")))?;
             Some(Some(endpoint))
         }
     };
@@ -224,6 +187,7 @@ fn reload_quietly(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[test]
     fn restart_only_keys_keep_their_old_value_and_are_named() {

@@ -124,8 +124,9 @@ impl Proxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(runtime.clone());
         if let Some(a) = shared.config().metrics.listen {
-            let endpoint = crate::metrics::Endpoint::start(a, &shared, Some(&runtime))
-                .map_err(StartError::Metrics)?;
+            let endpoint =
+                crate::metrics::Endpoint::start(a, Shared::metrics_page(&shared), Some(&runtime))
+                    .map_err(StartError::Metrics)?;
             *shared
                 .reload
                 .metrics

@@ -3,8 +3,9 @@
 //! cache, the kept upstream connections and the worker seats. Below the
 //! server and the sessions; read-mostly, no lock on the forwarding path.
 
+use std::net::SocketAddr;
 use std::sync::{
-    Arc, RwLock,
+    Arc, Mutex, RwLock,
     atomic::{AtomicUsize, Ordering},
 };
 
@@ -23,6 +24,47 @@ use crate::{
     worker::seats::Seats,
 };
 
+/// Where a reload gets the new configuration; an `Err` is the reason it
+/// is refused.
+pub type ConfigSource = dyn Fn() -> Result<Config, String> + Send + Sync;
+/// Told each configuration put in force by a reload (the command sets its
+/// log filter from it).
+pub type ReloadListener = dyn Fn(&Config) + Send + Sync;
+
+/// What a reload (`reload.rs`) needs besides the configuration in force.
+/// Touched only by reloads and at start.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub(crate) source: Mutex<Option<Arc<ConfigSource>>>,
+    pub(crate) listeners: Mutex<Vec<Arc<ReloadListener>>>,
+    /// One reload at a time: each compares with what the last put in force.
+    pub(crate) running: Mutex<()>,
+    /// The metrics endpoint now, replaced when `[metrics] listen` changes.
+    pub(crate) metrics: Mutex<Option<crate::metrics::Endpoint>>,
+    /// The runtime the metrics endpoint runs on (the one the proxy was
+    /// started from).
+    pub(crate) runtime: Mutex<Option<tokio::runtime::Handle>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while the lock was held left the value whole.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Hooks {
+    pub(crate) fn set_source(&self, source: Arc<ConfigSource>) {
+        *lock(&self.source) = Some(source);
+    }
+
+    pub(crate) fn add_listener(&self, listener: Arc<ReloadListener>) {
+        lock(&self.listeners).push(listener);
+    }
+
+    pub(crate) fn metrics_addr(&self) -> Option<SocketAddr> {
+        lock(&self.metrics).as_ref().map(|e| e.addr)
+    }
+}
+
 /// State shared by every session: read-mostly, no lock on the forwarding path.
 pub struct Shared {
     /// What a reload replaces (`reload.rs`). Read once or a few times per
@@ -30,7 +72,7 @@ pub struct Shared {
     /// read, so no lock is shared on the forwarding path.
     live: RwLock<Arc<Live>>,
     /// Where a reload gets its configuration, and whom it tells.
-    pub(crate) reload: crate::reload::Hooks,
+    pub(crate) reload: Hooks,
     pub(crate) upstream_addr: String,
     pub stats: Arc<Stats>,
     pub upstream_tls: Option<tokio_rustls::TlsConnector>,
@@ -51,6 +93,8 @@ pub struct Shared {
     pub pools: Arc<crate::pooling::Pools>,
     /// Pooled users' secrets looked up with `[pool] auth_query`.
     pub secrets: Arc<crate::auth::cache::Secrets>,
+    /// Both, as sessions' statements reach them (`protocol::PoolNotices`).
+    pool_notices: Arc<crate::pooling::Notices>,
     /// Sessions that would busy-poll for their answer now
     /// (`upstream.busy_poll`).
     pub spinning: std::sync::atomic::AtomicUsize,
@@ -107,8 +151,7 @@ impl Shared {
             stats: self.stats.clone(),
             cypher: self.cypher.clone(),
             analyzer: live.analyzer.clone(),
-            pools: self.pools.clone(),
-            secrets: self.secrets.clone(),
+            pools: self.pool_notices.clone(),
         }
     }
 
@@ -186,6 +229,10 @@ impl Shared {
             config.pool.max_db_connections,
             config.pool.max_user_connections,
         );
+        let pools = Arc::new(crate::pooling::Pools::with_limits(
+            pool_size, max_pools, max_db, max_user,
+        ));
+        let secrets = Arc::<crate::auth::cache::Secrets>::default();
         Self {
             live: RwLock::new(Arc::new(Live::new(config, tls_acceptor))),
             reload: Default::default(),
@@ -197,10 +244,9 @@ impl Shared {
             closers: DashMap::new(),
             cypher: Default::default(),
             reuse: Default::default(),
-            pools: Arc::new(crate::pooling::Pools::with_limits(
-                pool_size, max_pools, max_db, max_user,
-            )),
-            secrets: Default::default(),
+            pools: pools.clone(),
+            secrets: secrets.clone(),
+            pool_notices: Arc::new(crate::pooling::Notices { pools, secrets }),
             spinning: Default::default(),
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),
@@ -259,5 +305,19 @@ impl Shared {
             Ok(()) => info!(pid, "cancel request forwarded"),
             Err(e) => warn!(pid, "cancel request to upstream {addr} failed: {e}"),
         }
+    }
+}
+
+impl crate::metrics::Source for Shared {
+    fn page(&self) -> String {
+        crate::metrics::render(&self.stats, self.reuse.len(), &self.pools.rows())
+    }
+}
+
+impl Shared {
+    /// The metrics endpoint's view of `shared`, held weakly.
+    pub(crate) fn metrics_page(shared: &Arc<Shared>) -> crate::metrics::Page {
+        let weak: std::sync::Weak<dyn crate::metrics::Source> = Arc::downgrade(shared) as _;
+        weak
     }
 }

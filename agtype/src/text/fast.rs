@@ -428,7 +428,7 @@ fn cast(text: &str, name: &str) -> Option<Value> {
     if name.eq_ignore_ascii_case("numeric") {
         Numeric::parse(text).ok().map(Value::Numeric)
     } else if name.eq_ignore_ascii_case("integer") {
-        super::parse::int8in(text).ok().map(Value::Integer)
+        super::int8::int8in(text).ok().map(Value::Integer)
     } else if name.eq_ignore_ascii_case("float") {
         float8in(text).ok().map(Value::Float)
     } else {

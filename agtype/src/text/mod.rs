@@ -2,6 +2,7 @@
 
 mod error;
 mod fast;
+mod int8;
 mod lex;
 mod parse;
 mod print;

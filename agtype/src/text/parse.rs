@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use super::error::ParseError;
+use super::int8::int8in;
 use super::lex::{Lexer, Tok};
 use crate::float::{float8in, parse_float_token};
 use crate::key::Key;
@@ -264,17 +265,4 @@ fn plain_scalar(s: Scalar<'_>, at: usize) -> Result<Value, ParseError> {
         Scalar::FloatWord(f, _) => Value::Float(f),
         Scalar::String(s) => Value::String(s.into_owned()),
     })
-}
-
-/// PostgreSQL 15's `int8in`: optional surrounding whitespace and sign, then
-/// decimal digits only.
-pub(crate) fn int8in(text: &str) -> Result<i64, String> {
-    let s = text.trim_matches(crate::numeric::is_pg_space);
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("invalid input syntax for type bigint: \"{text}\""));
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    s.parse()
-        .map_err(|_| format!("value \"{text}\" is out of range for type bigint"))
 }

@@ -44,8 +44,9 @@ pub enum AuthError {
     /// That connection failed otherwise.
     #[error("onetrip could not learn how the upstream authenticates user \"{user}\": {why}")]
     Upstream { user: String, why: String },
-    #[error(transparent)]
-    Pools(#[from] crate::pooling::TooManyPools),
+    /// `[pool] max_pools` pools exist already (`pooling::TooManyPools`).
+    #[error("too many pools: {0} (database, user) pairs have pools already ([pool] max_pools)")]
+    TooManyPools(usize),
     #[error(transparent)]
     Message(#[from] ReadError),
     #[error("I/O error during authentication: {0}")]
@@ -62,7 +63,7 @@ impl AuthError {
             AuthError::Lookup(_) => "08001",
             // A refusal goes to the client as the server wrote it.
             AuthError::Refused(_) | AuthError::Upstream { .. } => "08006",
-            AuthError::Pools(_) => "53300",
+            AuthError::TooManyPools(_) => "53300",
             AuthError::Message(ReadError::Frame(e)) => e.sqlstate(),
             _ => "08P01",
         }

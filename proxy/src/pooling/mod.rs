@@ -22,9 +22,11 @@ use tokio::sync::oneshot;
 
 mod held;
 mod limit;
+mod notices;
 mod pools;
 pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
+pub use notices::Notices;
 pub use pools::{Pools, TooManyPools};
 
 use onetrip_planner::classify::{RESET_REASONS, Reset};

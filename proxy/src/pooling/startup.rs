@@ -6,7 +6,7 @@
 //! `set_config(name, value, false)`, which reads a value as the startup
 //! packet does (a `SET` would quote a list such as `a, b` as one name).
 
-use crate::protocol::SessionSets;
+use crate::protocol::{SessionSets, literal};
 
 /// What a pooled client's startup parameters make of its session.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -114,22 +114,6 @@ fn call(name: &str, value: &str) -> String {
         literal(name),
         literal(value)
     )
-}
-
-/// A string literal that reads the same whatever the session's
-/// `standard_conforming_strings` (an escape string literal).
-pub fn literal(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 3);
-    out.push_str("E'");
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("''"),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// The `-c name=value` and `--name=value` switches of `options`, split as

@@ -303,7 +303,7 @@ impl Protocol {
                 RoleName::Current => Some(self.info.user.clone()),
                 RoleName::Unknown => None,
             };
-            self.services.forget_password(role.as_deref());
+            self.services.pools.forget_password(role.as_deref());
             self.passwords_changed.push(role);
         }
     }

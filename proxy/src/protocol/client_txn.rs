@@ -22,31 +22,6 @@ pub(super) enum TxnStep {
     Answered(usize),
 }
 
-/// What the server's unnamed statement must become before a client message
-/// uses it, after a statement answered here that the server never saw.
-#[derive(Debug)]
-pub(super) enum UnnamedFix {
-    /// A simple Query drops it.
-    Drop,
-    /// The extended form of a COMMIT or ROLLBACK parsed it: this Parse.
-    Parse(Bytes),
-    /// The session moved to another server connection (transaction
-    /// pooling): the client's own unnamed Parse, made again and recorded.
-    Reparse(Bytes),
-    /// As `Reparse`, with the Parse the session keeps (`unnamed_parse`),
-    /// copied only if a message uses it: most clients send a new Parse.
-    ReparseKept,
-}
-
-impl UnnamedFix {
-    /// Its Parse as a copy of its own, no longer in the read buffer.
-    pub(super) fn detach(&mut self) {
-        if let UnnamedFix::Parse(p) | UnnamedFix::Reparse(p) = self {
-            *p = Bytes::copy_from_slice(p);
-        }
-    }
-}
-
 impl Protocol {
     pub(super) fn transaction_step(
         &mut self,

@@ -5,7 +5,19 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::Protocol;
-use crate::{config::Config, shared::Shared, wire::queue::WriteQueue, wire::startup};
+use std::sync::Arc;
+
+use super::{PoolNotices, Services};
+use crate::{config::Config, stats::Stats, wire::queue::WriteQueue, wire::startup};
+
+/// A fuzzed session has no pools to tell anything.
+struct NoPools;
+
+impl PoolNotices for NoPools {
+    fn drain(&self, _: &[String]) {}
+    fn end_drain(&self, _: &[String]) {}
+    fn forget_password(&self, _: Option<&str>) {}
+}
 
 /// A session fed by the input: its first byte picks the features (bit 0
 /// deferred BEGIN, 1 lazy reads, 2 coalescing, 3 write probes, 4 Cypher
@@ -92,10 +104,19 @@ impl Session {
         config.planner.cypher_rewrite = flags & 16 != 0;
         config.planner.verify = flags & 32 != 0;
         config.limits.max_message_bytes = 1 << 16;
-        let shared = Shared::detached(config);
-        let info = shared.stats.open_session(None, "postgres", "postgres", "");
-        shared.stats.admit(&info);
-        let mut p = Protocol::new(shared.services(), info);
+        let stats = Arc::new(Stats::with_max_rows(config.limits.max_stats_rows));
+        let analyzer =
+            onetrip_planner::analysis::Analyzer::new(&config.coalesce.read_only_functions);
+        let services = Services {
+            config: Arc::new(config),
+            stats: stats.clone(),
+            cypher: Default::default(),
+            analyzer: Arc::new(analyzer),
+            pools: Arc::new(NoPools),
+        };
+        let info = stats.open_session(None, "postgres", "postgres", "");
+        stats.admit(&info);
+        let mut p = Protocol::new(services, info);
         if flags & 64 != 0 {
             p.start(&mut WriteQueue::default());
         }

@@ -14,7 +14,7 @@ mod pooled;
 mod replay;
 mod server_statements;
 pub use pooled::ServerStatements;
-pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, prepare};
+pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub mod settings;
 mod statements;
 pub mod text;
@@ -46,7 +46,8 @@ use crate::{
         tag,
     },
 };
-use client_txn::{TxnStep, UnnamedFix};
+use client_txn::TxnStep;
+use transaction::UnnamedFix;
 
 /// What a session's protocol state uses of what all sessions share.
 #[derive(Clone)]
@@ -56,23 +57,23 @@ pub struct Services {
     pub cypher: Arc<crate::cypher_cache::CypherCache>,
     /// The planner, with the configured read-only functions.
     pub analyzer: Arc<onetrip_planner::analysis::Analyzer>,
-    /// Transaction pooling's pools.
-    pub pools: Arc<crate::pooling::Pools>,
-    /// Pooled users' secrets looked up with `[pool] auth_query`.
-    pub secrets: Arc<crate::auth::cache::Secrets>,
+    /// What statements tell transaction pooling and the password cache.
+    pub pools: Arc<dyn PoolNotices>,
 }
 
-impl Services {
+/// What a session's statements tell transaction pooling and the looked-up
+/// passwords, which sit above this room (`pooling::Notices`).
+pub trait PoolNotices: Send + Sync {
+    /// A statement that needs `databases` without other sessions was
+    /// sent: their pools close idle connections and open none.
+    fn drain(&self, databases: &[String]);
+    /// Its answer came: the pools open connections again.
+    fn end_drain(&self, databases: &[String]);
     /// `role`'s password changed (`None`: some role's): its looked-up
     /// secrets and its pools' credential are forgotten, so that its next
     /// login looks it up again (the kept one would refuse the new
     /// password).
-    pub fn forget_password(&self, role: Option<&str>) {
-        self.secrets.forget_user(role);
-        if let Some(role) = role {
-            self.pools.forget_credentials(role);
-        }
-    }
+    fn forget_password(&self, role: Option<&str>);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

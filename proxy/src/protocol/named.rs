@@ -164,7 +164,7 @@ impl Protocol {
         match name.is_empty() {
             // The server's unnamed statement may still be the client's old
             // one: it is dropped before a message uses it.
-            true => self.unnamed_fix = Some(super::client_txn::UnnamedFix::Drop),
+            true => self.unnamed_fix = Some(super::transaction::UnnamedFix::Drop),
             false => {
                 self.named.client.remove(name);
             }

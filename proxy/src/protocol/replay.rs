@@ -172,7 +172,7 @@ pub fn prepare(has: &ServerState, sets: &SessionSets, loads: &Residues) -> Prep 
         .filter(|l| !has.residue.libraries.contains(l));
     for lib in missing {
         sql.push_str("LOAD ");
-        sql.push_str(&crate::pooling::startup::literal(lib));
+        sql.push_str(&literal(lib));
         sql.push_str(";\n");
     }
     for (name, _) in has_sets.iter() {
@@ -438,6 +438,22 @@ const TXN_WORDS: &[&str] = &[
 fn may_be_set(text: &str) -> bool {
     let t = text.as_bytes().trim_ascii_start();
     matches!(t.first(), Some(b'/' | b'-')) || super::client_txn::first_word_is(t, &["set", "reset"])
+}
+
+/// A string literal that reads the same whatever the session's
+/// `standard_conforming_strings` (an escape string literal).
+pub fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 3);
+    out.push_str("E'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub struct Held {
     /// What a read that ran without it made of the client's unnamed
     /// statement (its own Parse, or a Query's drop): the server's must be
     /// made that again once the BEGIN's Parse has gone up.
-    pub(super) unnamed_after: Option<super::client_txn::UnnamedFix>,
+    pub(super) unnamed_after: Option<UnnamedFix>,
 }
 
 #[derive(Debug, Default)]
@@ -174,5 +174,30 @@ mod tests {
         q.extend(msg(tag::QUERY));
         let g = group(&q, 0).unwrap();
         assert!(!g.synced && g.others);
+    }
+}
+
+/// What the server's unnamed statement must become before a client message
+/// uses it, after a statement answered here that the server never saw.
+#[derive(Debug)]
+pub(super) enum UnnamedFix {
+    /// A simple Query drops it.
+    Drop,
+    /// The extended form of a COMMIT or ROLLBACK parsed it: this Parse.
+    Parse(Bytes),
+    /// The session moved to another server connection (transaction
+    /// pooling): the client's own unnamed Parse, made again and recorded.
+    Reparse(Bytes),
+    /// As `Reparse`, with the Parse the session keeps (`unnamed_parse`),
+    /// copied only if a message uses it: most clients send a new Parse.
+    ReparseKept,
+}
+
+impl UnnamedFix {
+    /// Its Parse as a copy of its own, no longer in the read buffer.
+    pub(super) fn detach(&mut self) {
+        if let UnnamedFix::Parse(p) | UnnamedFix::Reparse(p) = self {
+            *p = Bytes::copy_from_slice(p);
+        }
     }
 }

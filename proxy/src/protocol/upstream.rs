@@ -21,7 +21,7 @@ impl Protocol {
                 // Simulated distance, added to the real round trip: the
                 // answer is held back as a whole, never reordered.
                 self.rt_delayed = true;
-                self.delay_until = Some(Instant::now() + rtt);
+                self.delay_until = Some(crate::timers::after(rtt));
                 return Ok(());
             }
             self.rt_delayed = false;
@@ -223,7 +223,7 @@ impl Protocol {
                     && self.flight.client_answered()
                 {
                     for role in std::mem::take(&mut self.passwords_changed) {
-                        self.services.forget_password(role.as_deref());
+                        self.services.pools.forget_password(role.as_deref());
                     }
                 }
                 if self.pooled {

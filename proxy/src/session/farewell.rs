@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{debug, info, warn};
 
-use super::life::{Streams, back_to_runtime_failed};
+use super::streams::{Streams, back_to_runtime_failed};
 use crate::{
     net::Stream,
     protocol::{Flow, Protocol},

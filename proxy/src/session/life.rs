@@ -13,7 +13,6 @@
 
 use std::{
     future::Future,
-    net::SocketAddr,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
@@ -25,9 +24,11 @@ use tracing::{Instrument, Span, debug, warn};
 
 use super::{
     farewell::{farewells, write_farewells},
-    login::{Ready, connect_and_authenticate},
+    login::connect_and_authenticate,
     pooled::{self, Client, Next},
     reuse,
+    start::{Ready, Start},
+    streams::{Streams, back_to_runtime_failed, no_connection},
 };
 use crate::{
     net::{Pair, ServerConn, Stream},
@@ -43,19 +44,6 @@ use crate::{
     stats::{Counters, Relay, SessionState},
     worker::seats::Seat,
 };
-
-/// What the startup phase hands on to the relay.
-pub struct Start {
-    pub startup_raw: Bytes,
-    pub params: Vec<(String, String)>,
-    pub peer: SocketAddr,
-    pub handshake_rts: u64,
-    /// Ends when authentication must be over (`limits.startup_timeout`
-    /// after the connection was accepted).
-    pub deadline: crate::timers::Sleep,
-    /// The worker the session runs on.
-    pub worker: usize,
-}
 
 pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
     let started = Instant::now();
@@ -126,71 +114,6 @@ struct Session {
 }
 
 type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
-
-/// A session's sockets as relaying starts: registered with this thread's
-/// runtime, or with nothing yet (a session that moved here).
-pub(super) enum Streams {
-    Runtime(Pair),
-    Std(std::net::TcpStream, std::net::TcpStream),
-    /// A pooled session's client, with no server connection yet: it waits
-    /// for its client's first bytes (`pooled::between`) before it relays.
-    Waiting(Client),
-    /// Nothing to relay: the login ended the session.
-    Closed,
-}
-
-impl Streams {
-    fn is_tls(&self) -> bool {
-        match self {
-            Streams::Runtime(io) => io.client.is_tls() || io.upstream.is_tls(),
-            Streams::Waiting(c) => c.is_tls(),
-            _ => false,
-        }
-    }
-
-    /// The sockets for this thread's runtime.
-    fn registered(self) -> std::io::Result<Pair> {
-        Ok(match self {
-            Streams::Runtime(io) => io,
-            Streams::Std(c, u) => Pair {
-                client: Stream::Plain(tokio::net::TcpStream::from_std(c)?),
-                upstream: Stream::Plain(tokio::net::TcpStream::from_std(u)?),
-            },
-            Streams::Waiting(_) | Streams::Closed => return Err(no_connection()),
-        })
-    }
-
-    /// Takes plain sockets out of the worker's epoll, to stay open
-    /// elsewhere.
-    fn release(&self) {
-        if let Streams::Std(c, u) = self {
-            fast::release(c);
-            fast::release(u);
-        }
-    }
-
-    /// Plain sockets taken out of the runtime, or the TLS streams as they
-    /// are.
-    fn unregistered(
-        self,
-    ) -> Result<std::io::Result<(std::net::TcpStream, std::net::TcpStream)>, Pair> {
-        match self {
-            Streams::Std(c, u) => Ok(Ok((c, u))),
-            Streams::Runtime(Pair {
-                client: Stream::Plain(c),
-                upstream: Stream::Plain(u),
-            }) => Ok(c.into_std().and_then(|c| Ok((c, u.into_std()?)))),
-            Streams::Runtime(io) => Err(io),
-            Streams::Waiting(_) | Streams::Closed => Ok(Err(no_connection())),
-        }
-    }
-}
-
-/// Relaying asked of a session that has no server connection (never: such
-/// a session waits first).
-fn no_connection() -> std::io::Error {
-    std::io::Error::other("the session has no server connection")
-}
 
 /// Where relaying got to.
 enum Relayed {
@@ -631,10 +554,6 @@ async fn relay_fast(
             Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await
         }
     })
-}
-
-pub(super) fn back_to_runtime_failed(e: std::io::Error) -> String {
-    format!("it could not return to the runtime: {e}")
 }
 
 /// Relays through this thread's runtime.

@@ -5,9 +5,12 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use super::{handshake, life::Start, pool_login, pooled, pooled_login, reuse};
+use super::{
+    handshake, pool_login, pooled_login, reuse,
+    start::{Ready, Start, refuse},
+};
 use crate::{
     auth::Credential,
     cancel::Pid,
@@ -18,42 +21,8 @@ use crate::{
     shared::Shared,
     stats::{Counters, SessionState},
     timers::timeout,
-    wire::{
-        backend,
-        startup::StartupMessage,
-        write::{self, Severity},
-    },
+    wire::{backend, startup::StartupMessage},
 };
-
-/// How the ready session goes on.
-pub(super) enum Ready {
-    /// Over its streams, with their leftover read buffers.
-    Relay(Pair, BytesMut, BytesMut),
-    /// A pooled session greeted without a server connection: it waits for
-    /// its client's first bytes, then for a connection (what the client
-    /// sent past its password, if anything, is read already).
-    Waiting(pooled::Client, BytesMut),
-}
-
-/// A login that gets no server connection: the client is told why
-/// (FATAL `code`), within `limits.client_write_timeout`, and the session is
-/// closed.
-pub(super) async fn refuse(
-    client: Stream,
-    shared: &Shared,
-    info: &Arc<crate::stats::SessionInfo>,
-    code: &str,
-    why: &str,
-) {
-    warn!("{why}");
-    let mut c = client;
-    let msg = write::error(Severity::Fatal, code, why);
-    let limit = shared.config().limits.client_write_timeout;
-    let write = tokio::io::AsyncWriteExt::write_all(&mut c, &msg);
-    let _ = timeout(limit, write).await;
-    Counters::add(&info.counters.errors, 1);
-    shared.stats.close_session(info, Default::default());
-}
 
 /// Logs a client in: pooled (`pooled_login`) when transaction pooling
 /// takes it, else over a server connection of its own, kept or new, its

@@ -10,6 +10,8 @@ mod pool_login;
 pub(crate) mod pooled;
 mod pooled_login;
 pub mod reuse;
+mod start;
+mod streams;
 mod upstream_auth;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -79,7 +81,7 @@ pub async fn serve(
                 let admin = crate::admin::serve(stream, params, &shared, peer, deadline);
                 Box::pin(admin.instrument(span)).await;
             } else {
-                let start = life::Start {
+                let start = start::Start {
                     startup_raw: raw,
                     params,
                     peer,

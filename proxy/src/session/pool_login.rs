@@ -80,7 +80,10 @@ pub(super) async fn check(
         }
         Check::LookedUp(auth_user) => auth_user,
     };
-    let pool = shared.pools.pool(database, user)?;
+    let pool = shared
+        .pools
+        .pool(database, user)
+        .map_err(|e| AuthError::TooManyPools(e.max))?;
     let checked = match pool.method_or(find_out(shared, &pool)).await {
         Ok(method) => check_looked_up(client, shared, config, (auth_user, &pool), method).await,
         Err(e) => Err(e),

@@ -13,8 +13,8 @@ use tracing::{debug, info, warn};
 
 use super::{
     handshake::KeyGuard,
-    login::{Ready, refuse},
     pooled::{self, Client, PoolError},
+    start::{Ready, refuse},
 };
 use crate::{
     auth::Credential,
