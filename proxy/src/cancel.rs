@@ -20,7 +20,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use dashmap::{DashMap, mapref::entry::Entry};
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -46,10 +46,7 @@ impl Key {
     /// The BackendKeyData message that hands this key to a client.
     pub fn message(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(9 + self.secret.len());
-        out.put_u8(tag::BACKEND_KEY_DATA);
-        out.put_u32((8 + self.secret.len()) as u32);
-        out.put_i32(self.pid);
-        out.put_slice(&self.secret);
+        crate::wire::write::backend_key_data(&mut out, self.pid, &self.secret);
         out.freeze()
     }
 }
@@ -118,7 +115,7 @@ impl CancelKeys {
                 Pid::MadeUp => {
                     self.rng.fill(&mut made_up).ok()?;
                     // The sign bit set: PostgreSQL's pids are positive.
-                    i32::from_be_bytes(made_up) | i32::MIN
+                    i32::from_ne_bytes(made_up) | i32::MIN
                 }
             };
             let key = Key {

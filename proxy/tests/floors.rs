@@ -1,7 +1,8 @@
 //! The floors of `proxy/src` (ARCHITECTURE.md, "Rooms"): a room imports
 //! only rooms on its own floor or below. This reads every `crate::` path
 //! of the library's code (tests left out) and fails on one that reaches up,
-//! naming the file, the room it reaches and both floors.
+//! naming the file, the room it reaches and both floors. And the protocol's
+//! bytes are written and read in `wire/` only.
 
 use std::path::{Path, PathBuf};
 
@@ -148,6 +149,48 @@ fn no_room_imports_one_above_it() {
     assert!(
         wrong.is_empty(),
         "imports that reach a floor above:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Big-endian integers put or read by hand: protocol bytes.
+const BYTE_WORK: &[&str] = &[
+    "put_u8(",
+    "put_i16(",
+    "put_u16(",
+    "put_i32(",
+    "put_u32(",
+    "to_be_bytes(",
+    "from_be_bytes(",
+];
+
+#[test]
+fn protocol_bytes_are_made_and_read_in_wire_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for path in &files {
+        let rel = path.strip_prefix(&src).unwrap();
+        // The fuzzing entry turns random input into messages to replay.
+        if rel.starts_with("wire")
+            || rel.starts_with("bin")
+            || rel.ends_with("protocol/fuzzing.rs")
+            || rel.file_name().is_some_and(|n| n == "tests.rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        for (n, line) in library_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if BYTE_WORK.iter().any(|w| code.contains(w)) {
+                wrong.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "protocol bytes outside wire/ (add a function there):\n{}",
         wrong.join("\n")
     );
 }

@@ -84,10 +84,7 @@ pub async fn serve(
         write::parameter_status(&mut out, k, v);
     }
     // Cancel requests with this key are ignored: nothing here runs long.
-    write::message(&mut out, tag::BACKEND_KEY_DATA, |b| {
-        b.extend_from_slice(&0i32.to_be_bytes());
-        b.extend_from_slice(&0i32.to_be_bytes());
-    });
+    write::backend_key_data(&mut out, 0, &[0; 4]);
     write::ready_for_query(&mut out, b'I');
     if client.write(&out).await.is_err() {
         return;

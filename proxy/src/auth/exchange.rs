@@ -61,22 +61,12 @@ pub(crate) async fn sasl(
 ) -> Result<ClientKey, AuthError> {
     send(client, code::SASL, b"SCRAM-SHA-256\0\0").await?;
     let body = password_message(client).await?;
-    let nul = body
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or(AuthError::Scram("missing mechanism"))?;
-    if &body[..nul] != b"SCRAM-SHA-256" {
+    let (mechanism, data) = crate::wire::frontend::sasl_initial_response(&body)
+        .ok_or(AuthError::Scram("malformed SASLInitialResponse"))?;
+    if mechanism != b"SCRAM-SHA-256" {
         return Err(AuthError::Scram("unsupported mechanism"));
     }
-    let rest = &body[nul + 1..];
-    let len = rest
-        .get(..4)
-        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        .ok_or(AuthError::Scram("truncated"))?;
-    let data = usize::try_from(len)
-        .ok()
-        .and_then(|l| rest.get(4..4usize.checked_add(l)?))
-        .ok_or(AuthError::Scram("bad length"))?;
+    let data = data.ok_or(AuthError::Scram("no client-first-message"))?;
     let server_nonce = B64.encode(random::<18>()?);
     let state = Scram::start(verifier, data, &server_nonce)?;
     send(client, code::SASL_CONTINUE, state.server_first().as_bytes()).await?;

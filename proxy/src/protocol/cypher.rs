@@ -3,7 +3,7 @@
 //! upstream connection when nobody has it yet, and wait while another
 //! session fetches it.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 
 use onetrip_planner::{
@@ -338,10 +338,7 @@ impl CypherSession {
                 self.fetch = Some(Fetch::default());
                 self.loading = true;
                 let mut q = BytesMut::new();
-                write::message(&mut q, tag::QUERY, |b| {
-                    b.put_slice(Catalog::QUERY.as_bytes());
-                    b.put_u8(0);
-                });
+                write::query(&mut q, Catalog::QUERY);
                 Route::Held(Some(q.freeze()))
             }
             Lookup::MustLoad => {
@@ -500,20 +497,16 @@ fn rebuild(t: u8, msg: &[u8], sql: &str) -> Bytes {
         tag::PARSE => {
             let body = backend::body(msg);
             let name_end = body.iter().position(|&b| b == 0).unwrap_or(0);
-            let sql_end = body[name_end + 1..]
+            let sql_end = body
+                .get(name_end + 1..)
+                .unwrap_or(&[])
                 .iter()
                 .position(|&b| b == 0)
                 .map_or(body.len(), |p| name_end + 1 + p);
-            write::message(&mut out, tag::PARSE, |b| {
-                b.put_slice(&body[..=name_end]);
-                b.put_slice(sql.as_bytes());
-                b.put_slice(body.get(sql_end..).unwrap_or(&[0]));
-            });
+            let rest = body.get(sql_end + 1..).unwrap_or(&[]);
+            write::parse_with_text(&mut out, &body[..name_end], sql, rest);
         }
-        _ => write::message(&mut out, tag::QUERY, |b| {
-            b.put_slice(sql.as_bytes());
-            b.put_u8(0);
-        }),
+        _ => write::query(&mut out, sql),
     }
     out.freeze()
 }
@@ -527,6 +520,7 @@ fn data_row(msg: &[u8]) -> Option<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
 
     #[test]
     fn rebuilds_parse_keeping_name_and_types() {

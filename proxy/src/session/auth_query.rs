@@ -3,7 +3,7 @@
 //! database, as PgBouncer does. One query (extended protocol, the user's
 //! name its parameter, text results), then the connection is closed.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 
 use super::{handshake::connect_upstream, upstream_auth::Answerer};
@@ -93,11 +93,8 @@ async fn query(
     }
     out.clear();
     write::parse(&mut out, "", &config.pool.auth_query);
-    bind_text(&mut out, user);
-    write::message(&mut out, tag::DESCRIBE, |b| {
-        b.put_u8(b'P');
-        b.put_u8(0);
-    });
+    write::bind_text(&mut out, &[user]);
+    write::describe(&mut out, b'P', "");
     write::execute(&mut out, "");
     out.extend_from_slice(&write::SYNC);
     // Taken after the Sync's answers: the connection is done with.
@@ -116,7 +113,9 @@ async fn query(
             }
             tag::DATA_ROW if found.is_none() => {
                 let at = column.ok_or("auth_query's row came before its description")?;
-                found = Some(nth_column(&msg, at).ok_or("auth_query's row is malformed")?);
+                found = Some(
+                    backend::data_row_column(&msg, at).ok_or("auth_query's row is malformed")?,
+                );
             }
             tag::ERROR_RESPONSE => failed = Some(server_message(&msg)),
             tag::READY_FOR_QUERY => break,
@@ -134,97 +133,28 @@ async fn query(
     }
 }
 
-/// A Bind of the unnamed statement to the unnamed portal, with one text
-/// parameter, results in text.
-fn bind_text(out: &mut BytesMut, value: &str) {
-    write::message(out, tag::BIND, |b| {
-        b.put_u8(0);
-        b.put_u8(0);
-        b.put_i16(0);
-        b.put_i16(1);
-        b.put_i32(value.len() as i32);
-        b.put_slice(value.as_bytes());
-        b.put_i16(0);
-    });
-}
-
 /// The column named `passwd` of a RowDescription; else the second, where
 /// PgBouncer reads it.
 fn passwd_column(msg: &[u8]) -> Option<usize> {
-    let b = backend::body(msg);
-    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
-    let mut at = 2usize;
-    for i in 0..count {
-        let len = b.get(at..)?.iter().position(|c| *c == 0)?;
-        if &b[at..at + len] == b"passwd" {
-            return Some(i);
-        }
-        // The name's NUL, then table, column, type, size, modifier, format.
-        at += len + 1 + 18;
-    }
-    (count >= 2).then_some(1)
-}
-
-/// Column `n` of a DataRow as text (`None` inside: NULL); `None` when the
-/// row is malformed or not UTF-8.
-fn nth_column(msg: &[u8], n: usize) -> Option<Option<String>> {
-    let b = backend::body(msg);
-    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
-    if n >= count {
-        return None;
-    }
-    let mut at = 2usize;
-    for i in 0..=n {
-        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        let Ok(len) = usize::try_from(len) else {
-            if i == n {
-                return Some(None);
-            }
-            continue;
-        };
-        let end = at.checked_add(len)?;
-        if i == n {
-            return Some(Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned()));
-        }
-        at = end;
-    }
-    None
+    let names = backend::column_names(msg)?;
+    let named = names.iter().position(|n| *n == b"passwd");
+    named.or((names.len() >= 2).then_some(1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![tag];
-        m.extend_from_slice(&(4 + body.len() as u32).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
-
     fn description(names: &[&str]) -> Vec<u8> {
-        let mut b = (names.len() as i16).to_be_bytes().to_vec();
-        for n in names {
-            b.extend_from_slice(n.as_bytes());
-            b.push(0);
-            b.extend_from_slice(&[0; 18]);
-        }
-        message(b'T', &b)
-    }
-
-    fn row(values: &[Option<&str>]) -> Vec<u8> {
-        let mut b = (values.len() as i16).to_be_bytes().to_vec();
-        for v in values {
-            match v {
-                Some(v) => {
-                    b.extend_from_slice(&(v.len() as i32).to_be_bytes());
-                    b.extend_from_slice(v.as_bytes());
-                }
-                None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+        let mut out = BytesMut::new();
+        write::message(&mut out, tag::ROW_DESCRIPTION, |b| {
+            b.extend_from_slice(&(names.len() as i16).to_be_bytes());
+            for n in names {
+                b.extend_from_slice(n.as_bytes());
+                b.extend_from_slice(&[0; 19]);
             }
-        }
-        message(b'D', &b)
+        });
+        out.to_vec()
     }
 
     #[test]
@@ -233,17 +163,5 @@ mod tests {
         assert_eq!(passwd_column(&description(&["passwd", "usename"])), Some(0));
         assert_eq!(passwd_column(&description(&["name", "secret"])), Some(1));
         assert_eq!(passwd_column(&description(&["x"])), None);
-        assert_eq!(passwd_column(&message(b'T', &[0, 3, b'a'])), None);
-    }
-
-    #[test]
-    fn columns_of_a_row_and_their_nulls() {
-        let r = row(&[Some("u"), None, Some("md5x")]);
-        assert_eq!(nth_column(&r, 0), Some(Some("u".into())));
-        assert_eq!(nth_column(&r, 1), Some(None));
-        assert_eq!(nth_column(&r, 2), Some(Some("md5x".into())));
-        assert_eq!(nth_column(&r, 3), None);
-        let cut = &r[..r.len() - 2];
-        assert_eq!(nth_column(cut, 2), None);
     }
 }

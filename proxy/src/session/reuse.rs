@@ -132,10 +132,7 @@ pub(super) async fn reset(
 ) -> Result<(), ParkError> {
     let mut out = BytesMut::with_capacity(64);
     for q in queries {
-        write::message(&mut out, tag::QUERY, |b| {
-            b.extend_from_slice(q.as_bytes());
-            b.extend_from_slice(b"\0");
-        });
+        write::query(&mut out, q);
     }
     tcp.write_all(&out).await?;
     // TLS may hold what it took until flushed.

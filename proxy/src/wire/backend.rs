@@ -62,7 +62,6 @@ pub fn strip_channel_binding(msg: Bytes) -> Bytes {
     out.freeze()
 }
 
-/// Transaction status of a ReadyForQuery: b'I', b'T' or b'E'.
 /// The columns of a DataRow as text (NULL as `None`), when it has `n`
 /// of them, all valid UTF-8; `None` otherwise.
 pub fn data_row_text(msg: &[u8], n: usize) -> Option<Vec<Option<String>>> {
@@ -87,6 +86,49 @@ pub fn data_row_text(msg: &[u8], n: usize) -> Option<Vec<Option<String>>> {
     Some(cols)
 }
 
+/// The column names of a RowDescription; `None` when it is malformed.
+pub fn column_names(msg: &[u8]) -> Option<Vec<&[u8]>> {
+    let b = body(msg);
+    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
+    let mut names = Vec::with_capacity(count.min(64));
+    let mut at = 2usize;
+    for _ in 0..count {
+        let len = b.get(at..)?.iter().position(|c| *c == 0)?;
+        names.push(&b[at..at + len]);
+        // The name's NUL, then table, column, type, size, modifier, format.
+        at += len + 1 + 18;
+    }
+    Some(names)
+}
+
+/// Column `n` of a DataRow as text (`None` inside: NULL); `None` when the
+/// row is malformed, shorter, or the value not UTF-8.
+pub fn data_row_column(msg: &[u8], n: usize) -> Option<Option<String>> {
+    let b = body(msg);
+    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
+    if n >= count {
+        return None;
+    }
+    let mut at = 2usize;
+    for i in 0..=n {
+        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+        let Ok(len) = usize::try_from(len) else {
+            if i == n {
+                return Some(None);
+            }
+            continue;
+        };
+        let end = at.checked_add(len)?;
+        if i == n {
+            return Some(Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned()));
+        }
+        at = end;
+    }
+    None
+}
+
+/// Transaction status of a ReadyForQuery: b'I', b'T' or b'E'.
 pub fn ready_status(msg: &[u8]) -> u8 {
     body(msg).first().copied().unwrap_or(b'I')
 }
@@ -169,5 +211,59 @@ mod tests {
             u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize,
             out.len() - 1
         );
+    }
+}
+
+#[cfg(test)]
+mod row_tests {
+    use super::*;
+    use crate::wire::write;
+
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = bytes::BytesMut::new();
+        write::message(&mut m, tag, |b| b.extend_from_slice(body));
+        m.to_vec()
+    }
+
+    fn description(names: &[&str]) -> Vec<u8> {
+        let mut b = (names.len() as i16).to_be_bytes().to_vec();
+        for n in names {
+            b.extend_from_slice(n.as_bytes());
+            b.push(0);
+            b.extend_from_slice(&[0; 18]);
+        }
+        message(b'T', &b)
+    }
+
+    fn row(values: &[Option<&str>]) -> Vec<u8> {
+        let mut b = (values.len() as i16).to_be_bytes().to_vec();
+        for v in values {
+            match v {
+                Some(v) => {
+                    b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    b.extend_from_slice(v.as_bytes());
+                }
+                None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        message(b'D', &b)
+    }
+
+    #[test]
+    fn column_names_of_a_description() {
+        let d = description(&["usename", "passwd"]);
+        assert_eq!(column_names(&d), Some(vec![&b"usename"[..], b"passwd"]));
+        assert_eq!(column_names(&message(b'T', &[0, 3, b'a'])), None);
+    }
+
+    #[test]
+    fn columns_of_a_row_and_their_nulls() {
+        let r = row(&[Some("u"), None, Some("md5x")]);
+        assert_eq!(data_row_column(&r, 0), Some(Some("u".into())));
+        assert_eq!(data_row_column(&r, 1), Some(None));
+        assert_eq!(data_row_column(&r, 2), Some(Some("md5x".into())));
+        assert_eq!(data_row_column(&r, 3), None);
+        let cut = &r[..r.len() - 2];
+        assert_eq!(data_row_column(cut, 2), None);
     }
 }

@@ -9,6 +9,19 @@ fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
     Some((s, &buf[nul + 1..]))
 }
 
+/// A SASLInitialResponse's body (after its tag and length): the mechanism
+/// and its data (`None`: length -1, no data); `None` when malformed.
+pub fn sasl_initial_response(body: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
+    let nul = body.iter().position(|&b| b == 0)?;
+    let rest = &body[nul + 1..];
+    let len = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    let data = match usize::try_from(len) {
+        Ok(l) => Some(rest.get(4..4usize.checked_add(l)?)?),
+        Err(_) => None,
+    };
+    Some((&body[..nul], data))
+}
+
 /// Query: the SQL text.
 pub fn query_text(msg: &[u8]) -> Option<&str> {
     cstr(body(msg)).map(|(s, _)| s)
@@ -63,6 +76,20 @@ pub fn target(msg: &[u8]) -> Option<(u8, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sasl_initial_responses_and_their_malformed_kinds() {
+        let ok = b"SCRAM-SHA-256\0\0\0\0\x03n,,";
+        assert_eq!(
+            sasl_initial_response(ok),
+            Some((&b"SCRAM-SHA-256"[..], Some(&b"n,,"[..])))
+        );
+        let none = b"M\0\xff\xff\xff\xff";
+        assert_eq!(sasl_initial_response(none), Some((&b"M"[..], None)));
+        for bad in [&b"no nul"[..], b"M\0\0\0", b"M\0\0\0\0\x09n,,"] {
+            assert_eq!(sasl_initial_response(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn truncated_bodies_are_none() {

@@ -39,6 +39,49 @@ pub fn parse(out: &mut BytesMut, name: &str, sql: &str) {
     });
 }
 
+/// A client's Parse with its text replaced: `name` and `rest` (the
+/// parameter types, as the client sent them after the text) as they were.
+pub fn parse_with_text(out: &mut BytesMut, name: &[u8], sql: &str, rest: &[u8]) {
+    message(out, super::tag::PARSE, |b| {
+        b.put_slice(name);
+        b.put_u8(0);
+        cstr(b, sql);
+        b.put_slice(rest);
+    });
+}
+
+/// A Bind of the unnamed statement to the unnamed portal, with `values`
+/// as text parameters, results in text.
+pub fn bind_text(out: &mut BytesMut, values: &[&str]) {
+    message(out, super::tag::BIND, |b| {
+        b.put_u8(0);
+        b.put_u8(0);
+        b.put_i16(0);
+        b.put_i16(values.len() as i16);
+        for v in values {
+            b.put_i32(v.len() as i32);
+            b.put_slice(v.as_bytes());
+        }
+        b.put_i16(0);
+    });
+}
+
+/// A Describe of the statement (`kind` b'S') or portal (b'P') `name`.
+pub fn describe(out: &mut BytesMut, kind: u8, name: &str) {
+    message(out, super::tag::DESCRIBE, |b| {
+        b.put_u8(kind);
+        cstr(b, name);
+    });
+}
+
+/// BackendKeyData: the key a client cancels its queries with.
+pub fn backend_key_data(out: &mut BytesMut, pid: i32, secret: &[u8]) {
+    message(out, super::tag::BACKEND_KEY_DATA, |b| {
+        b.put_i32(pid);
+        b.put_slice(secret);
+    });
+}
+
 /// A Bind of statement `stmt` to `portal`, without parameters, results in
 /// text.
 pub fn bind(out: &mut BytesMut, portal: &str, stmt: &str) {
