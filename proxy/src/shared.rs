@@ -18,7 +18,7 @@ use crate::{
     cancel::{CancelKeys, Key},
     config::Config,
     cypher_cache::CypherCache,
-    pool::Pool,
+    kept::KeptConnections,
     stats::Stats,
     wire::startup,
     worker::seats::Seats,
@@ -88,7 +88,7 @@ pub struct Shared {
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: Arc<CypherCache>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
-    pub reuse: Pool,
+    pub reuse: KeptConnections,
     /// Transaction pooling's pools (`[pool] mode = "transaction"`).
     pub pools: Arc<crate::pooling::Pools>,
     /// Pooled users' secrets looked up with `[pool] auth_query`.

@@ -14,7 +14,7 @@ const FLOORS: &[&[&str]] = &[
     &["cancel", "auth"],
     &["cypher_cache"],
     &["protocol"],
-    &["pool", "pooling", "shared", "reload", "metrics"],
+    &["kept", "pooling", "shared", "reload", "metrics"],
     &["relay"],
     &["admin"],
     &["session"],

@@ -329,7 +329,7 @@ async fn greet_alone(
         shared.cancel.detach(key);
     }
     let hello =
-        crate::pool::greeting_with(&learned.notices, &params, registered.message().as_deref());
+        crate::kept::greeting_with(&learned.notices, &params, registered.message().as_deref());
     let limit = shared.config().limits.client_write_timeout;
     let written = timeout(limit, async {
         client.write_all(&hello).await?;

@@ -16,8 +16,8 @@ use tokio::io::AsyncWriteExt;
 use super::handshake::{Authed, HandshakeEnd, KeyGuard};
 use crate::{
     cancel::Pid,
+    kept::Kept,
     net::Pair,
-    pool::Kept,
     wire::read::{ReadError, read_message},
 };
 use crate::{

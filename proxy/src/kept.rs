@@ -92,7 +92,7 @@ pub fn greeting_with(notices: &[Bytes], params: &[(String, String)], key: Option
 /// Kept connections by startup packet. The lock is taken only when a
 /// session starts or ends, never while one forwards.
 #[derive(Default)]
-pub struct Pool {
+pub struct KeptConnections {
     idle: Mutex<HashMap<Bytes, Vec<Kept>>>,
     /// Connections being reset for the pool now, by startup packet.
     resetting: Mutex<HashMap<Bytes, usize>>,
@@ -106,7 +106,7 @@ const RESET_WAIT: Duration = Duration::from_millis(50);
 
 /// Counts a reset under way while it lives; the pool is told when it ends.
 pub struct Resetting<'a> {
-    pool: &'a Pool,
+    pool: &'a KeptConnections,
     startup: Bytes,
 }
 
@@ -129,7 +129,7 @@ impl Drop for Resetting<'_> {
     }
 }
 
-impl Pool {
+impl KeptConnections {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Bytes, Vec<Kept>>> {
         // A panic elsewhere while holding it can leave nothing half-done
         // here: each operation is one insert or remove.
@@ -264,7 +264,7 @@ impl Pool {
     }
 }
 
-impl Drop for Pool {
+impl Drop for KeptConnections {
     fn drop(&mut self) {
         self.clear();
     }
