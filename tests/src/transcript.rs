@@ -60,21 +60,14 @@ impl Raw {
             buf: BytesMut::new(),
             out: BytesMut::new(),
         };
-        let mut body = BytesMut::new();
-        body.put_u32(196608);
         // Defaults the caller's own user or database replace.
         let defaults = [("user", "postgres"), ("database", "postgres")];
-        let defaults = defaults
-            .iter()
-            .filter(|(k, _)| params.iter().all(|(p, _)| p != k));
-        for (k, v) in defaults.chain(params) {
-            cstr(&mut body, k);
-            cstr(&mut body, v);
-        }
-        body.put_u8(0);
-        let mut pkt = BytesMut::new();
-        pkt.put_u32(body.len() as u32 + 4);
-        pkt.put_slice(&body);
+        let all: Vec<(&str, &str)> = defaults
+            .into_iter()
+            .filter(|(k, _)| params.iter().all(|(p, _)| p != k))
+            .chain(params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+            .collect();
+        let pkt = crate::raw::startup_with(&all);
         raw.stream.write_all(&pkt).await.expect("startup");
         let msgs = raw.until_ready().await;
         assert!(

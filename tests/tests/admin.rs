@@ -395,14 +395,7 @@ async fn scram_over_tls_with_psql() {
 
 /// Startup packet for the console, as raw bytes.
 fn startup(user: &str) -> Vec<u8> {
-    let mut body = 196608u32.to_be_bytes().to_vec();
-    for (k, v) in [("user", user), ("database", "onetrip")] {
-        body.extend_from_slice(format!("{k}\0{v}\0").as_bytes());
-    }
-    body.push(0);
-    let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-    msg.extend(body);
-    msg
+    onetrip_tests::raw::startup(user, "onetrip")
 }
 
 /// Reads messages until one with `tag`; returns the tags seen.

@@ -268,22 +268,11 @@ fn median_ci(d: &[i64]) -> (i64, i64, i64) {
 }
 
 fn startup(t: &mut Target) -> Result<(), String> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&196608u32.to_be_bytes());
-    for kv in [
-        "user",
-        "postgres",
-        "database",
-        "postgres",
-        "application_name",
-        "bench-latency",
-    ] {
-        body.extend_from_slice(kv.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-    msg.extend_from_slice(&body);
+    let msg = onetrip_tests::raw::startup_with(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("application_name", "bench-latency"),
+    ]);
     exchange(t, &msg)
 }
 
