@@ -65,7 +65,7 @@ impl Raw {
         let all: Vec<(&str, &str)> = defaults
             .into_iter()
             .filter(|(k, _)| params.iter().all(|(p, _)| p != k))
-            .chain(params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+            .chain(params.iter().copied())
             .collect();
         let pkt = crate::raw::startup_with(&all);
         raw.stream.write_all(&pkt).await.expect("startup");
