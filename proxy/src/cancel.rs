@@ -18,7 +18,7 @@
 //! (no lookup in the shared map, whose shard lock every session would
 //! take).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, atomic::Ordering::SeqCst};
 
 use bytes::{Bytes, BytesMut};
 use dashmap::{DashMap, mapref::entry::Entry};
@@ -62,22 +62,76 @@ pub enum Pid {
 
 /// The backend a client's key cancels now. `None`: the client runs
 /// nothing now (transaction pooling, between two server connections), and
-/// its cancel goes nowhere.
+/// its cancel goes nowhere; unless the session is getting a connection for
+/// a statement of its client's (`expect`): a cancel then waits for that
+/// connection's backend, as the statement does.
 #[derive(Default)]
-pub struct Target(Mutex<Option<Key>>);
+pub struct Target {
+    backend: Mutex<Option<Key>>,
+    /// The session is getting a connection for its client's statement.
+    expected: std::sync::atomic::AtomicBool,
+    /// Told each change of `backend`.
+    changed: tokio::sync::Notify,
+    /// Cancels waiting for `changed`.
+    waiting: std::sync::atomic::AtomicUsize,
+}
 
 impl Target {
+    fn new(backend: Key) -> Self {
+        Self {
+            backend: Mutex::new(Some(backend)),
+            ..Default::default()
+        }
+    }
+
     /// Points the key at `backend` (`None`: at nothing).
     pub fn set(&self, backend: Option<Key>) {
         // A poisoned lock still holds a whole `Option`.
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = backend;
+        *self.backend.lock().unwrap_or_else(PoisonError::into_inner) = backend;
+        self.expected.store(false, SeqCst);
+        if self.waiting.load(SeqCst) > 0 {
+            self.changed.notify_waiters();
+            // Set from a session's turn in its worker's relay, the wake may
+            // be for a task of the same thread.
+            crate::worker::note_woken();
+        }
+    }
+
+    /// The session has its client's statement and is getting a server
+    /// connection for it: a cancel that comes meanwhile is for that
+    /// connection's backend.
+    pub fn expect(&self) {
+        self.expected.store(true, SeqCst);
     }
 
     fn get(&self) -> Option<Key> {
-        self.0
+        self.backend
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The backend a cancel that comes now is for: the one the key points
+    /// at, or, while the session gets a connection for its client's
+    /// statement, the one it gets within `limit`.
+    pub async fn backend_for_cancel(&self, limit: std::time::Duration) -> Option<Key> {
+        if let Some(b) = self.get() {
+            return Some(b);
+        }
+        if !self.expected.load(SeqCst) {
+            return None;
+        }
+        // Counted before registering and looking again: a `set` either
+        // sees this wait and wakes it, or came before the second look.
+        self.waiting.fetch_add(1, SeqCst);
+        let changed = self.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if self.get().is_none() && self.expected.load(SeqCst) {
+            let _ = crate::timers::timeout(limit, changed).await;
+        }
+        self.waiting.fetch_sub(1, SeqCst);
+        self.get()
     }
 }
 
@@ -123,7 +177,7 @@ impl CancelKeys {
                 secret: Bytes::copy_from_slice(&secret),
             };
             if let Entry::Vacant(e) = self.map.entry(key.clone()) {
-                e.insert(Arc::new(Target(Mutex::new(Some(backend)))));
+                e.insert(Arc::new(Target::new(backend)));
                 return Some(key);
             }
         }
@@ -146,7 +200,10 @@ impl CancelKeys {
 
     /// The client has left: its key cancels nothing any more.
     pub fn forget(&self, key: &Key) {
-        self.map.remove(key);
+        // A cancel waiting for its backend stops waiting.
+        if let Some((_, t)) = self.map.remove(key) {
+            t.set(None);
+        }
     }
 
     /// The backend a client's key cancels now.

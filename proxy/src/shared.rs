@@ -281,8 +281,19 @@ impl Shared {
     /// Forwards a client's CancelRequest to the backend its key points at
     /// now, with that backend's own key.
     pub async fn forward_cancel(&self, pid: i32, secret: Bytes) {
-        let Some(backend) = self.cancel.backend(&Key { pid, secret }) else {
+        let Some(target) = self.cancel.target(&Key { pid, secret }) else {
             warn!(pid, "cancel request with an unknown key ignored");
+            return;
+        };
+        // A pooled client's statement may be waiting for a connection: the
+        // cancel waits with it, as long as its wait may last.
+        let config = self.config();
+        let limit = config.pool.query_wait_timeout + config.upstream.connect_timeout;
+        let Some(backend) = target.backend_for_cancel(limit).await else {
+            info!(
+                pid,
+                "cancel request for a client that runs nothing now ignored"
+            );
             return;
         };
         let packet = startup::encode_cancel(backend.pid, &backend.secret);

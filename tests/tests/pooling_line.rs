@@ -265,3 +265,45 @@ async fn the_lines_deadline_passing_stalls_nobody() {
         );
     }
 }
+
+/// A client cancels a statement that waits in line for a connection: the
+/// cancel waits with it and reaches the backend that runs it, as a cancel
+/// sent right after a statement reaches it on a connection of the
+/// client's own. Without that, the statement would run its full time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_a_statement_waiting_in_line_reaches_it() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        c.pool.mode = onetrip::config::PoolMode::Transaction;
+        c.pool.pool_size = 1;
+    })
+    .await;
+    let dsn = env.proxy_dsn();
+    let holder = connect(&dsn).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    for mode in ["in line", "running"] {
+        let waiter = connect(&dsn).await;
+        let cancel = waiter.cancel_token();
+        let sleeps = async { waiter.simple_query("SELECT pg_sleep(20)").await };
+        let cancels = async {
+            // In line: the holder still has the only connection.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let waiting = admin(&env, "SHOW POOLS").await;
+            cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+            if mode == "in line" {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                holder.batch_execute("COMMIT").await.unwrap();
+            }
+            waiting
+        };
+        let (slept, waiting) = tokio::join!(sleeps, cancels);
+        let want_waiting = if mode == "in line" { "1" } else { "0" };
+        assert_eq!(
+            waiting[0][3].as_deref(),
+            Some(want_waiting),
+            "{mode}: {waiting:?}"
+        );
+        let err = slept.expect_err(mode);
+        let db = err.as_db_error().expect("the server's error");
+        assert_eq!(db.code().code(), "57014", "{mode}: {db}");
+    }
+}

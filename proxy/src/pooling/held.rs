@@ -180,6 +180,7 @@ impl Pooled {
         to: &Arc<dyn Deliver>,
         ticket: u64,
     ) -> Waiting {
+        self.expect_backend(proto);
         let up = &proto.services.config.upstream;
         let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
         let wants = Wants {
@@ -220,6 +221,14 @@ impl Pooled {
                 self.granted = Some(Ok(other));
                 Waiting::Task
             }
+        }
+    }
+
+    /// The session is getting a connection for its client's statement: a
+    /// cancel that comes meanwhile waits for its backend (`Target::expect`).
+    pub fn expect_backend(&mut self, proto: &Protocol) {
+        if let Some(target) = self.target(proto) {
+            target.expect();
         }
     }
 

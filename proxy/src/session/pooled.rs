@@ -370,6 +370,7 @@ pub async fn between(
     let config = proto.services.config.clone();
     let wait = config.pool.query_wait_timeout;
     let up = &config.upstream;
+    pooled.expect_backend(proto);
     // What it was granted while it waited in its worker's relay, if it did.
     let grant = match pooled.granted.take() {
         Some(granted) => granted,

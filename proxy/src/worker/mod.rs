@@ -274,6 +274,24 @@ pub fn unwatch(fd: RawFd) -> io::Result<()> {
         .unwrap_or(Ok(()))
 }
 
+thread_local! {
+    /// Whether something on this thread woke a task of its runtime from
+    /// outside the relay's own reports (`note_woken`).
+    static WOKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Something on this thread just woke a task of this thread's runtime (a
+/// waker it called from inside a turn): the park hook returns to the
+/// runtime after this turn instead of waiting in epoll, where the task
+/// would sit unrun until the next event.
+pub fn note_woken() {
+    let _ = WOKEN.try_with(|w| w.set(true));
+}
+
+fn take_woken() -> bool {
+    WOKEN.try_with(|w| w.take()).unwrap_or(false)
+}
+
 /// The runtime's park hook: relays until the runtime has work.
 fn park() {
     let _ = REACTOR.try_with(|r| {
@@ -342,6 +360,7 @@ impl Reactor {
                 }
             }
             runtime_has_work |= (relay.run_pending)();
+            runtime_has_work |= take_woken();
             if runtime_has_work || !park {
                 return;
             }
