@@ -146,8 +146,6 @@ fn relay_to_the_end(
     seat: Seat,
     s: Session,
 ) -> Lived {
-    // The two ways of relaying are boxed: a future holds the state of all
-    // its awaits at once, and is copied whole each time it is boxed.
     Box::pin(async move {
         let (mut streams, mut proto, mut bufs, mut seat, mut s) = (streams, proto, bufs, seat, s);
         let id = proto.info.id;
@@ -161,147 +159,25 @@ fn relay_to_the_end(
         let relayed = loop {
             // The client, the connection if the session still has it, why
             // the relay stopped without one.
-            let (sockets, mut b, stopped) = match streams {
-                // Greeted without a connection: where the worker's relay
-                // can't wait for the client's first bytes (a client that
-                // stays in the runtime, or no worker relay), it waits here.
-                Streams::Waiting(c)
-                    if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) =>
-                {
-                    (Ok((c, None)), bufs, None)
+            let stretch =
+                relay_a_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s);
+            let (sockets, mut b, stopped) = match stretch.await {
+                Stretch::Between(between, p, se) => {
+                    (proto, seat) = (p, se);
+                    between
                 }
-                streams => {
-                    let relayed = if fast::may_relay(&proto) {
-                        let sockets = match streams {
-                            Streams::Waiting(Client::Plain(c)) => Ok(Ok((c, None))),
-                            streams => streams.unregistered().map(|r| r.map(|(c, u)| (c, Some(u)))),
-                        };
-                        match sockets {
-                            Ok(Ok((c, u))) => {
-                                let mut pooled = s.pooled.take();
-                                let fast = relay_fast(
-                                    (c, u, away.take()),
-                                    proto,
-                                    bufs,
-                                    seat,
-                                    &mut pooled,
-                                    &mut forced,
-                                    &s,
-                                );
-                                let relayed = Box::pin(fast).await;
-                                s.pooled = pooled;
-                                relayed
-                            }
-                            Ok(Err(e)) => {
-                                let why = format!("it could not leave the runtime: {e}");
-                                Some((Relayed::Lost(why), proto, seat))
-                            }
-                            Err(io) => {
-                                let io = Streams::Runtime(io);
-                                Some(
-                                    Box::pin(relay_runtime(io, proto, bufs, seat, &mut forced, &s))
-                                        .await,
-                                )
-                            }
-                        }
-                    } else {
-                        if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
-                            spot.leave(c);
-                        }
-                        Some(
-                            Box::pin(relay_runtime(streams, proto, bufs, seat, &mut forced, &s))
-                                .await,
-                        )
-                    };
-                    match relayed {
-                        Some((Relayed::Done(st, out), p, se))
-                            if matches!(out.end, End::Release) =>
-                        {
-                            (proto, seat) = (p, se);
-                            let mut b = out.bufs;
-                            // Empty at a release point, as in the worker's
-                            // relay: a client between transactions holds no
-                            // read room.
-                            proto.let_go_of_reads();
-                            give_back_room(&mut b.cin);
-                            give_back_room(&mut b.uin);
-                            (released_sockets(st).map(|(c, u)| (c, Some(u))), b, None)
-                        }
-                        Some((
-                            Relayed::Released {
-                                client,
-                                bufs,
-                                end,
-                                spot,
-                            },
-                            p,
-                            se,
-                        )) => {
-                            (proto, seat) = (p, se);
-                            // Read ahead and waiting only for a connection: the
-                            // client stays in the worker's epoll meanwhile (not
-                            // with an answer to write: that goes out below).
-                            let waits_for_a_connection = !bufs.cin.is_empty()
-                                && !bufs.to_client.wants_write()
-                                && matches!(end, None | Some(End::Release));
-                            match (spot, waits_for_a_connection) {
-                                (Some(spot), true) => away = Some(spot),
-                                (Some(spot), false) => spot.leave(&client),
-                                (None, _) => fast::release(&client),
-                            }
-                            (Ok((Client::Plain(client), None)), bufs, end)
-                        }
-                        other => break other,
-                    }
-                }
+                Stretch::Over(relayed) => break relayed,
             };
-            // An answer whose connection went back before it was written
-            // (`relay::server_done`) goes out before the session waits for its
-            // client or says goodbye (not to a client that is gone).
-            let listens = matches!(
+            let next = between_transactions(
+                sockets,
+                &mut b,
                 stopped,
-                None | Some(End::Release | End::IdleTimeout | End::Shutdown)
+                &mut proto,
+                &mut forced,
+                &mut away,
+                &mut s,
             );
-            let sockets = match sockets {
-                Ok((c, None)) if listens && b.to_client.wants_write() => {
-                    pooled::answer_first(c, &mut b.to_client, &proto)
-                        .await
-                        .map(|c| (c, None))
-                }
-                sockets => sockets,
-            };
-            let next = match (s.pooled.as_mut(), sockets) {
-                (Some(pooled), Ok((c, u))) => {
-                    let shared = &s.shared;
-                    let between = pooled::between(
-                        c,
-                        u,
-                        stopped,
-                        &mut b,
-                        &mut proto,
-                        pooled,
-                        shared,
-                        &mut forced,
-                    );
-                    // Boxed, as the rarer awaits below: what the session
-                    // holds while it relays stays small.
-                    Box::pin(between.instrument(s.span.clone())).await
-                }
-                (_, Err(why)) => {
-                    s.span.in_scope(|| warn!("session closed: {why}"));
-                    Next::End
-                }
-                // Never released without a pool.
-                (None, Ok(_)) => Next::End,
-            };
-            let next = match next {
-                Next::Go(c, u) => relay_over(c, u, &mut away).map_err(|e| {
-                    s.span
-                        .in_scope(|| warn!("session closed: its connections could not relay: {e}"));
-                }),
-                Next::End => Err(()),
-            };
-            match next {
+            match next.await {
                 Ok(over) => {
                     streams = over;
                     bufs = b;
@@ -316,73 +192,271 @@ fn relay_to_the_end(
             }
         };
         s.shared.forget_closer(id);
-        let (relayed, mut proto, seat) = relayed?;
-        let upstream = match relayed {
-            Relayed::Done(streams, end) => {
-                let mut bufs = end.bufs;
-                let keep = s
-                    .span
-                    .in_scope(|| farewells(&proto, end.end, &mut bufs, &s.shared));
-                let limit = proto.services.config.limits.client_write_timeout;
-                match Box::pin(write_farewells(streams, &mut bufs, keep, limit)).await {
-                    Ok(upstream) => upstream,
-                    Err(why) => {
-                        s.span.in_scope(|| warn!("session closed: {why}"));
-                        None
-                    }
-                }
-            }
-            Relayed::Move(j, streams, bufs) => {
-                return Box::pin(move_to(j, streams, proto, bufs, seat, s)).await;
-            }
-            Relayed::Lost(why) => {
-                s.span.in_scope(|| warn!("session closed: {why}"));
-                Counters::add(&proto.info.counters.errors, 1);
-                return Some(proto);
-            }
-            // Taken by the loop above: the session just ends.
-            Relayed::Released { .. } => return Some(proto),
-        };
-        drop(seat);
-        let shared = &s.shared;
-        // Forgotten before the connection is kept: from then on the
-        // backend may run another client's queries.
-        let key = forget_key(&mut proto, shared);
-        let upstream = match (upstream, s.pooled.as_mut()) {
-            // A pooled session that ended cleanly: its connection stays in
-            // the pool, as after any transaction.
-            (Some(mut up), Some(pooled)) => {
-                if !Box::pin(reset_for_pool(&mut up, &mut proto)).await {
-                    return Some(proto);
-                }
-                match ServerConn::from_stream(up) {
-                    Ok(conn) => {
-                        proto.upstream_key = key;
-                        pooled.give_back(conn, None, &mut proto);
-                    }
-                    Err(e) => debug!("pooled connection not given back: {e}"),
-                }
-                return Some(proto);
-            }
-            (u, _) => u,
-        };
-        if let Some(upstream) = upstream {
-            let leaving = reuse::Leaving {
-                upstream,
-                startup: s.startup_raw.clone(),
-                params: std::mem::take(&mut proto.server_params),
-                key,
-                opened: proto.upstream_opened,
-                settings: proto.settings.after_reset(),
-                owed: proto.flight.readies(),
+        let (relayed, proto, seat) = relayed?;
+        relaying_ended(relayed, proto, seat, s).await
+    })
+}
+
+/// Relays one stretch, over one server connection or waiting for one:
+/// through the worker's own epoll when the session may relay there, else
+/// through the runtime. Returns where it left the session.
+async fn relay_a_stretch(
+    streams: Streams,
+    proto: Box<Protocol>,
+    bufs: Bufs,
+    seat: Seat,
+    away: &mut Option<fast::Spot>,
+    forced: &mut Closer,
+    s: &mut Session,
+) -> Stretch {
+    // The two ways of relaying are boxed: a future holds the state of all
+    // its awaits at once, and is copied whole each time it is boxed.
+    let relayed = match streams {
+        // Greeted without a connection: where the worker's relay can't wait
+        // for the client's first bytes (a client that stays in the runtime,
+        // or no worker relay), it waits here.
+        Streams::Waiting(c) if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) => {
+            return Stretch::Between((Ok((c, None)), bufs, None), proto, seat);
+        }
+        streams if fast::may_relay(&proto) => {
+            let sockets = match streams {
+                Streams::Waiting(Client::Plain(c)) => Ok(Ok((c, None))),
+                streams => streams.unregistered().map(|r| r.map(|(c, u)| (c, Some(u)))),
             };
-            match Box::pin(reuse::park(leaving, shared)).await {
-                Ok(()) => debug!("upstream connection kept for the next client"),
-                Err(e) => debug!("upstream connection not kept: {e}"),
+            match sockets {
+                Ok(Ok((c, u))) => {
+                    let mut pooled = s.pooled.take();
+                    let fast = relay_fast(
+                        (c, u, away.take()),
+                        proto,
+                        bufs,
+                        seat,
+                        &mut pooled,
+                        forced,
+                        s,
+                    );
+                    let relayed = Box::pin(fast).await;
+                    s.pooled = pooled;
+                    relayed
+                }
+                Ok(Err(e)) => {
+                    let why = format!("it could not leave the runtime: {e}");
+                    Some((Relayed::Lost(why), proto, seat))
+                }
+                Err(io) => {
+                    let io = Streams::Runtime(io);
+                    Some(Box::pin(relay_runtime(io, proto, bufs, seat, forced, s)).await)
+                }
             }
         }
-        Some(proto)
-    })
+        streams => {
+            if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
+                spot.leave(c);
+            }
+            Some(Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await)
+        }
+    };
+    released_or_over(relayed, away)
+}
+
+/// The client, the connection if the session still has it, its buffers,
+/// why the relay stopped without one.
+type Between = (
+    Result<(Client, Option<ServerConn>), String>,
+    Bufs,
+    Option<End>,
+);
+
+/// Where a stretch of relaying left the session.
+enum Stretch {
+    /// Between transactions: at a release point, or without a connection.
+    Between(Between, Box<Protocol>, Seat),
+    /// Relaying is over (`None` when the session was lost).
+    Over(Option<(Relayed, Box<Protocol>, Seat)>),
+}
+
+/// Where relaying got to: a session released at a release point, or
+/// without a connection, goes on between transactions; any other end is
+/// the end of relaying.
+fn released_or_over(
+    relayed: Option<(Relayed, Box<Protocol>, Seat)>,
+    away: &mut Option<fast::Spot>,
+) -> Stretch {
+    match relayed {
+        Some((Relayed::Done(st, out), mut proto, seat)) if matches!(out.end, End::Release) => {
+            let mut b = out.bufs;
+            // Empty at a release point, as in the worker's relay: a client
+            // between transactions holds no read room.
+            proto.let_go_of_reads();
+            give_back_room(&mut b.cin);
+            give_back_room(&mut b.uin);
+            let sockets = released_sockets(st).map(|(c, u)| (c, Some(u)));
+            Stretch::Between((sockets, b, None), proto, seat)
+        }
+        Some((
+            Relayed::Released {
+                client,
+                bufs,
+                end,
+                spot,
+            },
+            proto,
+            seat,
+        )) => {
+            // Read ahead and waiting only for a connection: the client stays
+            // in the worker's epoll meanwhile (not with an answer to write:
+            // that goes out below).
+            let waits_for_a_connection = !bufs.cin.is_empty()
+                && !bufs.to_client.wants_write()
+                && matches!(end, None | Some(End::Release));
+            match (spot, waits_for_a_connection) {
+                (Some(spot), true) => *away = Some(spot),
+                (Some(spot), false) => spot.leave(&client),
+                (None, _) => fast::release(&client),
+            }
+            let between = (Ok((Client::Plain(client), None)), bufs, end);
+            Stretch::Between(between, proto, seat)
+        }
+        other => Stretch::Over(other),
+    }
+}
+
+/// A pooled session between transactions: what is left for its client
+/// goes out, then it waits for its client and a connection
+/// (`pooled::between`). Returns the streams it relays on over; `Err` when
+/// the session ends.
+async fn between_transactions(
+    sockets: Result<(Client, Option<ServerConn>), String>,
+    b: &mut Bufs,
+    stopped: Option<End>,
+    proto: &mut Protocol,
+    forced: &mut Closer,
+    away: &mut Option<fast::Spot>,
+    s: &mut Session,
+) -> Result<Streams, ()> {
+    // An answer whose connection went back before it was written
+    // (`relay::server_done`) goes out before the session waits for its
+    // client or says goodbye (not to a client that is gone).
+    let listens = matches!(
+        stopped,
+        None | Some(End::Release | End::IdleTimeout | End::Shutdown)
+    );
+    let sockets = match sockets {
+        Ok((c, None)) if listens && b.to_client.wants_write() => {
+            pooled::answer_first(c, &mut b.to_client, proto)
+                .await
+                .map(|c| (c, None))
+        }
+        sockets => sockets,
+    };
+    let next = match (s.pooled.as_mut(), sockets) {
+        (Some(pooled), Ok((c, u))) => {
+            let shared = &s.shared;
+            let between = pooled::between(c, u, stopped, b, proto, pooled, shared, forced);
+            // Boxed, as the rarer awaits below: what the session holds while
+            // it relays stays small.
+            Box::pin(between.instrument(s.span.clone())).await
+        }
+        (_, Err(why)) => {
+            s.span.in_scope(|| warn!("session closed: {why}"));
+            Next::End
+        }
+        // Never released without a pool.
+        (None, Ok(_)) => Next::End,
+    };
+    match next {
+        Next::Go(c, u) => relay_over(c, u, away).map_err(|e| {
+            s.span
+                .in_scope(|| warn!("session closed: its connections could not relay: {e}"));
+        }),
+        Next::End => Err(()),
+    }
+}
+
+/// Where relaying ended: done (each side gets its last words, and the
+/// upstream connection is kept if it may), on to another worker, or lost.
+async fn relaying_ended(
+    relayed: Relayed,
+    proto: Box<Protocol>,
+    seat: Seat,
+    mut s: Session,
+) -> Option<Box<Protocol>> {
+    let upstream = match relayed {
+        Relayed::Done(streams, end) => {
+            let mut bufs = end.bufs;
+            let keep = s
+                .span
+                .in_scope(|| farewells(&proto, end.end, &mut bufs, &s.shared));
+            let limit = proto.services.config.limits.client_write_timeout;
+            match Box::pin(write_farewells(streams, &mut bufs, keep, limit)).await {
+                Ok(upstream) => upstream,
+                Err(why) => {
+                    s.span.in_scope(|| warn!("session closed: {why}"));
+                    None
+                }
+            }
+        }
+        Relayed::Move(j, streams, bufs) => {
+            return Box::pin(move_to(j, streams, proto, bufs, seat, s)).await;
+        }
+        Relayed::Lost(why) => {
+            s.span.in_scope(|| warn!("session closed: {why}"));
+            Counters::add(&proto.info.counters.errors, 1);
+            return Some(proto);
+        }
+        // Taken by the loop (`released_or_over`): the session just ends.
+        Relayed::Released { .. } => return Some(proto),
+    };
+    drop(seat);
+    keep_upstream(upstream, proto, &mut s).await
+}
+
+/// Keeps the upstream connection of a session that ended cleanly: a
+/// pooled session's goes back to its pool, any other is parked for the
+/// next client (`reuse::park`).
+async fn keep_upstream(
+    upstream: Option<Stream>,
+    mut proto: Box<Protocol>,
+    s: &mut Session,
+) -> Option<Box<Protocol>> {
+    let shared = &s.shared;
+    // Forgotten before the connection is kept: from then on the backend
+    // may run another client's queries.
+    let key = forget_key(&mut proto, shared);
+    let upstream = match (upstream, s.pooled.as_mut()) {
+        // A pooled session that ended cleanly: its connection stays in the
+        // pool, as after any transaction.
+        (Some(mut up), Some(pooled)) => {
+            if !Box::pin(reset_for_pool(&mut up, &mut proto)).await {
+                return Some(proto);
+            }
+            match ServerConn::from_stream(up) {
+                Ok(conn) => {
+                    proto.upstream_key = key;
+                    pooled.give_back(conn, None, &mut proto);
+                }
+                Err(e) => debug!("pooled connection not given back: {e}"),
+            }
+            return Some(proto);
+        }
+        (u, _) => u,
+    };
+    if let Some(upstream) = upstream {
+        let leaving = reuse::Leaving {
+            upstream,
+            startup: s.startup_raw.clone(),
+            params: std::mem::take(&mut proto.server_params),
+            key,
+            opened: proto.upstream_opened,
+            settings: proto.settings.after_reset(),
+            owed: proto.flight.readies(),
+        };
+        match Box::pin(reuse::park(leaving, shared)).await {
+            Ok(()) => debug!("upstream connection kept for the next client"),
+            Err(e) => debug!("upstream connection not kept: {e}"),
+        }
+    }
+    Some(proto)
 }
 
 /// A pooled session ended with its connection as `reusable_at_end`: the
