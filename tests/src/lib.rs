@@ -237,6 +237,33 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Writes a self-signed certificate for `localhost` and its key into `dir`,
+/// readable by the server user: for a private server with TLS, and onetrip
+/// in front of it.
+pub fn server_cert_files(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // As root the server runs as `postgres`, which must own its key file.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if root.unwrap_or(false) {
+        let _ = Command::new("chown")
+            .arg("postgres:")
+            .args([&cert, &key])
+            .status();
+    }
+    (cert, key)
+}
+
 /// Whether a missing prerequisite fails its test instead of skipping it:
 /// `CI=true` (`.ci/run` sets it), so that CI can't pass by checking less.
 pub fn prerequisites_required() -> bool {

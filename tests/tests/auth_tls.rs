@@ -340,35 +340,10 @@ async fn without_tls_config_ssl_and_gss_requests_get_n() {
     }
 }
 
-/// Writes a self-signed certificate and key readable by the server user.
-fn server_cert_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let ck =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .unwrap();
-    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-    std::fs::write(&cert, ck.cert.pem()).unwrap();
-    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    // As root the server runs as `postgres`, which must own its key file.
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if uid.unwrap_or(false) {
-        let _ = Command::new("chown")
-            .arg("postgres:")
-            .args([&cert, &key])
-            .status();
-    }
-    (cert, key)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tls_when_required() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = server_cert_files(dir.path());
+    let (cert, key) = onetrip_tests::server_cert_files(dir.path());
     let conf = vec![
         "ssl = on".to_owned(),
         format!("ssl_cert_file = '{}'", cert.display()),

@@ -219,12 +219,24 @@ async fn an_ordinary_auth_user_looks_up_through_a_security_definer_function() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_passwords_and_unknown_users_fail_as_on_the_server() {
     let env = env_with(lookup).await;
-    for (user, password) in [
-        (SCRAM.0, "wrong"),
-        (MD5.0, "wrong"),
-        ("nobody", "whatever"),
-        ("nopw_user", "whatever"),
-    ] {
+    refused_as_on_the_server(
+        &env,
+        &[
+            (SCRAM.0, "wrong"),
+            (MD5.0, "wrong"),
+            ("nobody", "whatever"),
+            ("nopw_user", "whatever"),
+        ],
+    )
+    .await;
+    // Refused logins took no server connection of the pools.
+    users_are_pooled(&env).await;
+}
+
+/// Each (user, password) is refused by the server directly and by onetrip
+/// alike: 28P01, in PostgreSQL's words.
+async fn refused_as_on_the_server(env: &Env, logins: &[(&str, &str)]) {
+    for &(user, password) in logins {
         let direct = login(env.pg.port(), user, password).await.err();
         let proxied = login(env.proxy_port(), user, password).await.err();
         let message = match password {
@@ -235,8 +247,6 @@ async fn wrong_passwords_and_unknown_users_fail_as_on_the_server() {
         assert_eq!(direct.as_ref(), Some(&want), "{user} direct");
         assert_eq!(proxied.as_ref(), Some(&want), "{user} through onetrip");
     }
-    // Refused logins took no server connection of the pools.
-    users_are_pooled(&env).await;
 }
 
 /// A user whose server asks for a cleartext password (pg_hba `password`)
@@ -247,22 +257,16 @@ async fn wrong_passwords_and_unknown_users_fail_as_on_the_server() {
 async fn cleartext_password_users_are_pooled_with_passwords_looked_up() {
     let env = env_with(lookup).await;
     these_users_are_pooled(&env, &[PASS, PASS_MD5]).await;
-    for (user, password) in [
-        (PASS.0, "wrong"),
-        (PASS.0, ""),
-        (PASS_MD5.0, "wrong"),
-        ("pass_nobody", "whatever"),
-    ] {
-        let direct = login(env.pg.port(), user, password).await.err();
-        let proxied = login(env.proxy_port(), user, password).await.err();
-        let message = match password {
-            "" => "empty password returned by client".to_owned(),
-            _ => format!("password authentication failed for user \"{user}\""),
-        };
-        let want = (SqlState::INVALID_PASSWORD, message);
-        assert_eq!(direct.as_ref(), Some(&want), "{user} direct");
-        assert_eq!(proxied.as_ref(), Some(&want), "{user} through onetrip");
-    }
+    refused_as_on_the_server(
+        &env,
+        &[
+            (PASS.0, "wrong"),
+            (PASS.0, ""),
+            (PASS_MD5.0, "wrong"),
+            ("pass_nobody", "whatever"),
+        ],
+    )
+    .await;
 }
 
 /// A user the server trusts is not asked for a password by onetrip, even

@@ -9,7 +9,6 @@ use std::{
     io,
     path::PathBuf,
     pin::Pin,
-    process::Command,
     sync::Arc,
     task::{Context, Poll},
     time::Duration,
@@ -39,26 +38,7 @@ struct Certs {
 
 fn certs() -> Certs {
     let dir = tempfile::tempdir().unwrap();
-    let ck =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .unwrap();
-    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
-    std::fs::write(&cert, ck.cert.pem()).unwrap();
-    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    // As root the server runs as `postgres`, which must own its key file.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if root.unwrap_or(false) {
-        let _ = Command::new("chown")
-            .arg("postgres:")
-            .args([&cert, &key])
-            .status();
-    }
+    let (cert, key) = onetrip_tests::server_cert_files(dir.path());
     Certs {
         _dir: dir,
         cert,
