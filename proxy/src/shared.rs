@@ -328,7 +328,6 @@ impl crate::metrics::Source for Shared {
 impl Shared {
     /// The metrics endpoint's view of `shared`, held weakly.
     pub(crate) fn metrics_page(shared: &Arc<Shared>) -> crate::metrics::Page {
-        let weak: std::sync::Weak<dyn crate::metrics::Source> = Arc::downgrade(shared) as _;
-        weak
+        Arc::<Shared>::downgrade(shared)
     }
 }

@@ -93,7 +93,7 @@ async fn query(
     }
     out.clear();
     write::parse(&mut out, "", &config.pool.auth_query);
-    write::bind_text(&mut out, &[user]);
+    write::bind_text(&mut out, "", "", &[user]);
     write::describe(&mut out, b'P', "");
     write::execute(&mut out, "");
     out.extend_from_slice(&write::SYNC);

@@ -62,28 +62,47 @@ pub fn strip_channel_binding(msg: Bytes) -> Bytes {
     out.freeze()
 }
 
+/// A DataRow's column count, and its values in order, read as they are
+/// asked for (`Some(None)`: NULL; a `None` item: the row is malformed
+/// from there on).
+fn data_row_values(msg: &[u8]) -> Option<(usize, impl Iterator<Item = Option<Option<&[u8]>>>)> {
+    let b = body(msg);
+    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
+    let mut at = 2usize;
+    let values = std::iter::from_fn(move || Some(value_at(b, &mut at)));
+    Some((count, values))
+}
+
+/// The DataRow value at `at` of its body (`Some(None)`: NULL), `at` moved
+/// past it; `None` when it is cut short.
+fn value_at<'a>(b: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
+    *at += 4;
+    let Ok(len) = usize::try_from(len) else {
+        return Some(None);
+    };
+    let end = at.checked_add(len)?;
+    let v = b.get(*at..end)?;
+    *at = end;
+    Some(Some(v))
+}
+
+/// A value as text (`None` inside: NULL); `None` when not UTF-8.
+fn text_of(value: Option<&[u8]>) -> Option<Option<String>> {
+    match value {
+        None => Some(None),
+        Some(v) => Some(Some(std::str::from_utf8(v).ok()?.to_owned())),
+    }
+}
+
 /// The columns of a DataRow as text (NULL as `None`), when it has `n`
 /// of them, all valid UTF-8; `None` otherwise.
 pub fn data_row_text(msg: &[u8], n: usize) -> Option<Vec<Option<String>>> {
-    let b = body(msg);
-    let count = i16::from_be_bytes([*b.first()?, *b.get(1)?]);
-    if usize::try_from(count).ok()? != n {
+    let (count, values) = data_row_values(msg)?;
+    if count != n {
         return None;
     }
-    let mut at = 2usize;
-    let mut cols = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        let Ok(len) = usize::try_from(len) else {
-            cols.push(None);
-            continue;
-        };
-        let end = at.checked_add(len)?;
-        cols.push(Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned()));
-        at = end;
-    }
-    Some(cols)
+    values.take(n).map(|v| text_of(v?)).collect()
 }
 
 /// The column names of a RowDescription; `None` when it is malformed.
@@ -104,28 +123,15 @@ pub fn column_names(msg: &[u8]) -> Option<Vec<&[u8]>> {
 /// Column `n` of a DataRow as text (`None` inside: NULL); `None` when the
 /// row is malformed, shorter, or the value not UTF-8.
 pub fn data_row_column(msg: &[u8], n: usize) -> Option<Option<String>> {
-    let b = body(msg);
-    let count = usize::try_from(i16::from_be_bytes([*b.first()?, *b.get(1)?])).ok()?;
+    let (count, mut values) = data_row_values(msg)?;
     if n >= count {
         return None;
     }
-    let mut at = 2usize;
-    for i in 0..=n {
-        let len = i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?);
-        at += 4;
-        let Ok(len) = usize::try_from(len) else {
-            if i == n {
-                return Some(None);
-            }
-            continue;
-        };
-        let end = at.checked_add(len)?;
-        if i == n {
-            return Some(Some(std::str::from_utf8(b.get(at..end)?).ok()?.to_owned()));
-        }
-        at = end;
+    // The values before it are read (and must be whole) to find it.
+    for _ in 0..n {
+        values.next()??;
     }
-    None
+    text_of(values.next()??)
 }
 
 /// Transaction status of a ReadyForQuery: b'I', b'T' or b'E'.

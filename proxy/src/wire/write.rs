@@ -32,11 +32,7 @@ pub fn close(out: &mut BytesMut, kind: u8, name: &str) {
 
 /// A Parse of `sql` as statement `name`, with no parameter types given.
 pub fn parse(out: &mut BytesMut, name: &str, sql: &str) {
-    message(out, super::tag::PARSE, |b| {
-        cstr(b, name);
-        cstr(b, sql);
-        b.put_i16(0);
-    });
+    parse_with_text(out, name.as_bytes(), sql, &0i16.to_be_bytes());
 }
 
 /// A client's Parse with its text replaced: `name` and `rest` (the
@@ -50,12 +46,12 @@ pub fn parse_with_text(out: &mut BytesMut, name: &[u8], sql: &str, rest: &[u8]) 
     });
 }
 
-/// A Bind of the unnamed statement to the unnamed portal, with `values`
-/// as text parameters, results in text.
-pub fn bind_text(out: &mut BytesMut, values: &[&str]) {
+/// A Bind of statement `stmt` to `portal`, with `values` as text
+/// parameters, results in text.
+pub fn bind_text(out: &mut BytesMut, portal: &str, stmt: &str, values: &[&str]) {
     message(out, super::tag::BIND, |b| {
-        b.put_u8(0);
-        b.put_u8(0);
+        cstr(b, portal);
+        cstr(b, stmt);
         b.put_i16(0);
         b.put_i16(values.len() as i16);
         for v in values {
@@ -85,13 +81,7 @@ pub fn backend_key_data(out: &mut BytesMut, pid: i32, secret: &[u8]) {
 /// A Bind of statement `stmt` to `portal`, without parameters, results in
 /// text.
 pub fn bind(out: &mut BytesMut, portal: &str, stmt: &str) {
-    message(out, super::tag::BIND, |b| {
-        cstr(b, portal);
-        cstr(b, stmt);
-        b.put_i16(0);
-        b.put_i16(0);
-        b.put_i16(0);
-    });
+    bind_text(out, portal, stmt, &[]);
 }
 
 /// An Execute of `portal` for all its rows.
