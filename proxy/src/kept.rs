@@ -13,7 +13,7 @@ use std::{
 use bytes::{Bytes, BytesMut};
 
 use crate::{
-    protocol::settings::Settings,
+    protocol::ServerConnection,
     wire::{
         backend,
         startup::{self, StartupMessage},
@@ -24,13 +24,8 @@ use crate::{
 /// One reset upstream connection, waiting for a client.
 pub struct Kept {
     pub tcp: std::net::TcpStream,
-    pub params: Vec<(String, String)>,
-    pub key: Option<Bytes>,
-    /// The connection's settings after its reset, when a client learned
-    /// them: the next client need not ask.
-    pub settings: Option<Settings>,
-    /// When it was opened, and when it was kept.
-    pub opened: Instant,
+    pub conn: ServerConnection,
+    /// When it was kept.
     pub since: Instant,
 }
 
@@ -52,7 +47,7 @@ impl Kept {
     /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery;
     /// `key` is the new client's own BackendKeyData (never the backend's).
     pub fn greeting(&self, key: Option<&[u8]>) -> Bytes {
-        greeting(&self.params, key)
+        greeting(&self.conn.params, key)
     }
 }
 
@@ -237,8 +232,8 @@ impl KeptConnections {
             .iter()
             .flat_map(|(startup, list)| {
                 list.iter().map(|k| {
-                    let pid = k.key.as_deref().and_then(backend::backend_key);
-                    (startup.clone(), pid.map(|(pid, _)| pid), k.opened)
+                    let pid = k.conn.backend_key().map(|(pid, _)| pid);
+                    (startup.clone(), pid, k.conn.opened)
                 })
             })
             .collect();

@@ -223,7 +223,7 @@ impl ServerCertVerifier for NoVerify {
 /// serves sessions on every worker, and a socket polled from a runtime
 /// other than its own is woken through that one's thread: the session that
 /// takes it registers it with its own runtime first
-/// (`ServerConn::into_stream`).
+/// (`ServerSocket::into_stream`).
 pub struct TlsTcp {
     /// `None` only once a move between runtimes failed.
     tcp: Option<TcpStream>,
@@ -328,22 +328,22 @@ impl AsyncWrite for TlsTcp {
 /// a plain socket, in no runtime (a worker's epoll relays it, or any
 /// runtime takes it), or a TLS stream, whose state stays with tokio-rustls:
 /// the session that takes one relays it through its runtime.
-pub enum ServerConn {
+pub enum ServerSocket {
     Plain(std::net::TcpStream),
     Tls(Box<UpstreamTls>),
 }
 
-impl ServerConn {
+impl ServerSocket {
     pub fn is_tls(&self) -> bool {
-        matches!(self, ServerConn::Tls(_))
+        matches!(self, ServerSocket::Tls(_))
     }
 
     /// A session's upstream as the pool keeps it: a plain socket leaves
     /// this thread's runtime.
     pub fn from_stream(s: Stream) -> io::Result<Self> {
         match s {
-            Stream::Plain(t) => Ok(ServerConn::Plain(t.into_std()?)),
-            Stream::ClientTls(t) => Ok(ServerConn::Tls(t)),
+            Stream::Plain(t) => Ok(ServerSocket::Plain(t.into_std()?)),
+            Stream::ClientTls(t) => Ok(ServerSocket::Tls(t)),
             Stream::ServerTls(_) => Err(io::Error::other(
                 "a client's TLS stream is no server connection",
             )),
@@ -354,8 +354,8 @@ impl ServerConn {
     /// takes it.
     pub fn into_stream(self) -> io::Result<Stream> {
         match self {
-            ServerConn::Plain(t) => Ok(Stream::Plain(TcpStream::from_std(t)?)),
-            ServerConn::Tls(mut t) => {
+            ServerSocket::Plain(t) => Ok(Stream::Plain(TcpStream::from_std(t)?)),
+            ServerSocket::Tls(mut t) => {
                 t.get_mut().0.move_here()?;
                 Ok(Stream::ClientTls(t))
             }
@@ -368,11 +368,11 @@ impl ServerConn {
     /// after the handshake), so only the end of the TCP stream tells.
     pub fn alive(&self) -> bool {
         match self {
-            ServerConn::Plain(t) => {
+            ServerSocket::Plain(t) => {
                 let mut b = [0u8; 1];
                 matches!(t.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
-            ServerConn::Tls(t) => t.get_ref().0.open(),
+            ServerSocket::Tls(t) => t.get_ref().0.open(),
         }
     }
 
@@ -381,10 +381,10 @@ impl ServerConn {
     /// nobody waits for it.
     pub fn say_goodbye(&mut self, last: &[u8]) {
         match self {
-            ServerConn::Plain(t) => {
+            ServerSocket::Plain(t) => {
                 let _ = (&*t).write(last);
             }
-            ServerConn::Tls(t) => {
+            ServerSocket::Tls(t) => {
                 let (tcp, tls) = t.get_mut();
                 if tls.writer().write_all(last).is_err() {
                     return;

@@ -11,23 +11,20 @@ use std::{
     time::Instant,
 };
 
-use bytes::Bytes;
-
-use super::{Deliver, Grant, Idle, Pool, Slot, Take, WaitTimeout, Wants};
+use super::{Deliver, Grant, Idle, Place, Pool, Take, WaitTimeout, Wants};
 use crate::{
     cancel::{CancelKeys, Key, Target},
-    net::ServerConn,
-    protocol::{Protocol, ServerState, ServerStatements, settings::Settings},
+    net::ServerSocket,
+    protocol::{Protocol, ServerConnection},
     stats::SessionState,
-    wire::backend,
-    worker::Kept,
+    worker::Watched,
 };
 
 /// A pooled session's place in its pool: counted among its clients while
-/// it lives, with the slot of the connection it holds now, if any.
+/// it lives, with the place of the connection it holds now, if any.
 pub struct Pooled {
     pub pool: Arc<Pool>,
-    pub slot: Option<Slot>,
+    pub place: Option<Place>,
     cancel: Arc<CancelKeys>,
     /// Where the client's cancel key points, once looked up.
     target: Option<Arc<Target>>,
@@ -40,7 +37,7 @@ pub struct Pooled {
 pub enum Waiting {
     /// It goes on over this connection, taken now (still in the worker
     /// epoll it was kept in, if it was).
-    Ready(std::net::TcpStream, Option<Kept>),
+    Ready(std::net::TcpStream, Option<Watched>),
     /// Its task goes on with what it was granted (`Pooled::granted`): a
     /// connection to open, or a TLS one to relay.
     Task,
@@ -48,75 +45,52 @@ pub enum Waiting {
     InLine,
 }
 
-/// A server connection a pooled session takes: from the pool's idle ones,
-/// or just opened.
+/// A server connection a pooled session takes (from the pool's idle ones,
+/// or just opened), with its place in the pool's count.
 pub struct Taken {
-    pub key: Option<Bytes>,
-    pub opened: Instant,
-    pub slot: Slot,
-    pub statements: ServerStatements,
-    pub params: Vec<(String, String)>,
-    /// What its backend answered when asked for its settings, if it was.
-    pub settings: Option<Settings>,
-    /// The session state its last client left in it.
-    pub state: ServerState,
+    pub conn: ServerConnection,
+    pub place: Place,
 }
 
 impl Idle {
     /// The connection and what the session that takes it adopts. Out of
     /// any worker epoll: the session's task relays it now.
-    pub fn taken(self) -> (ServerConn, Taken) {
-        let idle = match self.taken_kept() {
-            Ok((tcp, kept, taken)) => {
-                if let Some(kept) = kept {
-                    kept.end(tcp.as_raw_fd());
-                }
-                return (ServerConn::Plain(tcp), taken);
-            }
-            Err(tls) => tls,
-        };
+    pub fn taken(self) -> (ServerSocket, Taken) {
         let Idle {
-            tcp,
-            params,
-            key,
-            settings,
-            statements,
-            state,
-            opened,
-            slot,
+            socket,
+            conn,
+            place,
+            watched,
             ..
-        } = idle;
-        let taken = Taken {
-            key,
-            opened,
-            slot,
-            statements,
-            params,
-            settings,
-            state,
-        };
-        (tcp, taken)
+        } = self;
+        if let (ServerSocket::Plain(tcp), Some(watched)) = (&socket, watched) {
+            watched.end(tcp.as_raw_fd());
+        }
+        (socket, Taken { conn, place })
     }
 
     /// As `taken`, for a worker's relay: left in the epoll it was kept in.
     /// A TLS connection is given back: only a session's task relays it.
     // Moved, not boxed, as a `Grant` is.
     #[allow(clippy::result_large_err)]
-    fn taken_kept(self) -> Result<(std::net::TcpStream, Option<Kept>, Taken), Idle> {
-        let tcp = match self.tcp {
-            ServerConn::Plain(tcp) => tcp,
-            ServerConn::Tls(_) => return Err(self),
-        };
-        let taken = Taken {
-            key: self.key,
-            opened: self.opened,
-            slot: self.slot,
-            statements: self.statements,
-            params: self.params,
-            settings: self.settings,
-            state: self.state,
-        };
-        Ok((tcp, self.kept, taken))
+    fn taken_watched(self) -> Result<(std::net::TcpStream, Option<Watched>, Taken), Idle> {
+        let Idle {
+            socket,
+            conn,
+            since,
+            place,
+            watched,
+        } = self;
+        match socket {
+            ServerSocket::Plain(tcp) => Ok((tcp, watched, Taken { conn, place })),
+            socket => Err(Idle {
+                socket,
+                conn,
+                since,
+                place,
+                watched,
+            }),
+        }
     }
 }
 
@@ -127,7 +101,7 @@ impl Pooled {
         pool.clients.fetch_add(1, Relaxed);
         Self {
             pool,
-            slot: None,
+            place: None,
             cancel,
             target: None,
             granted: None,
@@ -141,33 +115,25 @@ impl Pooled {
     /// stays in.
     pub fn give_back(
         &mut self,
-        tcp: crate::net::ServerConn,
-        kept: Option<Kept>,
+        socket: ServerSocket,
+        watched: Option<Watched>,
         proto: &mut Protocol,
     ) -> bool {
         if let Some(target) = self.target(proto) {
             target.set(None);
         }
         proto.info.upstream_pid.store(0, Relaxed);
-        let Some(slot) = self.slot.take() else {
+        let Some(place) = self.place.take() else {
             return false;
         };
-        let state = proto.server_state();
-        self.pool.count_reset(state.reset);
+        let conn = proto.release_server();
+        self.pool.count_reset(conn.state.reset);
         let idle = Idle {
-            tcp,
-            // Moved, not copied: the session gets the values of the next
-            // connection it takes (`adopt`).
-            params: std::mem::take(&mut proto.server_params),
-            key: proto.upstream_key.take(),
-            // The defaults a client's startup packet set are its own.
-            settings: proto.settings.after_reset().filter(|_| !proto.own_defaults),
-            statements: proto.take_server_statements(),
-            state,
-            opened: proto.upstream_opened,
+            socket,
+            conn,
             since: Instant::now(),
-            slot,
-            kept,
+            place,
+            watched,
         };
         self.pool.give_back(idle)
     }
@@ -202,10 +168,10 @@ impl Pooled {
     /// for it to open a connection.
     pub fn use_grant(&mut self, proto: &mut Protocol, grant: Grant) -> Waiting {
         match grant {
-            Grant::Idle(idle) if idle.usable_for(proto.loads()) => match idle.taken_kept() {
-                Ok((tcp, kept, taken)) => {
+            Grant::Idle(idle) if idle.usable_for(proto.loads()) => match idle.taken_watched() {
+                Ok((tcp, watched, taken)) => {
                     self.adopt(proto, taken);
-                    Waiting::Ready(tcp, kept)
+                    Waiting::Ready(tcp, watched)
                 }
                 // TLS: the task relays it, in its runtime.
                 Err(tls) => {
@@ -244,27 +210,17 @@ impl Pooled {
     /// The session goes on over `taken`: the client's cancel key points at
     /// its backend.
     pub fn adopt(&mut self, proto: &mut Protocol, taken: Taken) {
+        let Taken { conn, place } = taken;
         let info = &proto.info;
-        if let Some((pid, secret)) = taken.key.as_ref().and_then(backend::backend_key_in) {
+        if let Some((pid, secret)) = conn.backend_key() {
             info.upstream_pid.store(pid as u64, Relaxed);
             if let Some(target) = self.target(proto) {
                 target.set(Some(Key { pid, secret }));
             }
         }
         info.set_state(SessionState::Idle);
-        // A session that has not asked for its settings takes what this
-        // backend answered an earlier client: one pool, so the same role,
-        // database and startup options, and so the same defaults. Its
-        // first statement then goes without the query.
-        if !proto.settings.asked()
-            && !proto.own_defaults
-            && let Some(settings) = taken.settings
-        {
-            proto.settings = settings;
-        }
-        proto.server_params = taken.params;
-        proto.switched_upstream(taken.key, taken.opened, taken.statements, &taken.state);
-        self.slot = Some(taken.slot);
+        proto.switched_upstream(conn);
+        self.place = Some(place);
     }
 }
 

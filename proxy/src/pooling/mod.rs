@@ -33,11 +33,11 @@ use onetrip_planner::classify::{RESET_REASONS, Reset};
 
 use crate::{
     auth::Credential,
-    net::ServerConn,
-    protocol::{Residues, ServerState, ServerStatements, SessionSets, settings::Settings},
+    net::ServerSocket,
+    protocol::{Residues, ServerConnection, SessionSets},
     stats::{LATENCY_BUCKETS, latency_bucket},
     wire::{startup::encode_startup as startup_packet, write},
-    worker::Kept,
+    worker::Watched,
 };
 
 /// How long a connection may have been idle and still be handed over
@@ -48,71 +48,63 @@ const CHECK_AFTER: Duration = Duration::from_millis(10);
 /// place in the pool's count.
 pub struct Idle {
     /// The connection: plain TCP, or TLS (`[upstream] tls`).
-    pub tcp: ServerConn,
-    /// The greeting's ParameterStatus values, for a client that logs in on it.
-    pub params: Vec<(String, String)>,
-    /// The backend's BackendKeyData message.
-    pub key: Option<Bytes>,
-    pub settings: Option<Settings>,
-    /// The named statements it holds (of clients it served before).
-    pub statements: ServerStatements,
-    /// The session state its last client left in it.
-    pub state: ServerState,
-    pub opened: Instant,
+    pub socket: ServerSocket,
+    pub conn: ServerConnection,
     pub since: Instant,
-    pub slot: Slot,
+    pub place: Place,
     /// The worker epoll it stays in, when a relay gave it back.
-    pub kept: Option<Kept>,
+    pub watched: Option<Watched>,
 }
 
 impl Idle {
     /// Nothing unread waits in it (plain TCP) and the server has not
     /// closed it, as far as the socket can tell now (one syscall).
     fn alive(&self) -> bool {
-        self.tcp.alive()
+        self.socket.alive()
     }
 
     /// Whether it holds exactly a client's settings and libraries (it is
     /// that client's with nothing to make first).
     fn fits(&self, sets: &SessionSets, loads: &Residues) -> bool {
-        self.state.sets == *sets && *self.state.residue == **loads
+        let state = &self.conn.state;
+        state.sets == *sets && *state.residue == **loads
     }
 
     /// Whether it can become a client's: nothing is left in it that no
     /// reset undoes and the client never left (`Residue`).
     pub fn usable_for(&self, loads: &Residues) -> bool {
-        self.state.residue.within(loads)
+        self.conn.state.residue.within(loads)
     }
 
-    /// Says goodbye and closes the connection; its place stays with the
-    /// slot returned.
-    pub fn close(mut self) -> Slot {
-        self.tcp.say_goodbye(&write::TERMINATE);
-        self.slot
+    /// Says goodbye and closes the connection; its place in the
+    /// count is returned.
+    pub fn close(mut self) -> Place {
+        self.socket.say_goodbye(&write::TERMINATE);
+        self.place
     }
 }
 
 /// A place among a pool's `pool_size` connections: held by a connection
 /// (idle, in use, or being opened). Dropped, it goes to the first waiting
 /// client, or the pool's count goes down.
-pub struct Slot {
+pub struct Place {
     pool: Option<Arc<Pool>>,
 }
 
-impl Slot {
+impl Place {
     fn new(pool: &Arc<Pool>) -> Self {
-        Slot {
+        Place {
             pool: Some(pool.clone()),
         }
     }
 
-    /// Leaves the count as it is (the place moves to another slot).
+    /// Leaves the count as it is (it moves to another `Place`).
     fn disarm(mut self) {
         self.pool = None;
     }
 }
 
-impl Drop for Slot {
+impl Drop for Place {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
             pool.place_freed();
@@ -127,7 +119,7 @@ pub enum Grant {
     /// An idle connection.
     Idle(Idle),
     /// A place to open a new connection in.
-    Open(Slot),
+    Open(Place),
 }
 
 impl Grant {
@@ -135,13 +127,13 @@ impl Grant {
     /// that one's task waits on this thread (`Pool::give_back`).
     pub fn pass_on(self) -> bool {
         match self {
-            Grant::Idle(idle) => match idle.slot.pool.clone() {
+            Grant::Idle(idle) => match idle.place.pool.clone() {
                 Some(pool) => pool.give_back(idle),
                 None => false,
             },
-            // Dropped, the slot's place goes to the next in line.
-            Grant::Open(slot) => {
-                drop(slot);
+            // Dropped, the place goes to the next in line.
+            Grant::Open(place) => {
+                drop(place);
                 false
             }
         }
@@ -386,8 +378,8 @@ impl Pool {
             };
             g.places += 1;
             drop(g);
-            if let Err(Grant::Open(slot)) = waiter.grant(Grant::Open(Slot::new(self))) {
-                drop(slot);
+            if let Err(Grant::Open(place)) = waiter.grant(Grant::Open(Place::new(self))) {
+                drop(place);
             }
         }
     }
@@ -585,7 +577,7 @@ impl Pool {
                 if self.limits.take() {
                     g.places += 1;
                     drop(g);
-                    break Grant::Open(Slot::new(self));
+                    break Grant::Open(Place::new(self));
                 }
                 if !evicted {
                     // That pool locks its own: this one is let go first.
@@ -628,9 +620,9 @@ impl Pool {
         };
         g.places += 1;
         drop(g);
-        if let Err(Grant::Open(slot)) = waiter.grant(Grant::Open(Slot::new(self))) {
+        if let Err(Grant::Open(place)) = waiter.grant(Grant::Open(Place::new(self))) {
             // It stopped waiting: the place goes on (`place_freed`).
-            drop(slot);
+            drop(place);
         }
         true
     }
@@ -693,7 +685,7 @@ impl Pool {
         // later is seen by no check in time either; PgBouncer checks only
         // after 30 s idle, `server_check_delay`.)
         let fresh = since < CHECK_AFTER;
-        if since < max_idle && idle.opened.elapsed() < lifetime && (fresh || idle.alive()) {
+        if since < max_idle && idle.conn.opened.elapsed() < lifetime && (fresh || idle.alive()) {
             Grant::Idle(idle)
         } else {
             Grant::Open(idle.close())
@@ -714,8 +706,8 @@ impl Pool {
             match waiter.grant(Grant::Idle(idle)) {
                 Ok(here) => return here,
                 Err(Grant::Idle(back)) => idle = back,
-                Err(Grant::Open(slot)) => {
-                    slot.disarm();
+                Err(Grant::Open(place)) => {
+                    place.disarm();
                     unreachable_open();
                     return false;
                 }
@@ -731,11 +723,11 @@ impl Pool {
         let draining = self.is_draining();
         let mut g = self.lock();
         while let Some((_, waiter)) = g.waiters.pop_front().filter(|_| !draining) {
-            match waiter.grant(Grant::Open(Slot::new(&self))) {
+            match waiter.grant(Grant::Open(Place::new(&self))) {
                 Ok(_) => return,
-                // The client stopped waiting: the new slot must not free
+                // The client stopped waiting: the new place must not free
                 // the place again (this lock is held).
-                Err(Grant::Open(slot)) => slot.disarm(),
+                Err(Grant::Open(place)) => place.disarm(),
                 Err(Grant::Idle(_)) => {}
             }
         }
@@ -759,19 +751,19 @@ impl Pool {
 
     /// Places to open connections in, so that `min_idle` are idle (or on
     /// their way) while the pool has room.
-    pub fn places_to_fill(self: &Arc<Self>, min_idle: usize) -> Vec<Slot> {
+    pub fn places_to_fill(self: &Arc<Self>, min_idle: usize) -> Vec<Place> {
         let mut g = self.lock();
-        let mut slots = Vec::new();
+        let mut places = Vec::new();
         while g.idle.len() + g.filling < min_idle && g.places < self.size && self.limits.take() {
             g.places += 1;
             g.filling += 1;
-            slots.push(Slot::new(self));
+            places.push(Place::new(self));
         }
-        slots
+        places
     }
 
     /// A connection opened for `min_idle` is ready (`Some`), or failed
-    /// (its slot dropped with it).
+    /// (its place dropped with it).
     pub fn filled(&self, idle: Option<Idle>) {
         {
             let mut g = self.lock();
@@ -848,7 +840,7 @@ fn best_idle(idle: &[Idle], here: u64, wants: Wants<'_>) -> Option<usize> {
         if !c.usable_for(wants.loads) {
             continue;
         }
-        let local = c.kept.as_ref().is_some_and(|k| k.thread() == here);
+        let local = c.watched.as_ref().is_some_and(|k| k.thread() == here);
         let score = 2 * u8::from(c.fits(wants.sets, wants.loads)) + u8::from(local);
         if best.is_none_or(|(b, _)| score >= b) {
             best = Some((score, i));
@@ -867,24 +859,18 @@ fn unreachable_open() {
 mod tests {
     use super::*;
 
-    fn idle(pool: &Arc<Pool>, slot: Slot) -> (Idle, std::net::TcpStream) {
+    fn idle(pool: &Arc<Pool>, place: Place) -> (Idle, std::net::TcpStream) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let tcp = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (peer, _) = l.accept().unwrap();
         tcp.set_nonblocking(true).unwrap();
         let _ = pool;
-        let now = Instant::now();
         let i = Idle {
-            tcp: ServerConn::Plain(tcp),
-            params: Vec::new(),
-            key: None,
-            settings: None,
-            statements: ServerStatements::default(),
-            state: ServerState::default(),
-            opened: now,
-            since: now,
-            slot,
-            kept: None,
+            socket: ServerSocket::Plain(tcp),
+            conn: ServerConnection::default(),
+            since: Instant::now(),
+            place,
+            watched: None,
         };
         (i, peer)
     }

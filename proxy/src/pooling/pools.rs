@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::{
-    Pool, PoolRow, Slot,
+    Place, Pool, PoolRow,
     limit::{Limit, Limits},
 };
 
@@ -172,7 +172,7 @@ impl Pools {
 
     /// The pools that have fewer than `min_idle` idle connections, with
     /// places to open them in.
-    pub fn to_fill(&self, min_idle: usize) -> Vec<(Arc<Pool>, Vec<Slot>)> {
+    pub fn to_fill(&self, min_idle: usize) -> Vec<(Arc<Pool>, Vec<Place>)> {
         if min_idle == 0 {
             return Vec::new();
         }
@@ -180,8 +180,8 @@ impl Pools {
             .into_iter()
             .filter(|p| p.greeting().is_some())
             .map(|p| {
-                let slots = p.places_to_fill(min_idle);
-                (p, slots)
+                let places = p.places_to_fill(min_idle);
+                (p, places)
             })
             .filter(|(_, s)| !s.is_empty())
             .collect()

@@ -10,7 +10,7 @@ use onetrip_planner::{
     classify::{StatementClass, TransactionStatement},
 };
 
-use super::transaction::{self, Group, Held};
+use super::transaction::{self, Group, HeldBegin};
 use super::*;
 
 /// What becomes of the client's message at `at`.
@@ -111,7 +111,7 @@ impl Protocol {
                 unnamed_parse.then(|| sql.detached()),
             )
         };
-        self.txn.held = Some(Held {
+        self.txn.held = Some(HeldBegin {
             frames: chunk.slice(at..group_end),
             parse,
             lazy_ok,

@@ -105,7 +105,7 @@ impl Batch {
 
 /// Answers held while a write probe runs.
 #[derive(Debug, Default)]
-struct Held {
+struct HeldAnswers {
     /// The client's answers (the probe's are not held).
     messages: Vec<Bytes>,
     bytes: usize,
@@ -121,7 +121,7 @@ pub struct Coalescer {
     max_held: usize,
     state: State,
     batch: Batch,
-    held: Held,
+    held: HeldAnswers,
     /// The next client message is dropped if it is a Flush (psycopg's
     /// `Sync Flush`, after the Sync was answered here).
     swallow_flush: bool,
@@ -155,7 +155,7 @@ impl Coalescer {
             max_held: cfg.max_held_bytes,
             state: State::Normal,
             batch: Batch::default(),
-            held: Held::default(),
+            held: HeldAnswers::default(),
             swallow_flush: false,
             analyses: Analyses::new(services.analyzer.clone()),
             startup_isolation: None,
@@ -443,7 +443,7 @@ impl Coalescer {
             }
             out.to_upstream
                 .push((self.probe_run.clone(), Some(Own::Probe)));
-            self.held = Held::default();
+            self.held = HeldAnswers::default();
         }
         out.to_upstream.push((sync_frame(), None));
         self.state = State::Early {

@@ -12,9 +12,11 @@ mod named;
 mod own;
 mod pooled;
 mod replay;
+mod server_conn;
 mod server_statements;
 pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
+pub use server_conn::ServerConnection;
 pub mod settings;
 mod statements;
 pub mod text;
@@ -171,16 +173,13 @@ pub struct Protocol {
     pub fatal_relayed: bool,
     /// Messages went upstream since the last Sync, Query or FunctionCall.
     unsynced: bool,
-    /// The upstream's latest ParameterStatus values (tracked while
-    /// `keep_upstream`, for the next client's greeting).
-    pub server_params: Vec<(String, String)>,
-    /// The upstream backend's BackendKeyData message.
-    pub upstream_key: Option<Bytes>,
+    /// The server connection the session holds now (its ParameterStatus
+    /// values tracked while `keep_upstream` or `pooled`, for the next
+    /// client's greeting).
+    pub server: ServerConnection,
     /// The client's own cancel key (`crate::cancel`), forgotten when the
     /// session ends.
     pub client_key: Option<crate::cancel::Key>,
-    /// When the upstream connection was opened (`upstream.reuse_lifetime`).
-    pub upstream_opened: Instant,
     /// Transaction pooling: the session gives its server connection back
     /// at each release point (`pooled.rs`).
     pub pooled: bool,
@@ -288,10 +287,8 @@ impl Protocol {
             keep_upstream: false,
             terminate_withheld: false,
             unsynced: false,
-            server_params: Vec::new(),
-            upstream_key: None,
+            server: ServerConnection::default(),
             client_key: None,
-            upstream_opened: Instant::now(),
             pooled: false,
             pin: None,
             pin_resettable: true,

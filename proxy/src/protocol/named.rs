@@ -11,15 +11,13 @@ use rustc_hash::FxHashMap;
 use super::own::close_statement;
 use super::*;
 
-/// The named statements of a pooled session, and of the server connection
-/// it holds.
+/// The named statements of a pooled session (what the server connection
+/// holds, or may hold, under each name is `ServerConnection::statements`).
 #[derive(Debug, Default)]
 pub struct Named {
     /// The Parse message of each named statement the client made (the
     /// flight says whether the server accepted it).
     client: FxHashMap<String, Bytes>,
-    /// What the server connection holds, or may hold, under each name.
-    pub server: super::server_statements::ServerStatements,
 }
 
 impl Protocol {
@@ -47,7 +45,7 @@ impl Protocol {
             (tag::CLOSE, _) => {
                 let group = self.flight.group_now();
                 let skipped = self.flight.skipping();
-                self.named.server.closed(name, group, skipped);
+                self.server.statements.closed(name, group, skipped);
                 self.named.client.remove(name);
             }
             // Another client's statement may hold the name here.
@@ -73,7 +71,7 @@ impl Protocol {
             // pooled session comes through here).
             return;
         };
-        if self.named.server.holds(name, &parse) {
+        if self.server.statements.holds(name, &parse) {
             return;
         }
         self.make_room_for(name, to_up);
@@ -89,7 +87,7 @@ impl Protocol {
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
         let group = self.flight.group_now();
         let skipped = self.flight.skipping();
-        self.named.server.closed(name, group, skipped);
+        self.server.statements.closed(name, group, skipped);
     }
 
     /// Before a Parse of `name`: the server connection's least recently
@@ -100,7 +98,7 @@ impl Protocol {
             return;
         }
         let max = self.services.config.pool.max_prepared_statements;
-        while let Some(old) = self.named.server.to_evict(max, name) {
+        while let Some(old) = self.server.statements.to_evict(max, name) {
             self.close_on_server(&old, to_up);
         }
     }
@@ -112,7 +110,7 @@ impl Protocol {
     fn note_server_holds(&mut self, name: &str, parse: Bytes) {
         if !self.flight.skipping() {
             let group = self.flight.group_now();
-            self.named.server.parsed(name, parse, group);
+            self.server.statements.parsed(name, parse, group);
         }
     }
 
@@ -120,8 +118,14 @@ impl Protocol {
     /// named statements is unsure, or done.
     pub(super) fn on_server_answer(&mut self, t: u8) {
         match t {
-            tag::ERROR_RESPONSE => self.named.server.failed(self.flight.group_answered_now()),
-            tag::READY_FOR_QUERY => self.named.server.settle(self.flight.group_answered_now()),
+            tag::ERROR_RESPONSE => self
+                .server
+                .statements
+                .failed(self.flight.group_answered_now()),
+            tag::READY_FOR_QUERY => self
+                .server
+                .statements
+                .settle(self.flight.group_answered_now()),
             _ => {}
         }
     }

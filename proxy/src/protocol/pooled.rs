@@ -167,7 +167,7 @@ impl Protocol {
     /// A pinned session's connection was reset with DISCARD ALL: it holds
     /// no statements and no settings of the client's.
     pub fn server_was_reset(&mut self) {
-        self.named.server = ServerStatements::default();
+        self.server.statements = ServerStatements::default();
         self.sets = SessionSets::new();
     }
 
@@ -265,18 +265,6 @@ impl Protocol {
         self.pool_pins = Some(pins);
     }
 
-    /// The named statements the server connection holds, as it goes back
-    /// to its pool.
-    pub fn take_server_statements(&mut self) -> ServerStatements {
-        std::mem::take(&mut self.named.server)
-    }
-
-    /// The named statements of the server connection the session logs in
-    /// on, left by the clients before.
-    pub fn server_holds(&mut self, statements: ServerStatements) {
-        self.named.server = statements;
-    }
-
     /// The session ends: it no longer counts as pinned.
     pub fn uncount_pin(&mut self) {
         if let (Some(pins), Some(_)) = (self.pool_pins.take(), self.pin) {
@@ -313,33 +301,35 @@ impl Protocol {
             && !self.cypher.holds_message()
     }
 
-    /// The session goes on over another server connection of its pool
-    /// (same startup packet, so the same defaults; nothing of the old one's
-    /// state mattered, or the session would be pinned). The client's
+    /// The session goes on over `conn`, another server connection of its
+    /// pool (same startup packet, so the same defaults; nothing of the old
+    /// one's state mattered, or the session would be pinned). The client's
     /// unnamed statement is made again before a message uses it, or closed
     /// if it was not held: the new connection may hold another client's.
-    pub fn switched_upstream(
-        &mut self,
-        key: Option<Bytes>,
-        opened: Instant,
-        statements: ServerStatements,
-        state: &ServerState,
-    ) {
+    pub fn switched_upstream(&mut self, mut conn: ServerConnection) {
         // What the connection must become first goes ahead of the client's
         // next message (`start_if_due`); the caller has turned away a
         // connection that can't be the client's.
-        self.prep_due = match prepare(state, &self.sets, &self.loads) {
+        self.prep_due = match prepare(&conn.state, &self.sets, &self.loads) {
             Prep::Query(q) => Some(q),
             Prep::Ready | Prep::Unusable => None,
         };
-        self.upstream_key = key;
-        self.upstream_opened = opened;
+        // Its reset (DISCARD ALL) drops every statement it holds.
+        if let Reset::Full(_) = conn.state.reset {
+            conn.statements = ServerStatements::default();
+        }
+        // A session that has not asked for its settings takes what this
+        // backend answered an earlier client: one pool, so the same role,
+        // database and startup options, and so the same defaults. Its
+        // first statement then goes without the query.
+        if let Some(settings) = conn.settings.take()
+            && !self.settings.asked()
+            && !self.own_defaults
+        {
+            self.settings = settings;
+        }
+        self.server = conn;
         self.fresh_upstream = true;
-        self.named.server = match state.reset {
-            // Its reset (DISCARD ALL) drops every statement it holds.
-            Reset::Full(_) => ServerStatements::default(),
-            _ => statements,
-        };
         // The coalescer's probe statement, made on the last connection.
         self.coalescer.probe_forgotten();
         let held = frontend::parse(&self.unnamed_parse).is_some_and(|(_, text)| {

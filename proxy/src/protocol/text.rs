@@ -31,10 +31,10 @@ impl PartialEq for Sql {
 
 impl Eq for Sql {}
 
-/// A kept text as the bytes of a `Bytes`.
-struct Kept(Arc<str>);
+/// A shared text as the bytes of a `Bytes`.
+struct SharedText(Arc<str>);
 
-impl AsRef<[u8]> for Kept {
+impl AsRef<[u8]> for SharedText {
     fn as_ref(&self) -> &[u8] {
         self.0.as_bytes()
     }
@@ -72,7 +72,7 @@ impl Sql {
     /// shared copy, so that sessions keeping the same text keep it once.
     pub fn detached(&self) -> Self {
         Sql {
-            text: Bytes::from_owner(Kept(texts::shared(self.as_str()))),
+            text: Bytes::from_owner(SharedText(texts::shared(self.as_str()))),
             words: self.words,
             analysis: self.analysis.clone(),
         }

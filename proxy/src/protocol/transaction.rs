@@ -13,7 +13,7 @@ use crate::wire::{frame, tag, write};
 
 /// A BEGIN answered here and not sent yet.
 #[derive(Debug)]
-pub struct Held {
+pub struct HeldBegin {
     /// The client's messages, sent as they came when the transaction
     /// reaches the server (their answers go to nobody).
     pub frames: Bytes,
@@ -33,7 +33,7 @@ pub struct Held {
 pub struct Transaction {
     pub defer_begin: bool,
     pub lazy_reads: bool,
-    pub held: Option<Held>,
+    pub held: Option<HeldBegin>,
     /// A lazy read failed: the client's transaction is aborted, and what
     /// comes next is answered as in an aborted block.
     pub failed: bool,

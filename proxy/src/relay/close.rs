@@ -26,10 +26,10 @@ pub(crate) struct Closer {
     /// Fired when the grace period is over (`Shared::closer`); `None` once
     /// it has (a oneshot must not be polled after it is done).
     forced: Option<oneshot::Receiver<()>>,
-    idle: Option<Idle>,
+    idle: Option<IdleWatch>,
 }
 
-struct Idle {
+struct IdleWatch {
     info: Arc<SessionInfo>,
     limit: Duration,
     /// When the session was first seen idle, with the bytes its client had
@@ -45,7 +45,7 @@ impl Closer {
         info: Arc<SessionInfo>,
         idle_limit: Duration,
     ) -> Self {
-        let idle = (!idle_limit.is_zero()).then(|| Idle {
+        let idle = (!idle_limit.is_zero()).then(|| IdleWatch {
             next_look: timers::sleep_until(timers::after(step(idle_limit))),
             info,
             limit: idle_limit,
@@ -64,7 +64,7 @@ fn step(limit: Duration) -> Duration {
     (limit / 4).max(Duration::from_millis(1))
 }
 
-impl Idle {
+impl IdleWatch {
     /// True when the session has been idle for the limit; otherwise the
     /// next look is set.
     fn look(&mut self, now: Instant) -> bool {
@@ -123,7 +123,7 @@ mod tests {
     fn only_a_session_idle_and_silent_for_the_limit_is_closed() {
         let info = info();
         let limit = Duration::from_secs(8);
-        let mut idle = Idle {
+        let mut idle = IdleWatch {
             info: info.clone(),
             limit,
             seen: None,

@@ -13,6 +13,7 @@ use tracing::warn;
 use crate::{
     cancel::{Key, Pid},
     net::{Pair, Stream},
+    protocol::ServerConnection,
     shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{
@@ -112,10 +113,10 @@ pub struct Authed {
     /// Leftover client and upstream read buffers.
     pub cin: BytesMut,
     pub uin: BytesMut,
-    /// ParameterStatus values, in the order the upstream sent them.
-    pub params: Vec<(String, String)>,
-    /// The upstream's BackendKeyData message.
-    pub key: Option<Bytes>,
+    /// The upstream connection: its greeting's key and ParameterStatus
+    /// values; its settings, when a kept connection's earlier client
+    /// learned them.
+    pub conn: ServerConnection,
     /// The client's own cancel key (`cancel`), which the session forgets
     /// when it ends.
     pub client_key: Option<Key>,
@@ -123,11 +124,6 @@ pub struct Authed {
     /// nothing but AuthenticationOk, ParameterStatus, BackendKeyData and
     /// ReadyForQuery: the exchange a kept connection can replay.
     pub plain_trust: bool,
-    /// When the upstream connection was opened.
-    pub opened: Instant,
-    /// The connection's settings, when a kept connection's earlier client
-    /// learned them.
-    pub settings: Option<crate::protocol::settings::Settings>,
 }
 
 /// A client's own cancel key, issued while its session is set up.
@@ -250,12 +246,12 @@ pub async fn relay_auth(
                 return Ok(Authed {
                     cin,
                     uin,
-                    params,
-                    key,
+                    conn: ServerConnection {
+                        opened,
+                        ..ServerConnection::new(key, params)
+                    },
                     client_key,
                     plain_trust,
-                    opened,
-                    settings: None,
                 });
             }
             tag::ERROR_RESPONSE => {

@@ -31,7 +31,7 @@ use super::{
     streams::{Streams, back_to_runtime_failed, no_connection},
 };
 use crate::{
-    net::{Pair, ServerConn, Stream},
+    net::{Pair, ServerSocket, Stream},
     pooling::Pooled,
     protocol::Protocol,
     relay::{
@@ -262,7 +262,7 @@ async fn relay_a_stretch(
 /// The client, the connection if the session still has it, its buffers,
 /// why the relay stopped without one.
 type Between = (
-    Result<(Client, Option<ServerConn>), String>,
+    Result<(Client, Option<ServerSocket>), String>,
     Bufs,
     Option<End>,
 );
@@ -326,7 +326,7 @@ fn released_or_over(
 /// (`pooled::between`). Returns the streams it relays on over; `Err` when
 /// the session ends.
 async fn between_transactions(
-    sockets: Result<(Client, Option<ServerConn>), String>,
+    sockets: Result<(Client, Option<ServerSocket>), String>,
     b: &mut Bufs,
     stopped: Option<End>,
     proto: &mut Protocol,
@@ -422,7 +422,7 @@ async fn keep_upstream(
     let shared = &s.shared;
     // Forgotten before the connection is kept: from then on the backend
     // may run another client's queries.
-    let key = forget_key(&mut proto, shared);
+    forget_key(&mut proto, shared);
     let upstream = match (upstream, s.pooled.as_mut()) {
         // A pooled session that ended cleanly: its connection stays in the
         // pool, as after any transaction.
@@ -430,10 +430,9 @@ async fn keep_upstream(
             if !Box::pin(reset_for_pool(&mut up, &mut proto)).await {
                 return Some(proto);
             }
-            match ServerConn::from_stream(up) {
-                Ok(conn) => {
-                    proto.upstream_key = key;
-                    pooled.give_back(conn, None, &mut proto);
+            match ServerSocket::from_stream(up) {
+                Ok(socket) => {
+                    pooled.give_back(socket, None, &mut proto);
                 }
                 Err(e) => debug!("pooled connection not given back: {e}"),
             }
@@ -445,11 +444,8 @@ async fn keep_upstream(
         let leaving = reuse::Leaving {
             upstream,
             startup: s.startup_raw.clone(),
-            params: std::mem::take(&mut proto.server_params),
-            key,
-            opened: proto.upstream_opened,
-            settings: proto.settings.after_reset(),
             owed: proto.flight.readies(),
+            conn: proto.release_server(),
         };
         match Box::pin(reuse::park(leaving, shared)).await {
             Ok(()) => debug!("upstream connection kept for the next client"),
@@ -474,7 +470,7 @@ async fn reset_for_pool(t: &mut Stream, proto: &mut Protocol) -> bool {
         config.upstream.connect_timeout,
     );
     let owed = proto.flight.readies();
-    let reset = reuse::reset(t, queries, &mut proto.server_params, max, owed);
+    let reset = reuse::reset(t, queries, &mut proto.server.params, max, owed);
     match crate::timers::timeout(limit, reset).await {
         Ok(Ok(())) => {
             if proto.pin.is_some() {
@@ -497,16 +493,16 @@ async fn reset_for_pool(t: &mut Stream, proto: &mut Protocol) -> bool {
 /// The client and the connection of a session that released it: plain
 /// sockets out of the worker's epoll or the runtime, as they were; the
 /// client stays in the runtime when it is TLS or its connection was.
-fn released_sockets(streams: Streams) -> Result<(Client, ServerConn), String> {
+fn released_sockets(streams: Streams) -> Result<(Client, ServerSocket), String> {
     let left = |e| format!("its sockets could not leave the runtime: {e}");
     match streams {
         Streams::Std(c, u) => {
             fast::release(&c);
             fast::release(&u);
-            Ok((Client::Plain(c), ServerConn::Plain(u)))
+            Ok((Client::Plain(c), ServerSocket::Plain(u)))
         }
         Streams::Runtime(Pair { client, upstream }) => {
-            let upstream = ServerConn::from_stream(upstream).map_err(left)?;
+            let upstream = ServerSocket::from_stream(upstream).map_err(left)?;
             let client = match client {
                 Stream::Plain(c) if !upstream.is_tls() => {
                     Client::Plain(c.into_std().map_err(left)?)
@@ -525,12 +521,12 @@ fn released_sockets(streams: Streams) -> Result<(Client, ServerConn), String> {
 /// of the worker's epoll, where it may have waited for the connection).
 fn relay_over(
     client: Client,
-    upstream: ServerConn,
+    upstream: ServerSocket,
     away: &mut Option<fast::Spot>,
 ) -> std::io::Result<Streams> {
     match (client, upstream) {
-        (Client::Plain(c), ServerConn::Plain(u)) => Ok(Streams::Std(c, u)),
-        (Client::Runtime(Stream::Plain(c)), ServerConn::Plain(u)) => {
+        (Client::Plain(c), ServerSocket::Plain(u)) => Ok(Streams::Std(c, u)),
+        (Client::Runtime(Stream::Plain(c)), ServerSocket::Plain(u)) => {
             Ok(Streams::Std(c.into_std()?, u))
         }
         (c, u) => {
@@ -714,11 +710,9 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Stops forwarding the client's cancels; returns its backend's
-/// BackendKeyData message.
-fn forget_key(proto: &mut Protocol, shared: &Shared) -> Option<Bytes> {
+/// Stops forwarding the client's cancels.
+fn forget_key(proto: &mut Protocol, shared: &Shared) {
     if let Some(key) = proto.client_key.take() {
         shared.cancel.forget(&key);
     }
-    proto.upstream_key.take()
 }

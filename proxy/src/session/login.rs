@@ -221,26 +221,14 @@ async fn session_login(
             return Some((proto, None, None));
         }
     };
-    proto.on_server_params(&a.params);
-    if let Some(settings) = a.settings {
-        proto.settings = settings;
-    }
-    if let Some((pid, _)) = a.key.as_deref().and_then(backend::backend_key) {
-        info.upstream_pid
-            .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
-    }
-    proto.upstream_key = a.key;
     proto.client_key = a.client_key;
-    proto.upstream_opened = a.opened;
     // A replication connection may hold what DISCARD ALL leaves alone (a
     // temporary replication slot).
     proto.keep_upstream = reuse
         && a.plain_trust
         && !io.upstream.is_tls()
         && StartupMessage::param(params, "replication").is_none();
-    if proto.keep_upstream {
-        proto.server_params = a.params;
-    }
+    proto.logged_in(a.conn);
     // Counted under its (database, user) only now: names sent by clients
     // that never got in make no rows.
     shared.stats.admit(&info);

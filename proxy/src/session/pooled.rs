@@ -20,9 +20,9 @@ use super::{
 };
 use crate::{
     auth::{Credential, scram::ScramError},
-    net::{ServerConn, Stream},
+    net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
-    protocol::Protocol,
+    protocol::{Protocol, ServerConnection},
     relay::{Bufs, Closer, End, give_back_room, reserve},
     shared::Shared,
     stats::Counters,
@@ -95,9 +95,8 @@ impl PoolError {
 pub struct Opened {
     /// Plain or TLS, as `[upstream] tls` and the server made it.
     pub stream: Stream,
-    pub key: Option<Bytes>,
-    /// The greeting's ParameterStatus values.
-    pub params: Vec<(String, String)>,
+    /// Its greeting's key and ParameterStatus values.
+    pub conn: ServerConnection,
 }
 
 /// A password asked for is answered with the pool's credential
@@ -116,7 +115,7 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
         Err(_) => Err(PoolError::Timeout(limit)),
     };
     match &opened {
-        Ok(o) => pool.greeted(&o.params, o.key.as_ref()),
+        Ok(o) => pool.greeted(&o.conn.params, o.conn.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
     match &opened {
@@ -176,8 +175,7 @@ async fn open_now(
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened {
                     stream,
-                    key,
-                    params,
+                    conn: ServerConnection::new(key, params),
                 });
             }
             t => return Err(PoolError::Unexpected(t)),
@@ -189,25 +187,17 @@ async fn open_now(
 /// background; each is idle in its pool once ready.
 pub fn fill_pools(shared: &Arc<Shared>) {
     let min_idle = shared.config().pool.min_idle;
-    for (pool, slots) in shared.pools.to_fill(min_idle) {
-        for slot in slots {
+    for (pool, places) in shared.pools.to_fill(min_idle) {
+        for place in places {
             let (shared, pool) = (shared.clone(), pool.clone());
             tokio::spawn(async move {
                 let idle = match open(&shared, &pool).await {
-                    Ok(o) => ServerConn::from_stream(o.stream).ok().map(|tcp| {
-                        let now = Instant::now();
-                        Idle {
-                            tcp,
-                            params: o.params,
-                            key: o.key,
-                            settings: None,
-                            statements: Default::default(),
-                            state: Default::default(),
-                            opened: now,
-                            since: now,
-                            slot,
-                            kept: None,
-                        }
+                    Ok(o) => ServerSocket::from_stream(o.stream).ok().map(|socket| Idle {
+                        socket,
+                        conn: o.conn,
+                        since: Instant::now(),
+                        place,
+                        watched: None,
                     }),
                     Err(e) => {
                         warn!("pool {}/{}: min_idle: {e}", pool.database, pool.user);
@@ -220,24 +210,19 @@ pub fn fill_pools(shared: &Arc<Shared>) {
     }
 }
 
-/// A new connection of `pool` in `slot`'s place, as a pooled session
+/// A new connection of `pool` in `place`'s place, as a pooled session
 /// takes it.
 pub async fn opened(
     shared: &Shared,
     pool: &Pool,
-    slot: crate::pooling::Slot,
-) -> Result<(ServerConn, Taken), PoolError> {
+    place: crate::pooling::Place,
+) -> Result<(ServerSocket, Taken), PoolError> {
     let o = open(shared, pool).await?;
     let taken = Taken {
-        key: o.key,
-        opened: Instant::now(),
-        slot,
-        statements: Default::default(),
-        params: o.params,
-        settings: None,
-        state: Default::default(),
+        conn: o.conn,
+        place,
     };
-    Ok((ServerConn::from_stream(o.stream)?, taken))
+    Ok((ServerSocket::from_stream(o.stream)?, taken))
 }
 
 /// A pooled session's client, between two transactions.
@@ -306,7 +291,7 @@ async fn write_within<W: AsyncWrite + Unpin>(
 pub enum Next {
     /// Relaying goes on over these (client, upstream); plain sockets are
     /// in no reactor yet.
-    Go(Client, ServerConn),
+    Go(Client, ServerSocket),
     /// The session is over (its client left, or shutdown, or no connection
     /// came; the client was told why).
     End,
@@ -339,7 +324,7 @@ pub async fn answer_first(
 #[allow(clippy::too_many_arguments)]
 pub async fn between(
     client: Client,
-    upstream: Option<ServerConn>,
+    upstream: Option<ServerSocket>,
     stopped: Option<End>,
     b: &mut Bufs,
     proto: &mut Protocol,
@@ -397,7 +382,7 @@ pub async fn between(
     let got = match grant {
         Ok(Grant::Idle(idle)) if idle.usable_for(proto.loads()) => Ok(idle.taken()),
         Ok(Grant::Idle(idle)) => opened(shared, &pooled.pool, idle.close()).await,
-        Ok(Grant::Open(slot)) => opened(shared, &pooled.pool, slot).await,
+        Ok(Grant::Open(place)) => opened(shared, &pooled.pool, place).await,
         Err(e) => Err(e.into()),
     };
     let (tcp, taken) = match got {

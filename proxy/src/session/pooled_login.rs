@@ -19,7 +19,7 @@ use super::{
 use crate::{
     auth::Credential,
     cancel::Pid,
-    net::{ServerConn, Stream},
+    net::{ServerSocket, Stream},
     pooling::{Grant, Greeting, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
     protocol::{Protocol, Residues},
     shared::Shared,
@@ -139,9 +139,9 @@ async fn connect(
     let got = match grant {
         Grant::Idle(idle) if greeted && idle.usable_for(&no_libraries) => Ok(idle.taken()),
         Grant::Idle(idle) => pooled::opened(shared, pool, idle.close()).await,
-        Grant::Open(slot) => pooled::opened(shared, pool, slot).await,
+        Grant::Open(place) => pooled::opened(shared, pool, place).await,
     };
-    let (conn, mut taken) = match got {
+    let (socket, mut taken) = match got {
         Ok(g) => g,
         Err(e) if e.needs_password() => {
             info!(
@@ -153,7 +153,7 @@ async fn connect(
         }
         Err(e) => return Err(refused(client, e, info, shared).await),
     };
-    let mut tcp = match conn.into_stream() {
+    let mut tcp = match socket.into_stream() {
         Ok(t) => t,
         Err(e) => return Err(refused(client, e.into(), info, shared).await),
     };
@@ -164,7 +164,7 @@ async fn connect(
             Ok(Ok(values)) => {
                 pool.learn(startup.learn.clone(), values);
                 // RESET ALL, then the learned parameters: what it holds now.
-                taken.state.sets = startup
+                taken.conn.state.sets = startup
                     .sets
                     .iter()
                     .filter(|(n, _)| startup.learn.iter().any(|(l, _)| l == n))
@@ -200,22 +200,16 @@ async fn connect(
 /// A connection the login used goes back to its pool, for the client's
 /// first statement or anyone's.
 fn give_back(pool: &Pool, tcp: Stream, taken: crate::pooling::Taken) {
-    let tcp = match ServerConn::from_stream(tcp) {
+    let socket = match ServerSocket::from_stream(tcp) {
         Ok(t) => t,
         Err(e) => return debug!("pooled connection not given back: {e}"),
     };
-    let now = std::time::Instant::now();
     pool.give_back(Idle {
-        tcp,
-        params: taken.params,
-        key: taken.key,
-        settings: taken.settings,
-        statements: taken.statements,
-        state: taken.state,
-        opened: taken.opened,
-        since: now,
-        slot: taken.slot,
-        kept: None,
+        socket,
+        conn: taken.conn,
+        since: std::time::Instant::now(),
+        place: taken.place,
+        watched: None,
     });
 }
 
@@ -354,7 +348,6 @@ async fn greet_alone(
     };
     proto.client_key = registered.keep();
     proto.on_server_params(&params);
-    proto.upstream_opened = std::time::Instant::now();
     proto.pooled = true;
     proto.own_defaults = startup.own_defaults;
     let startup_told: Vec<(String, String)> = learned

@@ -18,6 +18,7 @@ use crate::{
     cancel::Pid,
     kept::Kept,
     net::Pair,
+    protocol::ServerConnection,
     wire::read::{ReadError, read_message},
 };
 use crate::{
@@ -53,10 +54,7 @@ pub enum ParkError {
 pub struct Leaving {
     pub upstream: Stream,
     pub startup: Bytes,
-    pub params: Vec<(String, String)>,
-    pub key: Option<Bytes>,
-    pub opened: Instant,
-    pub settings: Option<crate::protocol::settings::Settings>,
+    pub conn: ServerConnection,
     /// ReadyForQuery messages still owed for queries of the proxy's own
     /// (the session's settings, asked at its start): read and dropped
     /// before the reset's.
@@ -67,17 +65,14 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let Leaving {
         upstream,
         startup,
-        mut params,
-        key,
-        opened,
-        settings,
+        mut conn,
         owed,
     } = leaving;
     let Stream::Plain(mut tcp) = upstream else {
         return Err(ParkError::Tls);
     };
     let lifetime = shared.config().upstream.reuse_lifetime;
-    if opened.elapsed() >= lifetime {
+    if conn.opened.elapsed() >= lifetime {
         let _ = tcp.write_all(&write::TERMINATE).await;
         return Err(ParkError::Old(lifetime));
     }
@@ -87,7 +82,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let reset = reset(
         &mut tcp,
         &["DISCARD ALL"],
-        &mut params,
+        &mut conn.params,
         shared.config().limits.max_message_bytes,
         owed,
     );
@@ -102,12 +97,12 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let tcp = tcp.into_std()?;
     // A blocking socket would hang the liveness check.
     tcp.set_nonblocking(true)?;
+    // DISCARD ALL left it as a new connection, but for its settings.
+    conn.statements = Default::default();
+    conn.state = Default::default();
     let kept = Kept {
         tcp,
-        params,
-        key,
-        settings,
-        opened,
+        conn,
         since: Instant::now(),
     };
     let max = shared.config().upstream.reuse_max_idle;
@@ -174,16 +169,9 @@ pub async fn adopt(
 ) -> Result<(Pair, Authed), HandshakeEnd> {
     // The client gets a key of its own, registered before it can know it:
     // the key an earlier client of this backend kept cancels nothing.
-    let registered = KeyGuard::issue(shared, kept.key.as_deref(), pid);
+    let registered = KeyGuard::issue(shared, kept.conn.key.as_deref(), pid);
     let greeting = kept.greeting(registered.message().as_deref());
-    let Kept {
-        tcp,
-        params,
-        key,
-        opened,
-        settings,
-        ..
-    } = kept;
+    let Kept { tcp, conn, .. } = kept;
     let upstream = Stream::Plain(tokio::net::TcpStream::from_std(tcp)?);
     let mut io = Pair { client, upstream };
     Counters::add(&info.counters.bytes_to_client, greeting.len() as u64);
@@ -192,12 +180,9 @@ pub async fn adopt(
     let authed = Authed {
         cin: BytesMut::with_capacity(8192),
         uin: BytesMut::with_capacity(8192),
-        params,
-        key,
+        conn,
         client_key,
         plain_trust: true,
-        opened,
-        settings,
     };
     Ok((io, authed))
 }

@@ -100,7 +100,7 @@ impl Bell {
 }
 
 struct Reactor {
-    /// Shared with the sockets kept in it (`Kept`), which may leave it
+    /// Shared with the sockets kept in it (`Watched`), which may leave it
     /// from another thread.
     epoll: std::sync::Arc<Epoll>,
     bell: std::sync::Arc<Bell>,
@@ -212,13 +212,13 @@ pub fn watch(fd: RawFd, data: u64) -> io::Result<()> {
 /// pooled server connection stays in the epoll of the worker that relayed
 /// it last, so that the next session there takes it without a system
 /// call. Reports for it while no session holds it are dropped.
-pub struct Kept {
+pub struct Watched {
     epoll: std::sync::Arc<Epoll>,
     thread: u64,
     data: u64,
 }
 
-impl Kept {
+impl Watched {
     /// The data word its reports carry.
     pub fn data(&self) -> u64 {
         self.data
@@ -241,12 +241,12 @@ impl Kept {
     }
 }
 
-/// Watches `fd` as `watch` does, for as long as the `Kept` travels with it.
-pub fn keep_watching(fd: RawFd, data: u64) -> io::Result<Kept> {
+/// Watches `fd` as `watch` does, for as long as the `Watched` travels with it.
+pub fn keep_watching(fd: RawFd, data: u64) -> io::Result<Watched> {
     REACTOR.with(|r| match r.get() {
         Some(r) => {
             r.epoll.add(fd, epoll::SOCKET, data)?;
-            Ok(Kept {
+            Ok(Watched {
                 epoll: r.epoll.clone(),
                 thread: thread_mark(),
                 data,

@@ -21,12 +21,12 @@ use super::{
     table::{Entry, InLine, Parts, Ready, SERVERS, Stop, TABLE, token, untoken},
 };
 use crate::{
-    net::ServerConn,
+    net::ServerSocket,
     pooling::{Deliver, Grant, Waiting},
     relay::{End, give_back_room, line},
     stats::{Counters, SessionState},
     wire::write,
-    worker::{self, Kept, thread_mark},
+    worker::{self, Watched, thread_mark},
 };
 
 /// Where a worker's pools leave grants for the sessions waiting in line in
@@ -285,7 +285,7 @@ fn in_line(e: &mut Entry) -> Result<(), Stop> {
 
 /// The session goes on over `tcp`, a connection it just took: kept in
 /// this epoll already, or put there now (out of another worker's).
-fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Kept>) -> Result<(), Stop> {
+fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Watched>) -> Result<(), Stop> {
     let fd = tcp.as_raw_fd();
     let kept = match kept {
         Some(k) if k.here() => Ok(k),
@@ -305,7 +305,7 @@ fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Kept>) -> Result<(), Stop>
     } = &mut e.parts;
     let Ok(kept) = kept else {
         if let Some(pooled) = pooled.as_mut() {
-            pooled.give_back(ServerConn::Plain(tcp), None, proto);
+            pooled.give_back(ServerSocket::Plain(tcp), None, proto);
         }
         return Err(Stop::End(End::Release));
     };

@@ -12,7 +12,7 @@ use crate::{
     pooling::Pooled,
     protocol::Protocol,
     relay::{Bufs, End},
-    worker::{Kept, epoll::Event, seats::Seat},
+    worker::{Watched, epoll::Event, seats::Seat},
 };
 
 /// A session as it enters or leaves the worker's relay.
@@ -44,7 +44,7 @@ pub(super) struct Entry {
     /// The upstream's place in this epoll when it is a pooled connection
     /// kept there between sessions; else it is watched under the
     /// session's own token.
-    pub(super) server: Option<Kept>,
+    pub(super) server: Option<Watched>,
     pub(super) stop: Option<Stop>,
     /// The session's task, woken when relaying stops.
     pub(super) waiter: Option<Waker>,
@@ -121,7 +121,7 @@ pub(super) struct Table {
 thread_local! {
     pub(super) static TABLE: RefCell<Table> = RefCell::default();
     /// The sessions holding the server connections kept in this epoll
-    /// (`worker::Kept`), by their data word: a report for one no session
+    /// (`worker::Watched`), by their data word: a report for one no session
     /// here holds is dropped.
     pub(super) static SERVERS: RefCell<FxHashMap<u64, (usize, u32)>> = RefCell::default();
 }

@@ -9,7 +9,7 @@ use super::{
     table::{Entry, Parts, Ready, SERVERS, Stop},
 };
 use crate::{
-    net::ServerConn,
+    net::ServerSocket,
     relay::{self, End},
     stats::Counters,
     worker,
@@ -110,7 +110,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         };
         // Given back here, not by the session's task: the client stays in
         // this epoll, and so does the connection, for the next session
-        // here to take without a system call (`Kept`); one watched under
+        // here to take without a system call (`worker::Watched`); one watched under
         // the session's own token leaves it.
         let kept = e.server.take();
         match &kept {
@@ -118,7 +118,7 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             None => _ = worker::unwatch(upstream.as_raw_fd()),
         }
         if let Some(up) = held.take()
-            && pooled.give_back(ServerConn::Plain(up), kept, proto)
+            && pooled.give_back(ServerSocket::Plain(up), kept, proto)
         {
             WOKE_OTHERS.with(|w| w.set(true));
         }

@@ -1,0 +1,89 @@
+//! A server connection's record, from its login to its release: what the
+//! server said at login and what the connection holds now. One record
+//! whoever holds the connection: the session relaying it (in either pool
+//! mode), the kept connections of session mode (`kept`), a transaction
+//! pool's idle ones (`pooling`). It moves whole at every hand-over, never
+//! field by field. The socket travels beside it, in the form its holder
+//! relays (a task's `net::Stream`, a worker's epoll, or no runtime at all:
+//! `net::ServerSocket`).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{Protocol, ServerState, ServerStatements, settings::Settings};
+use crate::wire::backend;
+
+#[derive(Debug)]
+pub struct ServerConnection {
+    /// The backend's BackendKeyData message, as the server sent it.
+    pub key: Option<Bytes>,
+    /// Its ParameterStatus values, in the order the server sent them; kept
+    /// up to date while the values may greet another client.
+    pub params: Vec<(String, String)>,
+    /// When it was opened (`upstream.reuse_lifetime`).
+    pub opened: Instant,
+    /// What its backend answered when asked for its settings (as a reset
+    /// leaves them), if it was: the next client need not ask.
+    pub settings: Option<Settings>,
+    /// The named statements it holds, of clients it served (transaction
+    /// pooling).
+    pub statements: ServerStatements,
+    /// The session state its last client left in it: filled as a session
+    /// lets it go (`Protocol::release_server`).
+    pub state: ServerState,
+}
+
+impl ServerConnection {
+    /// A connection just logged in: `key` and `params` from its greeting.
+    pub fn new(key: Option<Bytes>, params: Vec<(String, String)>) -> Self {
+        Self {
+            key,
+            params,
+            opened: Instant::now(),
+            settings: None,
+            statements: ServerStatements::default(),
+            state: ServerState::default(),
+        }
+    }
+
+    /// Its backend's process id and secret, from its BackendKeyData.
+    pub fn backend_key(&self) -> Option<(i32, Bytes)> {
+        self.key.as_ref().and_then(backend::backend_key_in)
+    }
+}
+
+impl Default for ServerConnection {
+    /// No connection yet (a pooled session greeted without one).
+    fn default() -> Self {
+        Self::new(None, Vec::new())
+    }
+}
+
+impl Protocol {
+    /// The session logged in over `conn` (session mode, or a pooled
+    /// login's own connection).
+    pub fn logged_in(&mut self, mut conn: ServerConnection) {
+        self.on_server_params(&conn.params);
+        if let Some(settings) = conn.settings.take() {
+            self.settings = settings;
+        }
+        if let Some((pid, _)) = conn.backend_key() {
+            self.info
+                .upstream_pid
+                .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.server = conn;
+    }
+
+    /// Lets the server connection go, whole, to its pool or to the kept
+    /// connections: what the session leaves in it goes into its record.
+    /// The session holds none after.
+    pub fn release_server(&mut self) -> ServerConnection {
+        let mut conn = std::mem::take(&mut self.server);
+        conn.state = self.server_state();
+        // The defaults a client's startup packet set are its own.
+        conn.settings = self.settings.after_reset().filter(|_| !self.own_defaults);
+        conn
+    }
+}
