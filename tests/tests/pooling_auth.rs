@@ -296,12 +296,12 @@ async fn a_password_changed_through_onetrip_is_taken_at_the_next_login() {
     ] {
         // The secret is kept from here on.
         let first = login(port, user, old).await.unwrap();
+        // One Query, the ALTER not its first statement.
         superuser
-            .batch_execute(&format!("set password_encryption = '{encryption}'"))
-            .await
-            .unwrap();
-        superuser
-            .batch_execute(&format!("alter user {user} with password 'new pass'"))
+            .batch_execute(&format!(
+                "set password_encryption = '{encryption}'; \
+                 alter user {user} with password 'new pass'"
+            ))
             .await
             .unwrap();
         let second = login(port, user, "new pass").await.unwrap();

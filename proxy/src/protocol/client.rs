@@ -285,13 +285,13 @@ impl Protocol {
     /// (`password_changes`): the role's looked-up secrets and its pools'
     /// credential are forgotten now, and again once its transaction is
     /// over (a login in between may have looked up the old password).
-    /// This runs on every statement: only one whose first word is ALTER or
-    /// DROP is read further.
+    /// This runs on every statement: only one that may change a password
+    /// (`may_change_password`) is read further.
     fn watch_for_password_change(&mut self, t: u8, msg: &[u8]) {
         let Some(text) = frontend::statement_bytes(t, msg) else {
             return;
         };
-        if !client_txn::first_word_is(text, &["alter", "drop"]) {
+        if !may_change_password(text) {
             return;
         }
         let Ok(text) = std::str::from_utf8(text) else {
@@ -521,5 +521,35 @@ impl Protocol {
             Route::Rewritten(m) => Routed::Rewritten(m),
             Route::Held(q) => Routed::Held(q),
         }
+    }
+}
+
+/// Whether `text` may hold a statement that changes a role's password: its
+/// first word is ALTER or DROP, or a comment or another statement may come
+/// before one (`SELECT 1; ALTER ROLE ...`). One look at the start and one
+/// `memchr`: most statements stop here unread.
+fn may_change_password(text: &[u8]) -> bool {
+    let t = text.trim_ascii();
+    client_txn::first_word_is(t, &["alter", "drop"])
+        || t.starts_with(b"--")
+        || t.starts_with(b"/*")
+        || memchr::memchr(b';', t).is_some_and(|i| i + 1 < t.len())
+}
+
+#[cfg(test)]
+mod password_watch {
+    use super::may_change_password as may;
+
+    #[test]
+    fn reads_on_only_where_a_password_change_may_be() {
+        assert!(may(b"ALTER ROLE r PASSWORD 'x'"));
+        assert!(may(b"  drop user r"));
+        assert!(may(b"SELECT 1; ALTER USER r PASSWORD 'x'"));
+        assert!(may(b"/* c */ ALTER ROLE r PASSWORD 'x'"));
+        assert!(may(b"-- c\nDROP ROLE r"));
+        assert!(!may(b"SELECT * FROM users"));
+        assert!(!may(b"SELECT 1;"));
+        assert!(!may(b"altered"));
+        assert!(!may(b"INSERT INTO t VALUES (1) ; "));
     }
 }
