@@ -81,7 +81,7 @@ pub struct LookupError {
 }
 
 /// How the server asks a user to authenticate: its first authentication
-/// request at login (`session::pool_login::method` finds it, once per
+/// request at login (`session::pooled::password::method` finds it, once per
 /// pool).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {

@@ -8,7 +8,7 @@
 use std::{
     os::fd::AsRawFd,
     sync::{Arc, atomic::Ordering::Relaxed},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use super::{Deliver, Grant, Idle, Place, Pool, Take, WaitTimeout, Wants};
@@ -188,6 +188,31 @@ impl Pooled {
                 Waiting::Task
             }
         }
+    }
+
+    /// The session got `grant` in line after `waited`, and takes it as
+    /// `use_grant` does (an idle connection checked as one taken at once).
+    pub fn use_grant_after_wait(
+        &mut self,
+        proto: &mut Protocol,
+        waited: Duration,
+        grant: Grant,
+    ) -> Waiting {
+        let up = &proto.services.config.upstream;
+        let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
+        let grant = self.pool.waited(waited, grant, max_idle, lifetime);
+        self.use_grant(proto, grant)
+    }
+
+    /// The session stops waiting in line under `ticket` on `thread`.
+    pub fn leave_line(&self, ticket: u64, thread: u64) {
+        self.pool.leave_line(ticket, thread);
+    }
+
+    /// The session waited in line past `timeout`: its task tells the
+    /// client (`granted`).
+    pub fn wait_timed_out(&mut self, waited: Duration, timeout: Duration) {
+        self.granted = Some(Err(self.pool.timed_out(waited, timeout)));
     }
 
     /// The session is getting a connection for its client's statement: a

@@ -189,7 +189,7 @@ pub struct Pool {
     /// out of it.
     had_credential: std::sync::atomic::AtomicBool,
     /// How the server asks its user to authenticate, once a login has
-    /// found out (`session::pool_login`). An async lock: the logins that
+    /// found out (`session::pooled::password`). An async lock: the logins that
     /// come while one finds out wait for it, and cost the server nothing.
     method: tokio::sync::Mutex<Option<crate::auth::Method>>,
     /// Connections given back that needed a reset, by reason

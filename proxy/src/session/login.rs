@@ -8,7 +8,9 @@ use bytes::BytesMut;
 use tracing::{debug, info};
 
 use super::{
-    handshake, pool_login, pooled_login, reuse,
+    handshake,
+    pooled::{login as pooled_login, password as pool_login},
+    reuse,
     start::{Ready, Start, refuse},
 };
 use crate::{

@@ -1,14 +1,11 @@
 //! One client session: startup negotiation, then either the admin console
 //! or a relay to one upstream connection.
 
-mod auth_query;
 mod farewell;
 pub mod handshake;
 mod life;
 mod login;
-mod pool_login;
 pub(crate) mod pooled;
-mod pooled_login;
 pub mod reuse;
 mod start;
 mod streams;

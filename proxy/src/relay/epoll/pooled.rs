@@ -132,7 +132,7 @@ pub(super) fn leave_line(e: &mut Entry) {
         && let Some(pooled) = e.parts.pooled.as_ref()
     {
         let ticket = token(e.slot, e.generation, 0);
-        pooled.pool.leave_line(ticket, thread_mark());
+        pooled.leave_line(ticket, thread_mark());
     }
 }
 
@@ -149,7 +149,7 @@ pub(super) fn waited_too_long(e: &mut Entry) -> bool {
     }
     leave_line(e);
     if let Some(pooled) = e.parts.pooled.as_mut() {
-        pooled.granted = Some(Err(pooled.pool.timed_out(waited, timeout)));
+        pooled.wait_timed_out(waited, timeout);
     }
     e.stop = Some(Stop::End(End::Release));
     true
@@ -372,10 +372,7 @@ fn granted(e: &mut Entry, grant: Grant) -> Option<Waker> {
         e.stop = Some(Stop::End(End::Release));
         return e.waiter.take();
     };
-    let up = &proto.services.config.upstream;
-    let (max_idle, lifetime) = (up.reuse_idle_timeout, up.reuse_lifetime);
-    let grant = pooled.pool.waited(waited, grant, max_idle, lifetime);
-    let stop = match pooled.use_grant(proto, grant) {
+    let stop = match pooled.use_grant_after_wait(proto, waited, grant) {
         Waiting::Ready(tcp, kept) => attach(e, tcp, kept).err(),
         Waiting::Task | Waiting::InLine => Some(Stop::End(End::Release)),
     };

@@ -11,9 +11,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
-use super::{
+use super::{self as pooled, Client, PoolError};
+use crate::session::{
     handshake::KeyGuard,
-    pooled::{self, Client, PoolError},
     start::{Ready, refuse},
 };
 use crate::{
@@ -35,7 +35,7 @@ use crate::{
 /// How a pooled login ended (moved once per login, as the login's own
 /// result is).
 #[allow(clippy::large_enum_variant)]
-pub(super) enum Outcome {
+pub(in crate::session) enum Outcome {
     /// The session is set up (or over, its client told why).
     Done(Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>),
     /// The server asks this user for a password onetrip does not have:
@@ -46,7 +46,7 @@ pub(super) enum Outcome {
 /// A pooled login of `user` to `database` whose client is in (its
 /// password, when onetrip asks for it, checked): `unread` is what it sent
 /// past that.
-pub(super) async fn login(
+pub(in crate::session) async fn login(
     client: Stream,
     unread: BytesMut,
     (startup, credential): (ClientStartup, Option<Arc<Credential>>),

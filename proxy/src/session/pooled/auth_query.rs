@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 
-use super::{handshake::connect_upstream, upstream_auth::Answerer};
+use crate::session::{handshake::connect_upstream, upstream_auth::Answerer};
 use crate::{
     auth::{Credential, LookupError, Secret},
     config::Config,

@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tracing::info;
 
-use super::handshake::connect_upstream;
+use crate::session::handshake::connect_upstream;
 use crate::{
     auth::{AuthError, Credential, Method, cache::Keep, client::Client, exchange},
     config::{Config, PoolConfig},
@@ -26,7 +26,7 @@ use crate::{
 
 /// How onetrip checks a login.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Check<'a> {
+pub(in crate::session) enum Check<'a> {
     /// Against this password of `[pool] users`.
     Listed(&'a str),
     /// Against the secret `auth_user` (named) looks up.
@@ -35,7 +35,7 @@ pub(super) enum Check<'a> {
 
 impl<'a> Check<'a> {
     /// `None`: the server checks it.
-    pub(super) fn of(pool: &'a PoolConfig, user: &str) -> Option<Check<'a>> {
+    pub(in crate::session) fn of(pool: &'a PoolConfig, user: &str) -> Option<Check<'a>> {
         if let Some(password) = pool.password_of(user) {
             return Some(Check::Listed(password));
         }
@@ -50,7 +50,7 @@ impl<'a> Check<'a> {
 
 /// What the check found.
 #[derive(Debug)]
-pub(super) enum Checked {
+pub(in crate::session) enum Checked {
     /// The client is in; its credential opens the pool's connections.
     In(Credential),
     /// The server asks this user for nothing: the login is the server's,
@@ -65,7 +65,7 @@ pub(super) enum Checked {
 
 /// The client's password exchange, run by onetrip up to (not including)
 /// AuthenticationOk; what the user's server connections are opened with.
-pub(super) async fn check(
+pub(in crate::session) async fn check(
     client: &mut Client,
     shared: &Shared,
     config: &Config,

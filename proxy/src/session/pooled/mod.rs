@@ -18,6 +18,10 @@ use super::{
     handshake::{ConnectError, connect_upstream},
     upstream_auth::{Answerer, PasswordError},
 };
+
+mod auth_query;
+pub(super) mod login;
+pub(super) mod password;
 use crate::{
     auth::{Credential, scram::ScramError},
     net::{ServerSocket, Stream},
