@@ -30,7 +30,9 @@ pub struct Pooled {
     target: Option<Arc<Target>>,
     /// What the session got while it waited in its worker's relay, for
     /// its task to go on with (`session::pooled::between`).
-    pub granted: Option<Result<Grant, WaitTimeout>>,
+    /// Boxed: rare, and an idle connection's record is large, while every
+    /// pooled session carries this.
+    pub granted: Option<Box<Result<Grant, WaitTimeout>>>,
 }
 
 /// What a session without a connection does when its client speaks.
@@ -175,16 +177,16 @@ impl Pooled {
                 }
                 // TLS: the task relays it, in its runtime.
                 Err(tls) => {
-                    self.granted = Some(Ok(Grant::Idle(tls)));
+                    self.granted = Some(Box::new(Ok(Grant::Idle(tls))));
                     Waiting::Task
                 }
             },
             Grant::Idle(idle) => {
-                self.granted = Some(Ok(Grant::Open(idle.close())));
+                self.granted = Some(Box::new(Ok(Grant::Open(idle.close()))));
                 Waiting::Task
             }
             other => {
-                self.granted = Some(Ok(other));
+                self.granted = Some(Box::new(Ok(other)));
                 Waiting::Task
             }
         }
@@ -212,7 +214,7 @@ impl Pooled {
     /// The session waited in line past `timeout`: its task tells the
     /// client (`granted`).
     pub fn wait_timed_out(&mut self, waited: Duration, timeout: Duration) {
-        self.granted = Some(Err(self.pool.timed_out(waited, timeout)));
+        self.granted = Some(Box::new(Err(self.pool.timed_out(waited, timeout))));
     }
 
     /// The session is getting a connection for its client's statement: a

@@ -109,7 +109,7 @@ pub(super) async fn write_farewells(
             return Ok((keep && matches!(up, Ok(Ok(_)))).then_some(io.upstream));
         }
         Streams::Std(c, u) => (c, u),
-        Streams::Waiting(_) | Streams::Closed => return Ok(None),
+        Streams::Waiting(_) => return Ok(None),
     };
     let runtime = |s: std::net::TcpStream| {
         fast::release(&s);

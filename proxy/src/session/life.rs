@@ -51,40 +51,27 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     let worker = start.worker;
     // Boxed, and freed once the client is in: a future is as large as its
     // largest await, and the login's would stay with every idle session.
-    let opened =
-        Box::pin(connect_and_authenticate(client, start, shared).instrument(span.clone())).await;
-    let Some((proto, ready, pooled)) = opened else {
-        return;
+    // What it gives is handed on in a block of its own, so that none of it
+    // stays in this future's state while the session relays.
+    let (info, relaying) = {
+        let opened =
+            Box::pin(connect_and_authenticate(client, start, shared).instrument(span.clone()))
+                .await;
+        let Some((proto, ready, pooled)) = opened else {
+            return;
+        };
+        let info = proto.info.clone();
+        let session = Session {
+            startup_raw,
+            shared: shared.clone(),
+            span: span.clone(),
+            pooled,
+        };
+        (info, relaying(proto, ready, session, worker))
     };
-    let info = proto.info.clone();
-    let (streams, cin, uin) = match ready {
-        Some(Ready::Relay(io, cin, uin)) => (Streams::Runtime(io), cin, uin),
-        Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
-        None => (Streams::Closed, BytesMut::new(), BytesMut::new()),
-    };
-    let proto = match streams {
-        Streams::Closed => Some(proto),
-        streams => {
-            let mut proto = proto;
-            let mut bufs = Bufs::new(cin, uin);
-            match &streams {
-                Streams::Waiting(_) => proto.start_later(),
-                _ => proto.start(&mut bufs.to_up),
-            }
-            // A TLS stream's state lives in this task: it stays here. So
-            // do pooled sessions over TLS server connections, which relay
-            // here.
-            let relays_tls = pooled.is_some() && shared.upstream_tls.is_some();
-            let may_move = !(streams.is_tls() || relays_tls);
-            let seat = Seat::take(shared.workers.clone(), worker, may_move);
-            let s = Session {
-                startup_raw,
-                shared: shared.clone(),
-                span: span.clone(),
-                pooled,
-            };
-            relay_to_the_end(streams, proto, bufs, seat, s).await
-        }
+    let proto = match relaying {
+        Ok(lived) => lived.await,
+        Err(proto) => Some(proto),
     };
     async {
         info.set_state(SessionState::Closing);
@@ -100,6 +87,31 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
     }
     .instrument(span)
     .await
+}
+
+/// A session logged in, ready to relay (`Err`: its client is gone).
+fn relaying(
+    mut proto: Box<Protocol>,
+    ready: Option<Ready>,
+    s: Session,
+    worker: usize,
+) -> Result<Lived, Box<Protocol>> {
+    let (streams, cin, uin) = match ready {
+        Some(Ready::Relay(io, cin, uin)) => (Streams::Runtime(io), cin, uin),
+        Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
+        None => return Err(proto),
+    };
+    let mut bufs = Bufs::new(cin, uin);
+    match &streams {
+        Streams::Waiting(_) => proto.start_later(),
+        _ => proto.start(&mut bufs.to_up),
+    }
+    // A TLS stream's state lives in this task: it stays here. So do pooled
+    // sessions over TLS server connections, which relay here.
+    let relays_tls = s.pooled.is_some() && s.shared.upstream_tls.is_some();
+    let may_move = !(streams.is_tls() || relays_tls);
+    let seat = Seat::take(s.shared.workers.clone(), worker, may_move);
+    Ok(relay_to_the_end(streams, proto, bufs, seat, s))
 }
 
 /// What a session carries from worker to worker besides its streams and
@@ -140,14 +152,15 @@ enum Relayed {
 /// the protocol state for the session's summary; `None` when it was lost
 /// (the session was stopped while on another worker).
 fn relay_to_the_end(
-    streams: Streams,
-    proto: Box<Protocol>,
-    bufs: Bufs,
-    seat: Seat,
-    s: Session,
+    mut streams: Streams,
+    mut proto: Box<Protocol>,
+    mut bufs: Bufs,
+    mut seat: Seat,
+    mut s: Session,
 ) -> Lived {
+    // The parameters are the block's own: bound again inside, each would
+    // hold its room twice in every relaying session's state.
     Box::pin(async move {
-        let (mut streams, mut proto, mut bufs, mut seat, mut s) = (streams, proto, bufs, seat, s);
         let id = proto.info.id;
         let idle_limit = proto.services.config.limits.client_idle_timeout;
         let mut forced = Closer::new(s.shared.closer(id), proto.info.clone(), idle_limit);
@@ -159,9 +172,11 @@ fn relay_to_the_end(
         let relayed = loop {
             // The client, the connection if the session still has it, why
             // the relay stopped without one.
+            // Each future is made where it is awaited: one named would keep
+            // its room beside the other's.
             let stretch =
-                relay_a_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s);
-            let (sockets, mut b, stopped) = match stretch.await {
+                relay_a_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s).await;
+            let (sockets, mut b, stopped) = match stretch {
                 Stretch::Between(between, p, se) => {
                     (proto, seat) = (p, se);
                     between
@@ -176,8 +191,9 @@ fn relay_to_the_end(
                 &mut forced,
                 &mut away,
                 &mut s,
-            );
-            match next.await {
+            )
+            .await;
+            match next {
                 Ok(over) => {
                     streams = over;
                     bufs = b;
@@ -193,7 +209,9 @@ fn relay_to_the_end(
         };
         s.shared.forget_closer(id);
         let (relayed, proto, seat) = relayed?;
-        relaying_ended(relayed, proto, seat, s).await
+        // Boxed: the farewells' and the kept connection's awaits would
+        // otherwise make the state every relaying session holds.
+        Box::pin(relaying_ended(relayed, proto, seat, s)).await
     })
 }
 
@@ -226,7 +244,9 @@ async fn relay_a_stretch(
             match sockets {
                 Ok(Ok((c, u))) => {
                     let mut pooled = s.pooled.take();
-                    let fast = relay_fast(
+                    // Made inside the box: a future named in this one would
+                    // keep its room here across the await, moved or not.
+                    let relayed = Box::pin(relay_fast(
                         (c, u, away.take()),
                         proto,
                         bufs,
@@ -234,8 +254,8 @@ async fn relay_a_stretch(
                         &mut pooled,
                         forced,
                         s,
-                    );
-                    let relayed = Box::pin(fast).await;
+                    ))
+                    .await;
                     s.pooled = pooled;
                     relayed
                 }
@@ -352,10 +372,13 @@ async fn between_transactions(
     let next = match (s.pooled.as_mut(), sockets) {
         (Some(pooled), Ok((c, u))) => {
             let shared = &s.shared;
-            let between = pooled::between(c, u, stopped, b, proto, pooled, shared, forced);
             // Boxed, as the rarer awaits below: what the session holds while
             // it relays stays small.
-            Box::pin(between.instrument(s.span.clone())).await
+            Box::pin(
+                pooled::between(c, u, stopped, b, proto, pooled, shared, forced)
+                    .instrument(s.span.clone()),
+            )
+            .await
         }
         (_, Err(why)) => {
             s.span.in_scope(|| warn!("session closed: {why}"));
@@ -511,7 +534,7 @@ fn released_sockets(streams: Streams) -> Result<(Client, ServerSocket), String> 
             };
             Ok((client, upstream))
         }
-        Streams::Waiting(_) | Streams::Closed => Err(no_connection().to_string()),
+        Streams::Waiting(_) => Err(no_connection().to_string()),
     }
 }
 
@@ -545,7 +568,11 @@ fn relay_over(
 /// the rest of the way through the runtime when the session needs it.
 /// `None` when the session was lost (never: a worker's tasks stay on it).
 #[allow(clippy::too_many_arguments)]
-async fn relay_fast(
+///
+/// Not an async fn: what goes into the worker's table is handed over
+/// before the future is made, so the future (which every session relaying
+/// there holds while it waits) keeps none of it.
+fn relay_fast<'a>(
     (client, upstream, away): (
         std::net::TcpStream,
         Option<std::net::TcpStream>,
@@ -554,10 +581,10 @@ async fn relay_fast(
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
-    pooled: &mut Option<Pooled>,
-    forced: &mut Closer,
-    s: &Session,
-) -> Option<(Relayed, Box<Protocol>, Seat)> {
+    pooled: &'a mut Option<Pooled>,
+    forced: &'a mut Closer,
+    s: &'a Session,
+) -> impl Future<Output = Option<(Relayed, Box<Protocol>, Seat)>> + Send + 'a {
     let parts = fast::Parts {
         client,
         upstream,
@@ -567,7 +594,18 @@ async fn relay_fast(
         pooled: pooled.take(),
     };
     let info = parts.proto.info.clone();
-    let (parts, stop, spot) = match fast::enter(parts, away, &s.span) {
+    let entered = fast::enter(parts, away, &s.span);
+    relay_fast_on(entered, info, pooled, forced, s)
+}
+
+async fn relay_fast_on(
+    entered: Result<fast::Relaying, Box<(fast::Parts, std::io::Error)>>,
+    info: Arc<crate::stats::SessionInfo>,
+    pooled: &mut Option<Pooled>,
+    forced: &mut Closer,
+    s: &Session,
+) -> Option<(Relayed, Box<Protocol>, Seat)> {
+    let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
             let closed = tokio::select! {

@@ -11,14 +11,14 @@ mod start;
 mod streams;
 mod upstream_auth;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, Span, debug, info, info_span, warn};
 
 use crate::{
     net::Stream,
@@ -52,13 +52,50 @@ pub async fn serve(
     // protocol state in which an error message would be understood.
     let limit = shared.config().limits.startup_timeout;
     let mut deadline = crate::timers::sleep_until(crate::timers::after(limit));
-    let negotiated = deadline
-        .bound(Box::pin(negotiate(tcp, &shared, peer)))
-        .instrument(span.clone())
-        .await
-        .unwrap_or(Err(StartupFailure::Timeout(limit)));
+    // What follows the startup packet is made outside this future's state
+    // (`after_startup`): nothing of the startup stays with the session.
+    let next = {
+        let negotiated = deadline
+            .bound(Box::pin(negotiate(tcp, &shared, peer)))
+            .instrument(span.clone())
+            .await
+            .unwrap_or(Err(StartupFailure::Timeout(limit)));
+        after_startup(
+            negotiated,
+            slot.refused,
+            &shared,
+            peer,
+            deadline,
+            worker,
+            span,
+        )
+    };
+    if let Some(next) = next {
+        next.await;
+    }
+    drop(slot);
+}
+
+/// A client's stream, its startup packet (raw and read) and the round
+/// trips it took.
+type Negotiated = (Stream, Bytes, Vec<(String, String)>, u64);
+
+type Served<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// What a session does once its startup packet is in: refused, the admin
+/// console, or its life as a client's session. Not an async fn: the
+/// future it gives holds what it needs and nothing that was handed over.
+fn after_startup<'a>(
+    negotiated: Result<Option<Negotiated>, StartupFailure>,
+    refused: bool,
+    shared: &'a Arc<Shared>,
+    peer: SocketAddr,
+    deadline: crate::timers::Sleep,
+    worker: usize,
+    span: Span,
+) -> Option<Served<'a>> {
     match negotiated {
-        Ok(Some((mut stream, ..))) if slot.refused => {
+        Ok(Some((mut stream, ..))) if refused => {
             // As PostgreSQL: refused once the client has said who it is,
             // so it gets the error in the protocol it speaks.
             span.in_scope(|| {
@@ -67,16 +104,18 @@ pub async fn serve(
             });
             let limit = shared.config().limits.client_write_timeout;
             let refusal = write::error(Severity::Fatal, "53300", TOO_MANY);
-            let _ = crate::timers::timeout(limit, stream.write_all(&refusal)).await;
+            Some(Box::pin(async move {
+                let _ = crate::timers::timeout(limit, stream.write_all(&refusal)).await;
+            }))
         }
         Ok(Some((stream, raw, params, handshake_rts))) => {
             let database = StartupMessage::param(&params, "database")
                 .or(StartupMessage::param(&params, "user"))
-                .unwrap_or("")
-                .to_owned();
+                .unwrap_or("");
             if database == shared.config().admin.database {
-                let admin = crate::admin::serve(stream, params, &shared, peer, deadline);
-                Box::pin(admin.instrument(span)).await;
+                Some(Box::pin(
+                    crate::admin::serve(stream, params, shared, peer, deadline).instrument(span),
+                ))
             } else {
                 let start = start::Start {
                     startup_raw: raw,
@@ -86,13 +125,17 @@ pub async fn serve(
                     deadline,
                     worker,
                 };
-                // Boxed: the relay's state is most of a session's, and the
-                // session's future is moved whole when it is spawned.
-                Box::pin(life::run(stream, start, &shared, span)).await;
+                Some(Box::pin(life::run(stream, start, shared, span)))
             }
         }
-        Ok(None) => span.in_scope(|| debug!("connection ended during startup")),
-        Err(e) => span.in_scope(|| warn!("startup failed: {e}")),
+        Ok(None) => {
+            span.in_scope(|| debug!("connection ended during startup"));
+            None
+        }
+        Err(e) => {
+            span.in_scope(|| warn!("startup failed: {e}"));
+            None
+        }
     }
 }
 
@@ -121,7 +164,7 @@ async fn negotiate(
     tcp: TcpStream,
     shared: &Shared,
     peer: SocketAddr,
-) -> Result<Option<(Stream, Bytes, Vec<(String, String)>, u64)>, StartupFailure> {
+) -> Result<Option<Negotiated>, StartupFailure> {
     let mut stream = Stream::Plain(tcp);
     let mut round_trips = 0u64;
     loop {
@@ -193,7 +236,9 @@ async fn read_startup(stream: &mut Stream) -> Result<Option<Bytes>, StartupFailu
                 // Nothing may follow a startup packet before the server answers.
                 return Err(startup::StartupError::BadLength.into());
             }
-            return Ok(Some(buf.freeze()));
+            // Copied out: it stays with the session, the 512 bytes read
+            // into need not.
+            return Ok(Some(Bytes::copy_from_slice(&buf)));
         }
         if stream.read_buf(&mut buf).await? == 0 {
             return Ok(None);

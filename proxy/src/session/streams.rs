@@ -15,8 +15,6 @@ pub(super) enum Streams {
     /// A pooled session's client, with no server connection yet: it waits
     /// for its client's first bytes (`pooled::between`) before it relays.
     Waiting(Client),
-    /// Nothing to relay: the login ended the session.
-    Closed,
 }
 
 impl Streams {
@@ -36,7 +34,7 @@ impl Streams {
                 client: Stream::Plain(tokio::net::TcpStream::from_std(c)?),
                 upstream: Stream::Plain(tokio::net::TcpStream::from_std(u)?),
             },
-            Streams::Waiting(_) | Streams::Closed => return Err(no_connection()),
+            Streams::Waiting(_) => return Err(no_connection()),
         })
     }
 
@@ -61,7 +59,7 @@ impl Streams {
                 upstream: Stream::Plain(u),
             }) => Ok(c.into_std().and_then(|c| Ok((c, u.into_std()?)))),
             Streams::Runtime(io) => Err(io),
-            Streams::Waiting(_) | Streams::Closed => Ok(Err(no_connection())),
+            Streams::Waiting(_) => Ok(Err(no_connection())),
         }
     }
 }

@@ -341,7 +341,8 @@ pub async fn between(
         pooled.give_back(upstream, None, proto);
     }
     if !matches!(stopped, Some(End::Release) | None)
-        && let Some(Ok(grant)) = pooled.granted.take()
+        && let Some(granted) = pooled.granted.take()
+        && let Ok(grant) = *granted
     {
         grant.pass_on();
     }
@@ -362,7 +363,7 @@ pub async fn between(
     pooled.expect_backend(proto);
     // What it was granted while it waited in its worker's relay, if it did.
     let grant = match pooled.granted.take() {
-        Some(granted) => granted,
+        Some(granted) => *granted,
         None => {
             let wants = Wants {
                 sets: proto.session_sets(),
