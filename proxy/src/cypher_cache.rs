@@ -42,7 +42,11 @@ pub enum Lookup {
 
 enum State {
     Empty,
-    Loading,
+    /// A session fetches it; `stale`: something may have changed the
+    /// catalog since the fetch started, so what it read is not kept.
+    Loading {
+        stale: bool,
+    },
     Ready(u64, Option<Arc<Catalog>>),
     /// The last fetch failed; fetch again once `retry_at` has passed.
     Failed {
@@ -93,14 +97,14 @@ impl CypherCache {
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             State::Ready(v, c) => Lookup::Ready(*v, c.clone()),
-            State::Loading => Lookup::Loading(slot.changed.subscribe()),
+            State::Loading { .. } => Lookup::Loading(slot.changed.subscribe()),
             State::Failed { retry_at, .. } if Instant::now() < *retry_at => Lookup::Failed,
             State::Empty | State::Failed { .. } => {
                 let wait = match &*st {
                     State::Failed { wait, .. } => (*wait * 2).min(MAX_RETRY),
                     _ => FIRST_RETRY,
                 };
-                *st = State::Loading;
+                *st = State::Loading { stale: false };
                 *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner()) = wait;
                 Lookup::MustLoad
             }
@@ -120,12 +124,18 @@ impl CypherCache {
         slot.changed.send_modify(|_| {});
     }
 
-    /// Stores a fetched catalog (`None`: no AGE in this database).
+    /// Stores a fetched catalog (`None`: no AGE in this database), unless
+    /// it was invalidated while being fetched: then the next miss fetches
+    /// again.
     pub fn finish(&self, db: &str, catalog: Option<Catalog>) {
         let v = self.versions.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = self.slot(db);
-        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) =
-            State::Ready(v, catalog.map(Arc::new));
+        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        *st = match *st {
+            State::Loading { stale: true } => State::Empty,
+            _ => State::Ready(v, catalog.map(Arc::new)),
+        };
+        drop(st);
         slot.changed.send_replace(v);
     }
 
@@ -133,19 +143,23 @@ impl CypherCache {
     pub fn abandon(&self, db: &str) {
         let slot = self.slot(db);
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*st, State::Loading) {
+        if matches!(*st, State::Loading { .. }) {
             *st = State::Empty;
         }
         drop(st);
         slot.changed.send_modify(|_| {});
     }
 
-    /// Labels or graphs may have changed: fetch again on the next miss.
+    /// Labels or graphs may have changed: fetch again on the next miss. A
+    /// fetch under way may have read the catalog before the change: its
+    /// answer is not kept.
     pub fn invalidate(&self, db: &str) {
         let slot = self.slot(db);
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*st, State::Ready(..) | State::Failed { .. }) {
-            *st = State::Empty;
+        match *st {
+            State::Ready(..) | State::Failed { .. } => *st = State::Empty,
+            State::Loading { .. } => *st = State::Loading { stale: true },
+            State::Empty => {}
         }
     }
 
@@ -199,6 +213,20 @@ impl CypherCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change seen while a fetch is under way: what the fetch read may
+    /// predate it, so the next lookup fetches again.
+    #[test]
+    fn a_fetch_overtaken_by_a_change_is_not_kept() {
+        let cache = CypherCache::default();
+        assert!(matches!(cache.lookup("d"), Lookup::MustLoad));
+        cache.invalidate("d");
+        cache.finish("d", Some(Catalog::new()));
+        assert!(cache.ready("d").is_none());
+        assert!(matches!(cache.lookup("d"), Lookup::MustLoad));
+        cache.finish("d", Some(Catalog::new()));
+        assert!(cache.ready("d").is_some());
+    }
 
     /// Shared plans stay within their bytes however long the texts.
     #[test]
