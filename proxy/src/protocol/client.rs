@@ -209,7 +209,13 @@ impl Protocol {
         let mut rewritten = None;
         if t == tag::QUERY || t == tag::PARSE {
             self.watch_for_password_change(t, msg);
-            match self.route(t, msg) {
+            let routed = self.route(t, msg);
+            if let Some(q) = self.cypher.take_riding() {
+                // The catalog query rides ahead of the statement; the
+                // statement's flush request starts the round trip.
+                self.send_own_up(to_up, q, Own::Cypher, false);
+            }
+            match routed {
                 Routed::Plain(s) => sql = s,
                 Routed::Rewritten(m) => rewritten = Some(m),
                 Routed::Held(query) => {

@@ -81,6 +81,9 @@ pub struct CypherSession {
     verify: Option<Verify>,
     /// This session owns the database's catalog fetch.
     loading: bool,
+    /// The catalog query to send just before the message being routed, in
+    /// the same write: the fetch costs no round trip of its own.
+    riding: Option<Bytes>,
     /// A statement that may change labels ran: refetch after it completes.
     invalidate_at_ready: bool,
     /// The session's span: the relay loop runs outside it (see relay.rs),
@@ -120,6 +123,7 @@ impl CypherSession {
             verify_mode: services.config.planner.verify,
             verify: None,
             loading: false,
+            riding: None,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
             span: tracing::Span::current(),
@@ -131,15 +135,18 @@ impl CypherSession {
         self.enabled
     }
 
-    /// Client input waits while the catalog is fetched or awaited.
+    /// Client input waits while another session's catalog fetch is
+    /// awaited, or while verify mode runs the compiled statement first. A
+    /// fetch of this session's own goes ahead of the client's statement,
+    /// which follows it in the same write: nothing waits for it.
     pub fn blocks_client(&self) -> bool {
-        self.waiting.is_some() || self.hides_upstream()
+        self.waiting.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
     }
 
-    /// Upstream answers are ours, not the client's: the catalog query, or
-    /// the compiled statement run first in verify mode.
-    pub fn hides_upstream(&self) -> bool {
-        self.fetch.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
+    /// The catalog query to send ahead of the message just routed, if
+    /// routing started a fetch.
+    pub fn take_riding(&mut self) -> Option<Bytes> {
+        self.riding.take()
     }
 
     /// Upstream messages must be read whole (to parse or compare them).
@@ -328,18 +335,31 @@ impl CypherSession {
         match services.cypher.lookup(&self.database) {
             // Loaded meanwhile: the next statement is compiled.
             Lookup::Ready(..) => Route::Forward,
+            // This session's own fetch is on its way, ahead of a statement
+            // sent before: this one goes to AGE too, rather than wait.
+            Lookup::Loading(_) if self.loading => {
+                Counters::add(&info.counters.fallbacks, 1);
+                services.stats.note_fallback("cypher: catalog loading");
+                Route::Forward
+            }
             Lookup::Loading(rx) => {
                 self.pending = Some((t, msg.clone()));
                 self.waiting = Some(rx);
                 Route::Held(None)
             }
             Lookup::MustLoad if quiet => {
-                self.pending = Some((t, msg.clone()));
+                // The catalog query goes just before the statement, in the
+                // same write, and the statement goes to AGE as it came:
+                // the fetch costs no round trip of its own, and statements
+                // after it are compiled.
                 self.fetch = Some(Fetch::default());
                 self.loading = true;
                 let mut q = BytesMut::new();
                 write::query(&mut q, Catalog::QUERY);
-                Route::Held(Some(q.freeze()))
+                self.riding = Some(q.freeze());
+                Counters::add(&info.counters.fallbacks, 1);
+                services.stats.note_fallback("cypher: catalog fetched alongside");
+                Route::Forward
             }
             Lookup::MustLoad => {
                 services.cypher.abandon(&self.database);
@@ -357,8 +377,9 @@ impl CypherSession {
         }
     }
 
-    /// An upstream message while `hides_upstream`. Returns a message to
-    /// send upstream next (the client's own statement, in verify mode).
+    /// An upstream message of the session's own Cypher query (the catalog
+    /// query, or the compiled statement in verify mode). Returns a message
+    /// to send upstream next (the client's own statement, in verify mode).
     pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, services: &Services) -> Option<Bytes> {
         if let Some(v) = self.verify.as_mut() {
             v.compiled.observe(t, msg);
