@@ -204,11 +204,15 @@ async fn age_regress_through_onetrip() {
         direct_off.join("\n")
     );
     let n = tests.len();
+    let total = proxy.stats().total();
     onetrip_tests::age::report(&format!(
         "AGE regress through onetrip: {} of {n} tests identical to direct ({} statements \
-         compiled; {collect_order} results equal up to the order of collect() lists)",
+         compiled; {collect_order} results equal up to the order of collect() lists; \
+         {} client round trips, {} upstream)",
         n - differing.len(),
-        proxy.stats().total().rewritten_queries
+        total.rewritten_queries,
+        total.client_round_trips,
+        total.upstream_round_trips,
     ));
     for d in &differing {
         println!("DIFFERENT {d}");
