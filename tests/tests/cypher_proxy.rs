@@ -152,9 +152,12 @@ async fn verify_mode_returns_ages_answer_and_counts_differences() {
     let proxied = connect(&env.proxy_dsn()).await;
     // The client gets the original statement's answer (here: no cypher()
     // function without AGE), never the compiled one's. The first carries
-    // the catalog read and is not compiled.
+    // the catalog read and is not compiled. (tokio-postgres returns an
+    // error before its ReadyForQuery: `select 1` waits for that, so the
+    // next statement finds the session idle, as verify mode needs.)
     let want = error_of(admin.simple_query(CYPHER).await);
     assert_eq!(error_of(proxied.simple_query(CYPHER).await), want);
+    proxied.simple_query("select 1").await.unwrap();
     assert_eq!(error_of(proxied.simple_query(CYPHER).await), want);
     assert_eq!(
         proxied

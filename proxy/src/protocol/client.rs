@@ -122,6 +122,15 @@ impl Protocol {
                 self.forward_up(to_up, &chunk, at, end, op);
                 forwarded += h.wire_len;
             }
+            if let Some(q) = self.cypher.take_trailing() {
+                if forward {
+                    // The catalog read right behind the statement that may
+                    // change it, inside the same round trip.
+                    self.send_own_up(to_up, q, Own::Cypher, false);
+                } else {
+                    self.cypher.trailing_dropped(&self.services);
+                }
+            }
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);

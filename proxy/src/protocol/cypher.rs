@@ -84,6 +84,8 @@ pub struct CypherSession {
     /// The catalog query to send just before the message being routed, in
     /// the same write: the fetch costs no round trip of its own.
     riding: Option<Bytes>,
+    /// The catalog query to send right behind the message being routed.
+    trailing: Option<Bytes>,
     /// A statement that may change labels ran: refetch after it completes.
     invalidate_at_ready: bool,
     /// The session's span: the relay loop runs outside it (see relay.rs),
@@ -124,6 +126,7 @@ impl CypherSession {
             verify: None,
             loading: false,
             riding: None,
+            trailing: None,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
             span: tracing::Span::current(),
@@ -212,6 +215,7 @@ impl CypherSession {
             // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
             services.cypher.invalidate(&self.database);
+            self.fetch_after(msg, &analysis, view.quiet, services);
             return (Route::Forward, Some(analysis));
         }
         if !calls {
@@ -222,6 +226,43 @@ impl CypherSession {
             None => self.without_catalog(msg, view.quiet, services, info),
         };
         (route, Some(analysis))
+    }
+
+    /// After a statement that may change the catalog, the catalog read can
+    /// go right behind it in the same write, so the reads after it are
+    /// compiled: when it is one statement of a simple Query in a session
+    /// with no transaction open and nothing in flight, it commits before
+    /// the catalog read starts, which sees what it did.
+    fn fetch_after(&mut self, msg: &Bytes, analysis: &Analysis, quiet: bool, services: &Services) {
+        if !self.enabled
+            || !quiet
+            || msg.first() != Some(&tag::QUERY)
+            || analysis.class.statement_count != 1
+            || analysis.class.class == StatementClass::TransactionControl
+            || self.loading
+        {
+            return;
+        }
+        if let Lookup::MustLoad = services.cypher.lookup(&self.database) {
+            self.fetch = Some(Fetch::default());
+            self.loading = true;
+            // The read follows the change: nothing to invalidate after it.
+            self.invalidate_at_ready = false;
+            self.trailing = Some(catalog_query());
+        }
+    }
+
+    /// The catalog query to send right behind the message just routed.
+    pub fn take_trailing(&mut self) -> Option<Bytes> {
+        self.trailing.take()
+    }
+
+    /// The message a catalog query was to follow did not go upstream.
+    pub fn trailing_dropped(&mut self, services: &Services) {
+        self.fetch = None;
+        self.loading = false;
+        self.invalidate_at_ready = true;
+        services.cypher.abandon(&self.database);
     }
 
     /// The analysis of `sql` for `catalog`: the session's, another
@@ -335,9 +376,10 @@ impl CypherSession {
         match services.cypher.lookup(&self.database) {
             // Loaded meanwhile: the next statement is compiled.
             Lookup::Ready(..) => Route::Forward,
-            // This session's own fetch is on its way, ahead of a statement
-            // sent before: this one goes to AGE too, rather than wait.
-            Lookup::Loading(_) if self.loading => {
+            // This session's own fetch is on its way, and statements of the
+            // client's too: this one goes to AGE rather than wait (sent
+            // later, it could start a round trip of its own).
+            Lookup::Loading(_) if self.loading && !quiet => {
                 Counters::add(&info.counters.fallbacks, 1);
                 services.stats.note_fallback("cypher: catalog loading");
                 Route::Forward
@@ -354,9 +396,7 @@ impl CypherSession {
                 // after it are compiled.
                 self.fetch = Some(Fetch::default());
                 self.loading = true;
-                let mut q = BytesMut::new();
-                write::query(&mut q, Catalog::QUERY);
-                self.riding = Some(q.freeze());
+                self.riding = Some(catalog_query());
                 Counters::add(&info.counters.fallbacks, 1);
                 services.stats.note_fallback("cypher: catalog fetched alongside");
                 Route::Forward
@@ -530,6 +570,12 @@ fn rebuild(t: u8, msg: &[u8], sql: &str) -> Bytes {
         _ => write::query(&mut out, sql),
     }
     out.freeze()
+}
+
+fn catalog_query() -> Bytes {
+    let mut q = BytesMut::new();
+    write::query(&mut q, Catalog::QUERY);
+    q.freeze()
 }
 
 /// The catalog query's row; `None` if malformed.
