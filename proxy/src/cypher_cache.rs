@@ -26,6 +26,10 @@ const MAX_PLAN_BYTES: usize = 32 << 20;
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
+/// How a call the compiler leaves to AGE is counted among the fallback
+/// reasons, before the reason's name (`SHOW REWRITES` tells them apart).
+pub const DECLINED_PREFIX: &str = "cypher declined: ";
+
 /// What a session learns when it asks for a database's catalog.
 pub enum Lookup {
     /// Loaded; `None` when the database has no AGE.
@@ -71,6 +75,10 @@ pub struct CypherCache {
     /// an account).
     analysis_bytes: std::sync::atomic::AtomicUsize,
     versions: AtomicU64,
+    /// Statements with `cypher()` calls analysed for a catalog, and those
+    /// whose analysis came from a session's cache or another session's.
+    plans_made: AtomicU64,
+    plans_reused: AtomicU64,
 }
 
 impl CypherCache {
@@ -172,6 +180,24 @@ impl CypherCache {
             State::Ready(v, Some(c)) => Some((*v, c.clone())),
             _ => None,
         }
+    }
+
+    /// A statement was analysed (compiled or declined) for a catalog.
+    pub fn note_plan_made(&self) {
+        self.plans_made.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A statement's analysis for the catalog was found already made.
+    pub fn note_plan_reused(&self) {
+        self.plans_reused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (plans made, plans reused) since the start.
+    pub fn plan_counts(&self) -> (u64, u64) {
+        (
+            self.plans_made.load(Ordering::Relaxed),
+            self.plans_reused.load(Ordering::Relaxed),
+        )
     }
 
     /// The analysis of `sql` another session made for catalog `version`.

@@ -309,3 +309,57 @@ async fn writes_and_compiled_reads_cost_no_extra_round_trip() {
         }
     }
 }
+
+/// SHOW REWRITES tells statements compiled, plans made and reused (in the
+/// session and across sessions), and calls left to AGE by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_rewrites_counts_plans_and_declines() {
+    let Some(age) = start("show rewrites", true, |_| {}).await else {
+        return;
+    };
+    let declined = "SELECT * FROM cypher('exact', $$ MATCH p = (a:Person)-[]->(b) \
+                    RETURN [n IN nodes(p) | n.name] $$) AS (a agtype)";
+    for _ in 0..2 {
+        let c = connect(&age.dsn(true)).await;
+        c.batch_execute("SET search_path = ag_catalog, public")
+            .await
+            .unwrap();
+        for sql in [READ, READ, declined] {
+            // AGE fails on the declined one.
+            let a = answer(&c, sql).await;
+            assert_eq!(a.is_ok(), sql == READ, "{a:?}");
+        }
+    }
+    let admin = connect(&format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        age.proxy.local_addr().port()
+    ))
+    .await;
+    let mut rows = Vec::new();
+    for m in admin.simple_query("SHOW REWRITES").await.unwrap() {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            let cell = |i: usize| r.get(i).unwrap_or("").to_owned();
+            rows.push((cell(0), cell(1), cell(2)));
+        }
+    }
+    let count = |outcome: &str, reason: &str| {
+        rows.iter()
+            .find(|(o, r, _)| o == outcome && r == reason)
+            .map(|(_, _, n)| n.clone())
+    };
+    // The first READ carried the catalog read and went to AGE; then one
+    // plan for READ and one for the declined statement, reused after.
+    assert_eq!(count("rewritten", ""), Some("3".into()), "{rows:?}");
+    assert_eq!(count("plans", "made"), Some("2".into()), "{rows:?}");
+    assert_eq!(count("plans", "reused"), Some("3".into()), "{rows:?}");
+    assert_eq!(
+        count("declined", "list_comprehension"),
+        Some("2".into()),
+        "{rows:?}"
+    );
+    assert_eq!(
+        count("fallback", "cypher: catalog fetched alongside"),
+        Some("1".into()),
+        "{rows:?}"
+    );
+}

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::{Services, text::Sql, verdict::Analyses};
 use crate::{
-    cypher_cache::Lookup,
+    cypher_cache::{DECLINED_PREFIX, Lookup},
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
 };
@@ -276,12 +276,15 @@ impl CypherSession {
         analyses: &mut Analyses,
     ) -> Arc<Analysis> {
         if let Some(a) = analyses.cached(sql.as_str(), version) {
+            services.cypher.note_plan_reused();
             return a;
         }
         if let Some(a) = services.cypher.shared_analysis(version, sql.as_str()) {
+            services.cypher.note_plan_reused();
             analyses.keep(sql.as_str(), a.clone(), version);
             return a;
         }
+        services.cypher.note_plan_made();
         let a = analyses.for_catalog(sql.as_str(), Some((version, catalog)));
         services
             .cypher
@@ -356,7 +359,9 @@ impl CypherSession {
             }
             Rewrite::Declined(reason) => {
                 Counters::add(&info.counters.fallbacks, 1);
-                services.stats.note_fallback(&format!("cypher: {reason}"));
+                services
+                    .stats
+                    .note_fallback(&format!("{DECLINED_PREFIX}{reason}"));
                 Route::Forward
             }
             Rewrite::Unchanged => Route::Forward,
