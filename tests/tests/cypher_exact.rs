@@ -302,7 +302,11 @@ async fn writes_and_compiled_reads_cost_no_extra_round_trip() {
             let (c1, u1) = rts();
             let compiled = age.rewritten() - compiled;
             let case = format!("new labels {new_labels}, extended {extended}");
-            assert_eq!(u1 - u0, c1 - c0, "{case}: upstream round trips as many as the client's");
+            assert_eq!(
+                u1 - u0,
+                c1 - c0,
+                "{case}: upstream round trips as many as the client's"
+            );
             if !new_labels {
                 assert!(compiled >= 9, "{case}: reads compiled: {compiled}");
             }

@@ -169,7 +169,10 @@ mod tests {
         assert!(!write("CREATE (:Person {name: 'x'})", Some(&catalog)));
         assert!(!write("MATCH (n:Person) DETACH DELETE n", Some(&catalog)));
         assert!(!write("MATCH (n) SET n.x = 1", Some(&catalog)));
-        assert!(write("CREATE (:Person)-[:KNOWS]->(:Person)", Some(&catalog)));
+        assert!(write(
+            "CREATE (:Person)-[:KNOWS]->(:Person)",
+            Some(&catalog)
+        ));
         assert!(write("MERGE (:City)", Some(&catalog)));
         assert!(write("CREATE (:Person)", None));
         assert!(write("CREATE (:Person)", Some(&Catalog::assume_all())));

@@ -71,10 +71,13 @@ pub fn labels_named(text: &str) -> Option<Vec<String>> {
         {
             return None;
         }
-        if i > 0 && matches!(toks[i - 1].tok, Tok::Dot) && matches!(t.tok, Tok::Ident { .. }) {
-            if matches!(toks.get(i + 1).map(|t| &t.tok), Some(Tok::LParen)) {
-                return None;
-            }
+        // `schema.function(`, anywhere.
+        if i > 0
+            && matches!(toks[i - 1].tok, Tok::Dot)
+            && matches!(t.tok, Tok::Ident { .. })
+            && matches!(toks.get(i + 1).map(|t| &t.tok), Some(Tok::LParen))
+        {
+            return None;
         }
         if let (Tok::Colon, Some(Tok::Ident { name, .. })) =
             (&t.tok, toks.get(i + 1).map(|t| &t.tok))
@@ -118,10 +121,12 @@ mod tests {
 
     #[test]
     fn labels_named_by_writes() {
-        let names = |t: &str| labels_named(t).map(|mut v| {
-            v.sort();
-            v
-        });
+        let names = |t: &str| {
+            labels_named(t).map(|mut v| {
+                v.sort();
+                v
+            })
+        };
         assert_eq!(
             names("CREATE (:Person {name: 'x'})-[:KNOWS]->(:`City`)"),
             Some(vec!["City".into(), "KNOWS".into(), "Person".into()])
@@ -129,7 +134,10 @@ mod tests {
         assert_eq!(names("MATCH (n) DETACH DELETE n"), Some(vec![]));
         // A map value after `:` is named too: cautious, never blind.
         assert_eq!(names("CREATE ({k: v})"), Some(vec!["v".into()]));
-        assert_eq!(names("CREATE (n) WITH n CALL db.labels() YIELD l RETURN l"), None);
+        assert_eq!(
+            names("CREATE (n) WITH n CALL db.labels() YIELD l RETURN l"),
+            None
+        );
         assert_eq!(names("CREATE (n {k: public.f(1)})"), None);
         assert_eq!(names("CREATE (n {k: 'x"), None);
     }

@@ -403,7 +403,9 @@ impl CypherSession {
                 self.loading = true;
                 self.riding = Some(catalog_query());
                 Counters::add(&info.counters.fallbacks, 1);
-                services.stats.note_fallback("cypher: catalog fetched alongside");
+                services
+                    .stats
+                    .note_fallback("cypher: catalog fetched alongside");
                 Route::Forward
             }
             Lookup::MustLoad => {
