@@ -204,6 +204,27 @@ const DECLINED: &[(&str, &str)] = &[
     ("MATCH (a:Person) RETURN *, a.name", "return_star"),
     ("RETURN 1 + 1", "no_graph_read"),
     ("UNWIND [1] AS x RETURN x", "no_graph_read"),
+    // AGE: "could not find properties for n".
+    (
+        "MATCH p = (a:Person)-[:KNOWS]->(b) RETURN [n IN nodes(p) | n.name]",
+        "list_comprehension",
+    ),
+    (
+        "MATCH (a:Person) RETURN [x IN [[1]] | [y IN [1] | x[0]]]",
+        "list_comprehension",
+    ),
+    (
+        "MATCH (a:Person) RETURN [x IN [a.tags] WHERE size(x[0..1]) > 0]",
+        "list_comprehension",
+    ),
+    (
+        "MATCH (a:Person)-[:KNOWS]->(b) WITH a, collect(b.name) AS n RETURN collect(n)",
+        "collect_order",
+    ),
+    (
+        "MATCH (a:Person) WITH DISTINCT a.name AS n RETURN collect(n)",
+        "collect_order",
+    ),
     (
         "MATCH (a:Person) RETURN a.name AS n ORDER BY n",
         "order_by_alias",

@@ -26,6 +26,10 @@ const MAX_PLAN_BYTES: usize = 32 << 20;
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
+/// How a call the compiler leaves to AGE is counted among the fallback
+/// reasons, before the reason's name (`SHOW REWRITES` tells them apart).
+pub const DECLINED_PREFIX: &str = "cypher declined: ";
+
 /// What a session learns when it asks for a database's catalog.
 pub enum Lookup {
     /// Loaded; `None` when the database has no AGE.
@@ -42,7 +46,11 @@ pub enum Lookup {
 
 enum State {
     Empty,
-    Loading,
+    /// A session fetches it; `stale`: something may have changed the
+    /// catalog since the fetch started, so what it read is not kept.
+    Loading {
+        stale: bool,
+    },
     Ready(u64, Option<Arc<Catalog>>),
     /// The last fetch failed; fetch again once `retry_at` has passed.
     Failed {
@@ -67,6 +75,10 @@ pub struct CypherCache {
     /// an account).
     analysis_bytes: std::sync::atomic::AtomicUsize,
     versions: AtomicU64,
+    /// Statements with `cypher()` calls analysed for a catalog, and those
+    /// whose analysis came from a session's cache or another session's.
+    plans_made: AtomicU64,
+    plans_reused: AtomicU64,
 }
 
 impl CypherCache {
@@ -93,14 +105,14 @@ impl CypherCache {
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             State::Ready(v, c) => Lookup::Ready(*v, c.clone()),
-            State::Loading => Lookup::Loading(slot.changed.subscribe()),
+            State::Loading { .. } => Lookup::Loading(slot.changed.subscribe()),
             State::Failed { retry_at, .. } if Instant::now() < *retry_at => Lookup::Failed,
             State::Empty | State::Failed { .. } => {
                 let wait = match &*st {
                     State::Failed { wait, .. } => (*wait * 2).min(MAX_RETRY),
                     _ => FIRST_RETRY,
                 };
-                *st = State::Loading;
+                *st = State::Loading { stale: false };
                 *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner()) = wait;
                 Lookup::MustLoad
             }
@@ -120,12 +132,18 @@ impl CypherCache {
         slot.changed.send_modify(|_| {});
     }
 
-    /// Stores a fetched catalog (`None`: no AGE in this database).
+    /// Stores a fetched catalog (`None`: no AGE in this database), unless
+    /// it was invalidated while being fetched: then the next miss fetches
+    /// again.
     pub fn finish(&self, db: &str, catalog: Option<Catalog>) {
         let v = self.versions.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = self.slot(db);
-        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) =
-            State::Ready(v, catalog.map(Arc::new));
+        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        *st = match *st {
+            State::Loading { stale: true } => State::Empty,
+            _ => State::Ready(v, catalog.map(Arc::new)),
+        };
+        drop(st);
         slot.changed.send_replace(v);
     }
 
@@ -133,19 +151,23 @@ impl CypherCache {
     pub fn abandon(&self, db: &str) {
         let slot = self.slot(db);
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*st, State::Loading) {
+        if matches!(*st, State::Loading { .. }) {
             *st = State::Empty;
         }
         drop(st);
         slot.changed.send_modify(|_| {});
     }
 
-    /// Labels or graphs may have changed: fetch again on the next miss.
+    /// Labels or graphs may have changed: fetch again on the next miss. A
+    /// fetch under way may have read the catalog before the change: its
+    /// answer is not kept.
     pub fn invalidate(&self, db: &str) {
         let slot = self.slot(db);
         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*st, State::Ready(..) | State::Failed { .. }) {
-            *st = State::Empty;
+        match *st {
+            State::Ready(..) | State::Failed { .. } => *st = State::Empty,
+            State::Loading { .. } => *st = State::Loading { stale: true },
+            State::Empty => {}
         }
     }
 
@@ -158,6 +180,24 @@ impl CypherCache {
             State::Ready(v, Some(c)) => Some((*v, c.clone())),
             _ => None,
         }
+    }
+
+    /// A statement was analysed (compiled or declined) for a catalog.
+    pub fn note_plan_made(&self) {
+        self.plans_made.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A statement's analysis for the catalog was found already made.
+    pub fn note_plan_reused(&self) {
+        self.plans_reused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (plans made, plans reused) since the start.
+    pub fn plan_counts(&self) -> (u64, u64) {
+        (
+            self.plans_made.load(Ordering::Relaxed),
+            self.plans_reused.load(Ordering::Relaxed),
+        )
     }
 
     /// The analysis of `sql` another session made for catalog `version`.
@@ -199,6 +239,20 @@ impl CypherCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change seen while a fetch is under way: what the fetch read may
+    /// predate it, so the next lookup fetches again.
+    #[test]
+    fn a_fetch_overtaken_by_a_change_is_not_kept() {
+        let cache = CypherCache::default();
+        assert!(matches!(cache.lookup("d"), Lookup::MustLoad));
+        cache.invalidate("d");
+        cache.finish("d", Some(Catalog::new()));
+        assert!(cache.ready("d").is_none());
+        assert!(matches!(cache.lookup("d"), Lookup::MustLoad));
+        cache.finish("d", Some(Catalog::new()));
+        assert!(cache.ready("d").is_some());
+    }
 
     /// Shared plans stay within their bytes however long the texts.
     #[test]

@@ -155,6 +155,8 @@ async fn verify_mode_writes_once() {
         .unwrap();
     let c = connect(&age.dsn(true)).await;
     c.batch_execute(path).await.unwrap();
+    // The first goes to AGE with the catalog read alongside.
+    answer(&c, READ).await.expect("rows");
     c.batch_execute(copy).await.unwrap();
     let n: i64 = direct
         .query_one("SELECT count(*) FROM public.copied", &[])
@@ -174,5 +176,194 @@ async fn verify_mode_writes_once() {
             .iter()
             .any(|(r, _)| r == "cypher verify: skipped (not a read)"),
         "{reasons:?}"
+    );
+}
+
+/// Every kind of write, each followed by compiled reads: the reads answer
+/// as AGE does after each one (labels made by CREATE and MERGE, label DDL,
+/// labels loaded from a file, a graph dropped and made again), run on one
+/// session direct and on one through onetrip, each on a graph of its own
+/// whose ids come out the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_every_kind_of_write_answer_as_age() {
+    let Some(age) = start("write then read", true, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("f.csv");
+    std::fs::write(&csv, "id,name\n1,first\n2,second\n").expect("csv");
+    let csv = csv.display().to_string();
+    let cy = |q: &str| format!("SELECT * FROM cypher('GRAPH', $$ {q} $$) AS (a agtype)");
+    let writes: Vec<String> = vec![
+        "SELECT create_graph('GRAPH')".into(),
+        cy("CREATE (:A {n: 1})"),
+        cy("CREATE (:A {n: 2})-[:R {w: 1}]->(:B {n: 3})"),
+        cy("CREATE (:A {n: 5})"),
+        cy("MATCH (a:A {n: 1}) SET a.x = 'y'"),
+        cy("MERGE (:C {n: 4})"),
+        cy("MERGE (:A {n: 1})"),
+        cy("MATCH (a:A {n: 2}) REMOVE a.n"),
+        cy("MATCH ()-[r:R]->() DELETE r"),
+        cy("MATCH (a:A), (b:B) CREATE (a)-[:R {w: 2}]->(b)"),
+        cy("MATCH (n:B) DETACH DELETE n"),
+        "SELECT create_vlabel('GRAPH', 'D')".into(),
+        "SELECT create_elabel('GRAPH', 'E')".into(),
+        "SELECT drop_label('GRAPH', 'C')".into(),
+        format!("SELECT load_labels_from_file('GRAPH', 'F', '{csv}')"),
+        "SELECT drop_graph('GRAPH', true)".into(),
+        "SELECT create_graph('GRAPH')".into(),
+        cy("CREATE (:B {n: 9})"),
+    ];
+    let reads: Vec<String> = [
+        "MATCH (n:A) RETURN n ORDER BY id(n)",
+        "MATCH (n) RETURN n ORDER BY id(n)",
+        "MATCH (a)-[r]->(b) RETURN r, a.n, b.n ORDER BY id(r)",
+        "MATCH (n:B) RETURN n.n ORDER BY n.n",
+        "MATCH (n:C) RETURN count(n)",
+        "MATCH (n:D) RETURN count(n)",
+        "MATCH (n:F) RETURN n ORDER BY id(n)",
+        "MATCH ()-[e:R]->() RETURN e.w ORDER BY e.w",
+    ]
+    .iter()
+    .map(|q| cy(q))
+    .collect();
+    let path = "SET search_path = ag_catalog, public";
+    let mut answers = Vec::new();
+    for (via, graph) in [(false, "wr_direct"), (true, "wr_proxy")] {
+        let c = connect(&age.dsn(via)).await;
+        c.batch_execute(path).await.unwrap();
+        let mut got = Vec::new();
+        for w in &writes {
+            // Errors name the graph: told apart by its name only.
+            let run = async |sql: &str| {
+                let a = answer(&c, &sql.replace("GRAPH", graph)).await;
+                format!("{a:?}").replace(graph, "GRAPH")
+            };
+            got.push((w.clone(), run(w).await));
+            for r in &reads {
+                got.push((format!("{w} / {r}"), run(r).await));
+            }
+        }
+        answers.push(got);
+    }
+    for (d, p) in answers[0].iter().zip(&answers[1]) {
+        assert_eq!(d, p, "direct vs onetrip");
+    }
+    // Reads of labels a graph lacks go to AGE, and so does the one that
+    // carries the catalog read after a change: the rest are compiled.
+    assert!(
+        age.rewritten() as usize >= writes.len() * 3,
+        "reads compiled between writes: {}",
+        age.rewritten()
+    );
+}
+
+/// A session alternating Cypher writes with reads that are compiled pays
+/// upstream the round trips its client pays: the catalog read goes in the
+/// same write as a statement, or not at all when a write names only labels
+/// already known. With writes that make a new label each time too, with
+/// the simple and the extended protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_and_compiled_reads_cost_no_extra_round_trip() {
+    let Some(age) = start("alternating round trips", true, |_| {}).await else {
+        return;
+    };
+    let c = connect(&age.dsn(true)).await;
+    c.batch_execute("SET search_path = ag_catalog, public")
+        .await
+        .unwrap();
+    let session = age.proxy.stats().sessions()[0].clone();
+    let rts = || {
+        let s = session.counters.snapshot();
+        (s.client_round_trips, s.upstream_round_trips)
+    };
+    for new_labels in [false, true] {
+        for extended in [false, true] {
+            let (c0, u0) = rts();
+            let compiled = age.rewritten();
+            for i in 0..10 {
+                let label = if new_labels {
+                    format!("L{extended}{i}")
+                } else {
+                    "Person".into()
+                };
+                let write = format!(
+                    "SELECT * FROM cypher('exact', $$ CREATE (:{label} {{name: 'p{i}'}}) $$) AS (a agtype)"
+                );
+                c.simple_query(&write).await.unwrap();
+                if extended {
+                    let rows = c.query(READ, &[]).await.unwrap();
+                    assert!(rows.len() >= 2);
+                } else {
+                    let rows = answer(&c, READ).await.unwrap();
+                    assert!(rows.len() >= 2);
+                }
+            }
+            let (c1, u1) = rts();
+            let compiled = age.rewritten() - compiled;
+            let case = format!("new labels {new_labels}, extended {extended}");
+            assert_eq!(
+                u1 - u0,
+                c1 - c0,
+                "{case}: upstream round trips as many as the client's"
+            );
+            if !new_labels {
+                assert!(compiled >= 9, "{case}: reads compiled: {compiled}");
+            }
+        }
+    }
+}
+
+/// SHOW REWRITES tells statements compiled, plans made and reused (in the
+/// session and across sessions), and calls left to AGE by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_rewrites_counts_plans_and_declines() {
+    let Some(age) = start("show rewrites", true, |_| {}).await else {
+        return;
+    };
+    let declined = "SELECT * FROM cypher('exact', $$ MATCH p = (a:Person)-[]->(b) \
+                    RETURN [n IN nodes(p) | n.name] $$) AS (a agtype)";
+    for _ in 0..2 {
+        let c = connect(&age.dsn(true)).await;
+        c.batch_execute("SET search_path = ag_catalog, public")
+            .await
+            .unwrap();
+        for sql in [READ, READ, declined] {
+            // AGE fails on the declined one.
+            let a = answer(&c, sql).await;
+            assert_eq!(a.is_ok(), sql == READ, "{a:?}");
+        }
+    }
+    let admin = connect(&format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        age.proxy.local_addr().port()
+    ))
+    .await;
+    let mut rows = Vec::new();
+    for m in admin.simple_query("SHOW REWRITES").await.unwrap() {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            let cell = |i: usize| r.get(i).unwrap_or("").to_owned();
+            rows.push((cell(0), cell(1), cell(2)));
+        }
+    }
+    let count = |outcome: &str, reason: &str| {
+        rows.iter()
+            .find(|(o, r, _)| o == outcome && r == reason)
+            .map(|(_, _, n)| n.clone())
+    };
+    // The first READ carried the catalog read and went to AGE; then one
+    // plan for READ and one for the declined statement, reused after.
+    assert_eq!(count("rewritten", ""), Some("3".into()), "{rows:?}");
+    assert_eq!(count("plans", "made"), Some("2".into()), "{rows:?}");
+    assert_eq!(count("plans", "reused"), Some("3".into()), "{rows:?}");
+    assert_eq!(
+        count("declined", "list_comprehension"),
+        Some("2".into()),
+        "{rows:?}"
+    );
+    assert_eq!(
+        count("fallback", "cypher: catalog fetched alongside"),
+        Some("1".into()),
+        "{rows:?}"
     );
 }

@@ -35,7 +35,8 @@ pub struct Analysis {
     /// Its `cypher()` calls compiled, when analysed with a catalog;
     /// `Unchanged` otherwise.
     pub rewrite: Rewrite,
-    /// Running it may change AGE's catalog (graphs, labels).
+    /// Running it may change AGE's catalog (graphs, labels): judged
+    /// against the catalog it was analysed with, if any.
     pub changes_catalog: bool,
     /// What would tie a pooled session to its server connection.
     pub pins: Pins,
@@ -91,7 +92,7 @@ impl Analyzer {
         Analysis {
             class,
             rewrite,
-            changes_catalog: examined.changes_catalog,
+            changes_catalog: examined.changes_catalog(catalog),
             pins: Pins::of(sql),
         }
     }
@@ -160,6 +161,26 @@ mod tests {
 
         let ddl = a.analyze("select ag_catalog.create_vlabel('g', 'City')", None);
         assert!(ddl.changes_catalog);
+        // A write changes the catalog only by naming a label it lacks.
+        let write = |cypher: &str, c: Option<&Catalog>| {
+            let sql = format!("select * from cypher('g', $$ {cypher} $$) as (a agtype)");
+            a.analyze(&sql, c).changes_catalog
+        };
+        assert!(!write("CREATE (:Person {name: 'x'})", Some(&catalog)));
+        assert!(!write("MATCH (n:Person) DETACH DELETE n", Some(&catalog)));
+        assert!(!write("MATCH (n) SET n.x = 1", Some(&catalog)));
+        assert!(write(
+            "CREATE (:Person)-[:KNOWS]->(:Person)",
+            Some(&catalog)
+        ));
+        assert!(write("MERGE (:City)", Some(&catalog)));
+        assert!(write("CREATE (:Person)", None));
+        assert!(write("CREATE (:Person)", Some(&Catalog::assume_all())));
+        let other = "select * from cypher('h', $$ CREATE (:Person) $$) as (a agtype)";
+        assert!(a.analyze(other, Some(&catalog)).changes_catalog);
+        let both = "select * from cypher('g', $$ CREATE (:Person) $$) as (a agtype), \
+                    ag_catalog.drop_label('g', 'Person')";
+        assert!(a.analyze(both, Some(&catalog)).changes_catalog);
         let plain = a.analyze(
             "select 1; set transaction isolation level serializable",
             None,

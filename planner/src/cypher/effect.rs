@@ -51,6 +51,43 @@ pub fn effect(text: &str) -> CypherEffect {
     CypherEffect::Read
 }
 
+/// Every name after a `:` in the text: the labels and relationship types
+/// its patterns name, and more (map values, slice bounds), which only
+/// makes the answer more cautious. `None` when the text may do more than
+/// its clauses say (a CALL, an SQL function) or can't be read.
+pub fn labels_named(text: &str) -> Option<Vec<String>> {
+    if matches!(effect(text), CypherEffect::Unknown(_)) {
+        return None;
+    }
+    let toks = tokenize(text).ok()?;
+    let mut names = Vec::new();
+    for (i, t) in toks.iter().enumerate() {
+        // `effect` stops at the first updating keyword: look again.
+        if let Tok::Ident {
+            name,
+            quoted: false,
+        } = &t.tok
+            && name.eq_ignore_ascii_case("CALL")
+        {
+            return None;
+        }
+        // `schema.function(`, anywhere.
+        if i > 0
+            && matches!(toks[i - 1].tok, Tok::Dot)
+            && matches!(t.tok, Tok::Ident { .. })
+            && matches!(toks.get(i + 1).map(|t| &t.tok), Some(Tok::LParen))
+        {
+            return None;
+        }
+        if let (Tok::Colon, Some(Tok::Ident { name, .. })) =
+            (&t.tok, toks.get(i + 1).map(|t| &t.tok))
+        {
+            names.push(name.clone());
+        }
+    }
+    Some(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +117,28 @@ mod tests {
         assert!(matches!(effect("RETURN public.my_fn(1)"), Unknown(_)));
         assert_eq!(effect("RETURN 'it\\'s', \"x\\\"\""), Read);
         assert_eq!(effect(""), Read);
+    }
+
+    #[test]
+    fn labels_named_by_writes() {
+        let names = |t: &str| {
+            labels_named(t).map(|mut v| {
+                v.sort();
+                v
+            })
+        };
+        assert_eq!(
+            names("CREATE (:Person {name: 'x'})-[:KNOWS]->(:`City`)"),
+            Some(vec!["City".into(), "KNOWS".into(), "Person".into()])
+        );
+        assert_eq!(names("MATCH (n) DETACH DELETE n"), Some(vec![]));
+        // A map value after `:` is named too: cautious, never blind.
+        assert_eq!(names("CREATE ({k: v})"), Some(vec!["v".into()]));
+        assert_eq!(
+            names("CREATE (n) WITH n CALL db.labels() YIELD l RETURN l"),
+            None
+        );
+        assert_eq!(names("CREATE (n {k: public.f(1)})"), None);
+        assert_eq!(names("CREATE (n {k: 'x"), None);
     }
 }

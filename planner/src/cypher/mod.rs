@@ -106,6 +106,9 @@ pub enum DeclineReason {
     NoGraphRead,
     /// `plan_cypher` only: the statement has no `cypher()` call in FROM.
     NoCypherCall,
+    /// `collect()` over the groups of an earlier WITH: their order is the
+    /// plan's, and AGE's can't be reproduced.
+    CollectOrder,
 }
 
 impl DeclineReason {
@@ -145,6 +148,7 @@ impl DeclineReason {
             TooLarge => "too_large",
             NoGraphRead => "no_graph_read",
             NoCypherCall => "no_cypher_call",
+            CollectOrder => "collect_order",
         }
     }
 }

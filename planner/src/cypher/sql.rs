@@ -11,7 +11,7 @@ use sqlparser::parser::Parser;
 use super::DeclineReason as D;
 use super::catalog::Catalog;
 use super::compile::compile_cypher;
-use super::effect::{CypherEffect, effect};
+use super::effect::{CypherEffect, effect, labels_named};
 use crate::lexer::{self, Kind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +122,7 @@ pub fn invalidates_catalog(sql: &str) -> bool {
         return false;
     }
     let tokens: Vec<lexer::Token> = lexer::tokens(sql).collect();
-    examine(sql, &tokens).changes_catalog
+    examine(sql, &tokens).changes_catalog(None)
 }
 
 fn mentions(sql: &str, word: &str) -> bool {
@@ -148,10 +148,12 @@ const AGE_DDL: &[&str] = &[
 pub(crate) struct Examined {
     /// The calls in FROM to compile, or why they may not be.
     calls: Result<Vec<Call>, D>,
-    /// Running it may change the catalog.
+    /// Running it may change the catalog, whatever the catalog holds.
     pub changes_catalog: bool,
     /// Each `cypher()` text, with what it may do.
     pub effects: Vec<(String, CypherEffect)>,
+    /// The graph each of `effects` names, when a plain string.
+    graphs: Vec<Option<String>>,
 }
 
 pub(crate) fn examine(sql: &str, tokens: &[lexer::Token]) -> Examined {
@@ -162,12 +164,14 @@ pub(crate) fn examine(sql: &str, tokens: &[lexer::Token]) -> Examined {
                 calls: Err(r),
                 changes_catalog: true,
                 effects: Vec::new(),
+                graphs: Vec::new(),
             };
         }
     };
     let mut calls = Ok(Vec::new());
     let mut changes_catalog = false;
     let mut effects = Vec::new();
+    let mut graphs = Vec::new();
     for (k, t) in toks.iter().enumerate() {
         let T::Word(w) = &t.t else { continue };
         if toks.get(k + 1).map(|t| &t.t) != Some(&T::Punct(b'(')) {
@@ -182,8 +186,12 @@ pub(crate) fn examine(sql: &str, tokens: &[lexer::Token]) -> Examined {
         match toks.get(k + 4).map(|t| &t.t) {
             Some(T::Str { value, .. }) => {
                 let e = effect(value);
-                changes_catalog |= e != CypherEffect::Read;
+                changes_catalog |= matches!(e, CypherEffect::Unknown(_));
                 effects.push((value.clone(), e));
+                graphs.push(match toks.get(k + 2).map(|t| &t.t) {
+                    Some(T::Str { value, plain: true }) => Some(value.clone()),
+                    _ => None,
+                });
             }
             _ => changes_catalog = true,
         }
@@ -217,10 +225,41 @@ pub(crate) fn examine(sql: &str, tokens: &[lexer::Token]) -> Examined {
         calls,
         changes_catalog,
         effects,
+        graphs,
     }
 }
 
 impl Examined {
+    /// Whether running the statement may change the catalog, judged
+    /// against `catalog` when there is one: a write creates labels only
+    /// when it names one its graph lacks (CREATE and MERGE make them on
+    /// the fly; nothing in Cypher drops one), so a write that names only
+    /// known labels of a known graph leaves the catalog as it is.
+    pub(crate) fn changes_catalog(&self, catalog: Option<&Catalog>) -> bool {
+        if self.changes_catalog {
+            return true;
+        }
+        let writes = self
+            .effects
+            .iter()
+            .zip(&self.graphs)
+            .filter(|((_, e), _)| *e != CypherEffect::Read);
+        for ((text, _), graph) in writes {
+            let known = catalog
+                .filter(|c| !c.assume_labels)
+                .zip(graph.as_deref())
+                .and_then(|(c, g)| c.graphs.get(g));
+            let Some(graph) = known else {
+                return true;
+            };
+            match labels_named(text) {
+                Some(names) if names.iter().all(|n| graph.labels.contains_key(n)) => {}
+                _ => return true,
+            }
+        }
+        false
+    }
+
     /// The statement with its calls compiled for `catalog`.
     pub(crate) fn rewrite(&self, sql: &str, catalog: &Catalog) -> Rewrite {
         let calls = match &self.calls {

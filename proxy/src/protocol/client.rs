@@ -122,6 +122,15 @@ impl Protocol {
                 self.forward_up(to_up, &chunk, at, end, op);
                 forwarded += h.wire_len;
             }
+            if let Some(q) = self.cypher.take_trailing() {
+                if forward {
+                    // The catalog read right behind the statement that may
+                    // change it, inside the same round trip.
+                    self.send_own_up(to_up, q, Own::Cypher, false);
+                } else {
+                    self.cypher.trailing_dropped(&self.services);
+                }
+            }
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);
@@ -209,7 +218,13 @@ impl Protocol {
         let mut rewritten = None;
         if t == tag::QUERY || t == tag::PARSE {
             self.watch_for_password_change(t, msg);
-            match self.route(t, msg) {
+            let routed = self.route(t, msg);
+            if let Some(q) = self.cypher.take_riding() {
+                // The catalog query rides ahead of the statement; the
+                // statement's flush request starts the round trip.
+                self.send_own_up(to_up, q, Own::Cypher, false);
+            }
+            match routed {
                 Routed::Plain(s) => sql = s,
                 Routed::Rewritten(m) => rewritten = Some(m),
                 Routed::Held(query) => {

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::{Services, text::Sql, verdict::Analyses};
 use crate::{
-    cypher_cache::Lookup,
+    cypher_cache::{DECLINED_PREFIX, Lookup},
     stats::{Counters, SessionInfo},
     wire::{backend, frontend, tag, write},
 };
@@ -81,6 +81,11 @@ pub struct CypherSession {
     verify: Option<Verify>,
     /// This session owns the database's catalog fetch.
     loading: bool,
+    /// The catalog query to send just before the message being routed, in
+    /// the same write: the fetch costs no round trip of its own.
+    riding: Option<Bytes>,
+    /// The catalog query to send right behind the message being routed.
+    trailing: Option<Bytes>,
     /// A statement that may change labels ran: refetch after it completes.
     invalidate_at_ready: bool,
     /// The session's span: the relay loop runs outside it (see relay.rs),
@@ -120,6 +125,8 @@ impl CypherSession {
             verify_mode: services.config.planner.verify,
             verify: None,
             loading: false,
+            riding: None,
+            trailing: None,
             invalidate_at_ready: false,
             // Created while the session sets up, inside its span.
             span: tracing::Span::current(),
@@ -131,15 +138,18 @@ impl CypherSession {
         self.enabled
     }
 
-    /// Client input waits while the catalog is fetched or awaited.
+    /// Client input waits while another session's catalog fetch is
+    /// awaited, or while verify mode runs the compiled statement first. A
+    /// fetch of this session's own goes ahead of the client's statement,
+    /// which follows it in the same write: nothing waits for it.
     pub fn blocks_client(&self) -> bool {
-        self.waiting.is_some() || self.hides_upstream()
+        self.waiting.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
     }
 
-    /// Upstream answers are ours, not the client's: the catalog query, or
-    /// the compiled statement run first in verify mode.
-    pub fn hides_upstream(&self) -> bool {
-        self.fetch.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
+    /// The catalog query to send ahead of the message just routed, if
+    /// routing started a fetch.
+    pub fn take_riding(&mut self) -> Option<Bytes> {
+        self.riding.take()
     }
 
     /// Upstream messages must be read whole (to parse or compare them).
@@ -205,6 +215,7 @@ impl CypherSession {
             // catalog again when the statement is routed anew, forever.
             self.invalidate_at_ready = true;
             services.cypher.invalidate(&self.database);
+            self.fetch_after(msg, &analysis, view.quiet, services);
             return (Route::Forward, Some(analysis));
         }
         if !calls {
@@ -215,6 +226,43 @@ impl CypherSession {
             None => self.without_catalog(msg, view.quiet, services, info),
         };
         (route, Some(analysis))
+    }
+
+    /// After a statement that may change the catalog, the catalog read can
+    /// go right behind it in the same write, so the reads after it are
+    /// compiled: when it is one statement of a simple Query in a session
+    /// with no transaction open and nothing in flight, it commits before
+    /// the catalog read starts, which sees what it did.
+    fn fetch_after(&mut self, msg: &Bytes, analysis: &Analysis, quiet: bool, services: &Services) {
+        if !self.enabled
+            || !quiet
+            || msg.first() != Some(&tag::QUERY)
+            || analysis.class.statement_count != 1
+            || analysis.class.class == StatementClass::TransactionControl
+            || self.loading
+        {
+            return;
+        }
+        if let Lookup::MustLoad = services.cypher.lookup(&self.database) {
+            self.fetch = Some(Fetch::default());
+            self.loading = true;
+            // The read follows the change: nothing to invalidate after it.
+            self.invalidate_at_ready = false;
+            self.trailing = Some(catalog_query());
+        }
+    }
+
+    /// The catalog query to send right behind the message just routed.
+    pub fn take_trailing(&mut self) -> Option<Bytes> {
+        self.trailing.take()
+    }
+
+    /// The message a catalog query was to follow did not go upstream.
+    pub fn trailing_dropped(&mut self, services: &Services) {
+        self.fetch = None;
+        self.loading = false;
+        self.invalidate_at_ready = true;
+        services.cypher.abandon(&self.database);
     }
 
     /// The analysis of `sql` for `catalog`: the session's, another
@@ -228,12 +276,15 @@ impl CypherSession {
         analyses: &mut Analyses,
     ) -> Arc<Analysis> {
         if let Some(a) = analyses.cached(sql.as_str(), version) {
+            services.cypher.note_plan_reused();
             return a;
         }
         if let Some(a) = services.cypher.shared_analysis(version, sql.as_str()) {
+            services.cypher.note_plan_reused();
             analyses.keep(sql.as_str(), a.clone(), version);
             return a;
         }
+        services.cypher.note_plan_made();
         let a = analyses.for_catalog(sql.as_str(), Some((version, catalog)));
         services
             .cypher
@@ -308,7 +359,9 @@ impl CypherSession {
             }
             Rewrite::Declined(reason) => {
                 Counters::add(&info.counters.fallbacks, 1);
-                services.stats.note_fallback(&format!("cypher: {reason}"));
+                services
+                    .stats
+                    .note_fallback(&format!("{DECLINED_PREFIX}{reason}"));
                 Route::Forward
             }
             Rewrite::Unchanged => Route::Forward,
@@ -328,18 +381,32 @@ impl CypherSession {
         match services.cypher.lookup(&self.database) {
             // Loaded meanwhile: the next statement is compiled.
             Lookup::Ready(..) => Route::Forward,
+            // This session's own fetch is on its way, and statements of the
+            // client's too: this one goes to AGE rather than wait (sent
+            // later, it could start a round trip of its own).
+            Lookup::Loading(_) if self.loading && !quiet => {
+                Counters::add(&info.counters.fallbacks, 1);
+                services.stats.note_fallback("cypher: catalog loading");
+                Route::Forward
+            }
             Lookup::Loading(rx) => {
                 self.pending = Some((t, msg.clone()));
                 self.waiting = Some(rx);
                 Route::Held(None)
             }
             Lookup::MustLoad if quiet => {
-                self.pending = Some((t, msg.clone()));
+                // The catalog query goes just before the statement, in the
+                // same write, and the statement goes to AGE as it came:
+                // the fetch costs no round trip of its own, and statements
+                // after it are compiled.
                 self.fetch = Some(Fetch::default());
                 self.loading = true;
-                let mut q = BytesMut::new();
-                write::query(&mut q, Catalog::QUERY);
-                Route::Held(Some(q.freeze()))
+                self.riding = Some(catalog_query());
+                Counters::add(&info.counters.fallbacks, 1);
+                services
+                    .stats
+                    .note_fallback("cypher: catalog fetched alongside");
+                Route::Forward
             }
             Lookup::MustLoad => {
                 services.cypher.abandon(&self.database);
@@ -357,8 +424,9 @@ impl CypherSession {
         }
     }
 
-    /// An upstream message while `hides_upstream`. Returns a message to
-    /// send upstream next (the client's own statement, in verify mode).
+    /// An upstream message of the session's own Cypher query (the catalog
+    /// query, or the compiled statement in verify mode). Returns a message
+    /// to send upstream next (the client's own statement, in verify mode).
     pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, services: &Services) -> Option<Bytes> {
         if let Some(v) = self.verify.as_mut() {
             v.compiled.observe(t, msg);
@@ -509,6 +577,12 @@ fn rebuild(t: u8, msg: &[u8], sql: &str) -> Bytes {
         _ => write::query(&mut out, sql),
     }
     out.freeze()
+}
+
+fn catalog_query() -> Bytes {
+    let mut q = BytesMut::new();
+    write::query(&mut q, Catalog::QUERY);
+    q.freeze()
 }
 
 /// The catalog query's row; `None` if malformed.

@@ -113,6 +113,7 @@ impl Compiler<'_> {
             }
         }
         steps.reverse();
+        self.not_comprehension_var(cur)?;
         let entity = match cur {
             Expr::Var(v) => match self.scope.get(v) {
                 Some(Binding::Node(_) | Binding::Edge(_)) => Some(v),
@@ -162,6 +163,7 @@ impl Compiler<'_> {
             },
             Expr::Property(..) | Expr::Index(..) => self.access(e),
             Expr::Slice(list, lo, hi) => {
+                self.not_comprehension_var(list)?;
                 let list = self.expr(list)?.agtype_only()?;
                 let mut bound = |b: &Option<Box<Expr>>| match b {
                     Some(b) => self.expr(b)?.agtype_only(),
@@ -305,6 +307,7 @@ impl Compiler<'_> {
         let saved = self
             .scope
             .insert(var.to_string(), Binding::Value(Sql::ag(format!("{a}.v"))));
+        self.comprehension_vars.push(var.to_string());
         let r = (|| {
             let m = match map {
                 Some(m) => self
@@ -321,6 +324,7 @@ impl Compiler<'_> {
                 "(ARRAY(SELECT {m} FROM ag_catalog.age_unnest({list}) AS {a}(v){w}))::agtype"
             ))
         })();
+        self.comprehension_vars.pop();
         match saved {
             Some(b) => self.scope.insert(var.to_string(), b),
             None => self.scope.remove(var),
@@ -334,6 +338,18 @@ impl Compiler<'_> {
             return Err(D::AggregateShape);
         }
         Ok(Sql::ag(text))
+    }
+
+    /// AGE resolves `x.key`, `x[i]` and `x[a..b]` on a list comprehension's
+    /// variable (of any comprehension around) to the comprehension's own
+    /// range table entry, which has no properties, and fails with "could
+    /// not find properties for x": such an expression is left to AGE,
+    /// which reports it.
+    fn not_comprehension_var(&self, base: &Expr) -> Result<(), D> {
+        match base {
+            Expr::Var(v) if self.comprehension_vars.contains(v) => Err(D::ListComprehension),
+            _ => Ok(()),
+        }
     }
 
     /// `CASE`: the simple form compares with agtype `=`, the searched form

@@ -86,6 +86,8 @@ pub fn compile_cypher(
             params_used: false,
             filtered: HashSet::new(),
             in_exists: false,
+            comprehension_vars: Vec::new(),
+            rows_in_plan_order: false,
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -138,6 +140,12 @@ pub(super) struct Compiler<'a> {
     filtered: HashSet<String>,
     /// Compiling the pattern of an `exists()`.
     in_exists: bool,
+    /// Variables of the list comprehensions being compiled, innermost
+    /// last.
+    comprehension_vars: Vec<String>,
+    /// The rows come out of a grouping or DISTINCT of an earlier WITH, in
+    /// the order its plan gives them (AGE's is a hash aggregate's).
+    rows_in_plan_order: bool,
 }
 
 impl Compiler<'_> {

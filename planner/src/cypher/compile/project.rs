@@ -42,6 +42,7 @@ impl Compiler<'_> {
             }
             return self.with_where(p);
         }
+        self.collect_order_known(p, aggregating)?;
         let alias = self.fresh("_w");
         let mut cols = Vec::new();
         let mut group = Vec::new();
@@ -78,6 +79,7 @@ impl Compiler<'_> {
             .map(|(i, c)| format!("{c} AS c{}", i + 1))
             .collect();
         let sql = self.select_sql(p, &select, aggregating, &group, &order)?;
+        self.rows_in_plan_order |= (aggregating && !group.is_empty()) || p.distinct;
         self.stage = Stage {
             items: vec![Item::Table(format!("({sql}) AS {alias}"))],
             conds: Vec::new(),
@@ -125,6 +127,7 @@ impl Compiler<'_> {
             return Err(D::ColumnMismatch);
         }
         let names = item_names(p, false)?;
+        self.collect_order_known(p, p.items.iter().any(|i| contains_aggregate(&i.expr)))?;
         let mut items = Vec::new();
         let mut group = Vec::new();
         let mut aggregating = false;
@@ -148,6 +151,27 @@ impl Compiler<'_> {
             .map(|(i, s)| format!("{s} AS c{}", i + 1))
             .collect();
         self.select_sql(p, &cols, aggregating, &group, &order)
+    }
+
+    /// `collect()` lists its rows in the order they come. After a grouping
+    /// or DISTINCT that order is the plan's own (AGE's hash aggregate
+    /// gives its groups in hash order), which the compiled plan does not
+    /// reproduce: such a collect is left to AGE.
+    fn collect_order_known(&self, p: &Projection, aggregating: bool) -> Result<(), D> {
+        if !aggregating || !self.rows_in_plan_order {
+            return Ok(());
+        }
+        let mut collects = false;
+        for it in &p.items {
+            it.expr.walk(&mut |x| {
+                collects |= matches!(x, Expr::Function { name, .. }
+                    if name.eq_ignore_ascii_case("collect"));
+            });
+        }
+        if collects {
+            return Err(D::CollectOrder);
+        }
+        Ok(())
     }
 
     /// The ORDER BY list. AGE resolves sort keys in the scope before the
