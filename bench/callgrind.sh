@@ -3,7 +3,7 @@
 # onetrip against PgBouncer: a count that noisy, shared machines leave
 # alone, where TPS at one client swings by 10% from run to run.
 #
-#   bash bench/callgrind.sh        # BENCH_TXNS=20000 BENCH_CONNECT_TXNS=2000
+#   bash bench/callgrind.sh        # BENCH_TXNS=20000 BENCH_CONNECT_TXNS=2000 BENCH_PGBOUNCER=pgbouncer
 #
 # For each proxy, alone under callgrind (onetrip with one worker thread,
 # PgBouncer in session mode, both keeping server connections): pgbench -S
@@ -27,6 +27,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 . bench/common.sh
 need pgbouncer valgrind
+PGBOUNCER=${BENCH_PGBOUNCER:-pgbouncer}
 
 say "cargo build --release -p onetrip"
 cargo build --release -p onetrip --bin onetrip >&2
@@ -61,7 +62,7 @@ measure() {
     else
         as=("${AS[@]}")
         "${AS[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
-            pgbouncer "$WORK/pgbouncer.ini" 2>"$WORK/$name.stderr" &
+            "$PGBOUNCER" "$WORK/pgbouncer.ini" 2>"$WORK/$name.stderr" &
     fi
     # The process that listens (valgrind, not runuser in front of it).
     for _ in $(seq 300); do
