@@ -59,7 +59,8 @@ enum State {
     },
 }
 
-struct Slot {
+/// One database's catalog: its state and who waits for it to change.
+struct DbCatalog {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     /// How long to wait if the fetch under way fails.
@@ -68,7 +69,7 @@ struct Slot {
 
 #[derive(Default)]
 pub struct CypherCache {
-    slots: DashMap<String, Arc<Slot>>,
+    databases: DashMap<String, Arc<DbCatalog>>,
     /// Analyses of statements with `cypher()` calls, by catalog version.
     analyses: DashMap<(u64, Box<str>), Arc<Analysis>>,
     /// Bytes of text in `analyses` (approximate under races: a bound, not
@@ -82,14 +83,14 @@ pub struct CypherCache {
 }
 
 impl CypherCache {
-    fn slot(&self, db: &str) -> Arc<Slot> {
-        if let Some(s) = self.slots.get(db) {
+    fn database(&self, db: &str) -> Arc<DbCatalog> {
+        if let Some(s) = self.databases.get(db) {
             return s.clone();
         }
-        self.slots
+        self.databases
             .entry(db.to_owned())
             .or_insert_with(|| {
-                Arc::new(Slot {
+                Arc::new(DbCatalog {
                     state: Mutex::new(State::Empty),
                     changed: watch::channel(0).0,
                     next_wait: Mutex::new(FIRST_RETRY),
@@ -101,11 +102,11 @@ impl CypherCache {
     /// Single-flight lookup: of the sessions that miss together, exactly one
     /// gets `MustLoad`; the others wait for it.
     pub fn lookup(&self, db: &str) -> Lookup {
-        let slot = self.slot(db);
-        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = self.database(db);
+        let mut st = entry.state.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             State::Ready(v, c) => Lookup::Ready(*v, c.clone()),
-            State::Loading { .. } => Lookup::Loading(slot.changed.subscribe()),
+            State::Loading { .. } => Lookup::Loading(entry.changed.subscribe()),
             State::Failed { retry_at, .. } if Instant::now() < *retry_at => Lookup::Failed,
             State::Empty | State::Failed { .. } => {
                 let wait = match &*st {
@@ -113,7 +114,7 @@ impl CypherCache {
                     _ => FIRST_RETRY,
                 };
                 *st = State::Loading { stale: false };
-                *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner()) = wait;
+                *entry.next_wait.lock().unwrap_or_else(|e| e.into_inner()) = wait;
                 Lookup::MustLoad
             }
         }
@@ -123,13 +124,13 @@ impl CypherCache {
     /// forward their statements unchanged until a retry, after a wait
     /// that doubles with each failure in a row.
     pub fn failed(&self, db: &str) {
-        let slot = self.slot(db);
-        let wait = *slot.next_wait.lock().unwrap_or_else(|e| e.into_inner());
-        *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Failed {
+        let entry = self.database(db);
+        let wait = *entry.next_wait.lock().unwrap_or_else(|e| e.into_inner());
+        *entry.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Failed {
             retry_at: crate::timers::after(wait),
             wait,
         };
-        slot.changed.send_modify(|_| {});
+        entry.changed.send_modify(|_| {});
     }
 
     /// Stores a fetched catalog (`None`: no AGE in this database), unless
@@ -137,33 +138,33 @@ impl CypherCache {
     /// again.
     pub fn finish(&self, db: &str, catalog: Option<Catalog>) {
         let v = self.versions.fetch_add(1, Ordering::Relaxed) + 1;
-        let slot = self.slot(db);
-        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = self.database(db);
+        let mut st = entry.state.lock().unwrap_or_else(|e| e.into_inner());
         *st = match *st {
             State::Loading { stale: true } => State::Empty,
             _ => State::Ready(v, catalog.map(Arc::new)),
         };
         drop(st);
-        slot.changed.send_replace(v);
+        entry.changed.send_replace(v);
     }
 
     /// The fetch could not run; the next miss tries again.
     pub fn abandon(&self, db: &str) {
-        let slot = self.slot(db);
-        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = self.database(db);
+        let mut st = entry.state.lock().unwrap_or_else(|e| e.into_inner());
         if matches!(*st, State::Loading { .. }) {
             *st = State::Empty;
         }
         drop(st);
-        slot.changed.send_modify(|_| {});
+        entry.changed.send_modify(|_| {});
     }
 
     /// Labels or graphs may have changed: fetch again on the next miss. A
     /// fetch under way may have read the catalog before the change: its
     /// answer is not kept.
     pub fn invalidate(&self, db: &str) {
-        let slot = self.slot(db);
-        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = self.database(db);
+        let mut st = entry.state.lock().unwrap_or_else(|e| e.into_inner());
         match *st {
             State::Ready(..) | State::Failed { .. } => *st = State::Empty,
             State::Loading { .. } => *st = State::Loading { stale: true },
@@ -174,8 +175,8 @@ impl CypherCache {
     /// The database's catalog and its version, when one is loaded; asks
     /// for nothing (see `lookup` for that).
     pub fn ready(&self, db: &str) -> Option<(u64, Arc<Catalog>)> {
-        let slot = self.slots.get(db)?.clone();
-        let st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = self.databases.get(db)?.clone();
+        let st = entry.state.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             State::Ready(v, Some(c)) => Some((*v, c.clone())),
             _ => None,
