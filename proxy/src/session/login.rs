@@ -66,7 +66,16 @@ pub(super) async fn connect_and_authenticate(
         Some(startup) => {
             let checked = match check {
                 Some(how) => {
-                    let c = check_password(client, how, (&database, &user), &info, shared);
+                    // Each way of logging in is boxed and made where it is
+                    // awaited: this future stays small, and moving it (it is
+                    // moved whole into its box) copies little.
+                    let c = Box::pin(check_password(
+                        client,
+                        how,
+                        (&database, &user),
+                        &info,
+                        shared,
+                    ));
                     match deadline.bound(c).await {
                         Ok(Some(c)) => c,
                         Ok(None) => return None,
@@ -78,15 +87,15 @@ pub(super) async fn connect_and_authenticate(
             match checked {
                 Admitted::Relayed(client) => client,
                 Admitted::Pooled(client, unread, credential) => {
-                    let login = pooled_login::login(
+                    let login = Box::pin(pooled_login::login(
                         client,
                         unread,
                         (startup, credential),
                         (&database, &user),
                         info.clone(),
                         shared,
-                    );
-                    match Box::pin(login).await {
+                    ));
+                    match login.await {
                         pooled_login::Outcome::Done(done) => return done,
                         pooled_login::Outcome::SessionMode(client) => client,
                     }
@@ -94,7 +103,15 @@ pub(super) async fn connect_and_authenticate(
             }
         }
     };
-    session_login(client, startup_raw, &params, info, deadline, shared).await
+    Box::pin(session_login(
+        client,
+        startup_raw,
+        &params,
+        info,
+        deadline,
+        shared,
+    ))
+    .await
 }
 
 /// The startup parameters of a login transaction pooling takes: parameters
@@ -192,7 +209,7 @@ async fn session_login(
     let limit = shared.config().limits.startup_timeout;
     let timed_out = || handshake::HandshakeEnd::Timeout(limit);
     let authed = if let Some(kept) = kept {
-        let greet = reuse::adopt(kept, client, shared, &info, Pid::Backend);
+        let greet = Box::pin(reuse::adopt(kept, client, shared, &info, Pid::Backend));
         let greeted = deadline.bound(greet).await;
         Counters::add(&info.counters.reused_upstreams, 1);
         greeted.unwrap_or_else(|_| Err(timed_out()))
@@ -205,14 +222,14 @@ async fn session_login(
             }
         };
         let mut io = Pair { client, upstream };
-        let auth = handshake::relay_auth(
+        let auth = Box::pin(handshake::relay_auth(
             &mut io,
             startup_raw,
             shared,
             &info,
             client_tls,
             Pid::Backend,
-        );
+        ));
         let authed = deadline.bound(auth).await;
         authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
     };
