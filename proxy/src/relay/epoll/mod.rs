@@ -11,6 +11,7 @@
 //! task relays on through tokio.
 
 mod pooled;
+mod sweep;
 mod sys;
 mod table;
 mod turn;
@@ -33,6 +34,7 @@ use self::{
     turn::{turns, woke_others},
 };
 
+pub use self::sweep::rooms_held;
 pub(crate) use self::table::{Parts, Stop};
 use super::line;
 use crate::{
@@ -84,6 +86,7 @@ fn any() -> bool {
 fn has_pending() -> bool {
     has_mail()
         || line::due()
+        || sweep::due()
         || TABLE
             .try_with(|t| !t.borrow().pending.is_empty())
             .unwrap_or(false)
@@ -147,6 +150,7 @@ pub(crate) fn enter(
         stop: None,
         waiter: None,
         pending: false,
+        read_since_sweep: true,
         wait: None,
         span: span.clone(),
     };
@@ -163,6 +167,7 @@ pub(crate) fn enter(
         t.slots[slot] = Slot::Here(entry);
         t.live += 1;
     });
+    sweep::arm();
     Ok(Relaying {
         slot,
         generation,
@@ -364,6 +369,7 @@ fn on_event(ev: Event) -> bool {
 /// stopped and its task was woken.
 fn run_pending() -> bool {
     let mut woke = deliver_mail(turns) | check_line();
+    sweep::check();
     let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
         return woke;
     };

@@ -50,6 +50,9 @@ pub(super) struct Entry {
     pub(super) waiter: Option<Waker>,
     /// Waits for another turn (`TURNS` ran out).
     pub(super) pending: bool,
+    /// It read something since the worker last looked for quiet sessions
+    /// (`sweep`).
+    pub(super) read_since_sweep: bool,
     /// A pooled session waits in line for a connection, here.
     pub(super) wait: Option<InLine>,
     pub(super) span: Span,

@@ -1,0 +1,144 @@
+//! Read room given back by sessions that stay quiet. A pooled session
+//! gives its room back at every release point; any other keeps it while
+//! it relays, since giving it back after every transaction would cost
+//! each one a copy of what it keeps of its reads. Instead, every
+//! `EVERY` the worker looks over its sessions once: one that read nothing
+//! since the last look and holds no bytes in its buffers gives its room
+//! back to the thread's spare list, and takes room again with its next
+//! read. An idle client then holds no read room, at no cost per
+//! transaction. The look is one deadline per worker, armed while sessions
+//! relay here (as `line`'s).
+
+use std::{
+    cell::RefCell,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    task::{Wake, Waker},
+    time::{Duration, Instant},
+};
+
+use super::table::{Slot, TABLE};
+use crate::{relay, worker::deadlines};
+
+/// How often a worker looks for quiet sessions.
+const EVERY: Duration = Duration::from_secs(1);
+
+struct Sweep {
+    timer: Option<deadlines::Key>,
+    due: Arc<Due>,
+    waker: Waker,
+}
+
+/// Set when the deadline passes (on this thread).
+#[derive(Default)]
+struct Due(AtomicBool);
+
+impl Wake for Due {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        let due = Arc::new(Due::default());
+        Sweep {
+            timer: None,
+            waker: Waker::from(due.clone()),
+            due,
+        }
+    }
+}
+
+thread_local! {
+    static SWEEP: RefCell<Sweep> = RefCell::default();
+    /// This worker's count for `rooms_held`.
+    static HELD_HERE: Arc<AtomicUsize> = {
+        let held = Arc::new(AtomicUsize::new(0));
+        HELD.lock().unwrap_or_else(|e| e.into_inner()).push(held.clone());
+        held
+    };
+}
+
+/// Each worker's sessions that held read room at its last look (taken
+/// once per worker thread, to register; read by `rooms_held`).
+static HELD: Mutex<Vec<Arc<AtomicUsize>>> = Mutex::new(Vec::new());
+
+/// Sessions of this process's workers holding read room, as each
+/// worker's last look found them (after the quiet ones gave theirs back):
+/// idle clients hold none. For reports and tests.
+pub fn rooms_held() -> usize {
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|h| h.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// A session entered this worker's relay: the look is armed, if it was
+/// not.
+pub(super) fn arm() {
+    let _ = SWEEP.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.timer.is_none() {
+            s.timer = deadlines::arm_internal(Instant::now() + EVERY, &s.waker);
+        }
+    });
+}
+
+/// The look is due.
+pub(super) fn due() -> bool {
+    SWEEP
+        .try_with(|s| s.borrow().due.0.load(Ordering::Relaxed))
+        .unwrap_or(false)
+}
+
+/// When due: the quiet sessions give their read room back, every session
+/// is marked unread for the next look, and the look is armed again while
+/// any session relays here. Returns how many gave room back.
+pub(super) fn check() -> usize {
+    let Ok(true) = SWEEP.try_with(|s| {
+        let mut s = s.borrow_mut();
+        let due = s.due.0.swap(false, Ordering::Relaxed);
+        if due {
+            s.timer = None;
+        }
+        due
+    }) else {
+        return 0;
+    };
+    let (gave, held, live) = TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let (mut gave, mut held) = (0, 0);
+        for slot in t.slots.iter_mut() {
+            let Slot::Here(e) = slot else { continue };
+            let read = std::mem::replace(&mut e.read_since_sweep, false);
+            let b = &mut e.parts.bufs;
+            let holds = b.cin.capacity() > 0 || b.uin.capacity() > 0;
+            if !holds {
+                continue;
+            }
+            if read || e.stop.is_some() || !b.cin.is_empty() || !b.uin.is_empty() {
+                held += 1;
+                continue;
+            }
+            // What the session keeps of its reads is copied out, so that
+            // the room can be used again (only at a point where nothing is
+            // in flight: anything else is left to point where it does).
+            if e.parts.proto.quiet() {
+                e.parts.proto.let_go_of_reads();
+            }
+            relay::give_back_room(&mut b.cin);
+            relay::give_back_room(&mut b.uin);
+            gave += 1;
+        }
+        (gave, held, t.live)
+    });
+    let _ = HELD_HERE.try_with(|h| h.store(held, Ordering::Relaxed));
+    if live > 0 {
+        arm();
+    }
+    gave
+}
