@@ -8,8 +8,9 @@ pub mod script;
 pub mod transcript;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
+    sync::OnceLock,
     time::Duration,
 };
 
@@ -37,12 +38,89 @@ pub fn workers() -> onetrip::worker::Workers {
     w
 }
 
-/// Starts a private PostgreSQL with `opts`.
+/// Starts a private PostgreSQL with `opts`: unless the test names its data
+/// directory, a copy of [`template`] in [`data_parent`].
 pub async fn start_pg(opts: PgOptions) -> PgServer {
+    let opts = fast_options(opts);
     tokio::task::spawn_blocking(move || PgServer::start(opts))
         .await
         .expect("start task")
         .expect("start private PostgreSQL")
+}
+
+/// `opts` with [`data_parent`] and [`template`], unless the test names
+/// its data directory.
+fn fast_options(mut opts: PgOptions) -> PgOptions {
+    if opts.data_dir.is_none() {
+        opts.temp_parent = opts.temp_parent.or_else(data_parent);
+        opts.template = opts.template.or_else(template);
+    }
+    opts
+}
+
+/// Where private servers keep their data: in memory (`/dev/shm`) where
+/// that is a directory we may write, as initdb, start-up and every write
+/// are several times quicker there than on a slow disk; else `None`, the
+/// system's temporary directory.
+pub fn data_parent() -> Option<PathBuf> {
+    static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let shm = Path::new("/dev/shm");
+            let writable = tempfile::Builder::new()
+                .prefix("onetrip-probe-")
+                .tempdir_in(shm)
+                .is_ok();
+            writable.then(|| shm.to_owned())
+        })
+        .clone()
+}
+
+/// A data directory `initdb` made, which private servers copy instead of
+/// running initdb each (a copy takes a fraction of its time). It is kept
+/// in [`data_parent`] across test processes, one per user and PostgreSQL
+/// installation, and made by the first process that misses it. `None`
+/// (each server runs initdb) when it can't be made.
+pub fn template() -> Option<PathBuf> {
+    static TEMPLATE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TEMPLATE
+        .get_or_init(|| {
+            use std::hash::{Hash, Hasher};
+            let bin = onetrip_embedded::find_bin_dir()?;
+            let initdb = std::fs::metadata(bin.join("initdb")).ok()?;
+            // Another PostgreSQL, or the same one reinstalled, or another
+            // user: another template. Bump the tag when PgServer's initdb
+            // arguments change.
+            let mut h = std::hash::DefaultHasher::new();
+            (
+                "initdb-utf8-c-trust-1",
+                &bin,
+                initdb.len(),
+                initdb.modified().ok(),
+            )
+                .hash(&mut h);
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() }.hash(&mut h);
+            let parent = data_parent().unwrap_or_else(std::env::temp_dir);
+            let dir = parent.join(format!("onetrip-tests-pg-template-{:016x}", h.finish()));
+            if dir.join("PG_VERSION").is_file() {
+                return Some(dir);
+            }
+            // Made aside and renamed into place, so that a process never
+            // sees half a template, and of two making it at once one wins.
+            let wip = parent.join(format!(
+                "{}.{}",
+                dir.file_name()?.to_str()?,
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&wip);
+            onetrip_embedded::init_template(&wip).ok()?;
+            if std::fs::rename(&wip, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&wip);
+            }
+            dir.join("PG_VERSION").is_file().then_some(dir)
+        })
+        .clone()
 }
 
 /// A proxy config pointing at `pg`, listening on a free loopback port.
