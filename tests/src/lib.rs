@@ -315,6 +315,68 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A Python script from `tests/py/` started once with `--serve`: it runs
+/// one job per line of tab-separated arguments it reads and answers each
+/// with one line. Python and the clients it imports load once for many
+/// runs, which costs more than a run itself on a small machine.
+pub struct PyRunner {
+    script: String,
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: std::fs::File,
+}
+
+impl PyRunner {
+    pub fn start(py: &Path, script: &str) -> Self {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("py")
+            .join(script);
+        // A file, not a pipe: nothing has to drain it while jobs run.
+        let stderr = tempfile::tempfile().expect("stderr file");
+        let mut child = tokio::process::Command::new(py)
+            .arg(&path)
+            .arg("--serve")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr.try_clone().expect("stderr file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run python");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        use tokio::io::AsyncBufReadExt;
+        Self {
+            script: script.to_owned(),
+            child,
+            stdin,
+            stdout: tokio::io::BufReader::new(stdout).lines(),
+            stderr,
+        }
+    }
+
+    /// Runs one job; its answer line. Panics with the script's stderr when
+    /// it ends instead.
+    pub async fn run(&mut self, args: &[&str]) -> String {
+        use std::io::{Read, Seek};
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{}\n", args.join("\t"));
+        let sent = self.stdin.write_all(line.as_bytes()).await;
+        let answer = match sent {
+            Ok(()) => self.stdout.next_line().await.ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some(a) = answer {
+            return a;
+        }
+        let status = self.child.wait().await;
+        let mut err = String::new();
+        let _ = self.stderr.rewind();
+        let _ = self.stderr.read_to_string(&mut err);
+        panic!("{} {args:?} failed ({status:?}):\n{err}", self.script);
+    }
+}
+
 /// Writes a self-signed certificate for `localhost` and its key into `dir`,
 /// readable by the server user: for a private server with TLS, and onetrip
 /// in front of it.
