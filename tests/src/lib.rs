@@ -250,6 +250,21 @@ impl Env {
         self.proxy().stats().total()
     }
 
+    /// Waits (up to 5 s) until the proxy keeps `n` upstream connections
+    /// for reuse.
+    pub async fn wait_kept(&self, n: usize) {
+        for _ in 0..250 {
+            if self.proxy().kept_upstreams() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "expected {n} kept connections, found {}",
+            self.proxy().kept_upstreams()
+        );
+    }
+
     /// Stops the proxy, waiting at most `grace` for sessions.
     pub async fn stop_proxy(&mut self, grace: Duration) {
         if let Some(p) = self.proxy.take() {
@@ -279,6 +294,46 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
         let _ = conn.await;
     });
     client
+}
+
+/// Waits (up to 30 s) until backend `pid` runs a pg_sleep, as `watcher`, a
+/// session of the same server, sees.
+pub async fn wait_sleeping(watcher: &tokio_postgres::Client, pid: i32) {
+    let sql = "select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'";
+    for _ in 0..1200 {
+        let n: i64 = watcher.query_one(sql, &[&pid]).await.expect("watch").get(0);
+        if n == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("pg_sleep never started on backend {pid}");
+}
+
+/// Runs `select pg_sleep(30)` on `client` and, once the server runs it
+/// (else there is nothing to cancel), cancels it with the client's own
+/// key: the SQLSTATE the query then fails with, in time.
+pub async fn cancel_a_sleep(
+    client: tokio_postgres::Client,
+    watcher: &tokio_postgres::Client,
+) -> Option<tokio_postgres::error::SqlState> {
+    let pid: i32 = client
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .expect("backend pid")
+        .get(0);
+    let token = client.cancel_token();
+    let sleeper = tokio::spawn(async move { client.simple_query("select pg_sleep(30)").await });
+    wait_sleeping(watcher, pid).await;
+    token
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("cancel request");
+    let ended = tokio::time::timeout(Duration::from_secs(15), sleeper)
+        .await
+        .expect("cancelled in time")
+        .expect("query task");
+    ended.expect_err("the sleep was cancelled").code().cloned()
 }
 
 /// Python 3 with psycopg 3, or `None` (callers print a skip line).

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
-use onetrip_tests::{Env, connect, connect_raw, simple_rows};
+use onetrip_tests::{Env, cancel_a_sleep, connect, connect_raw, simple_rows};
 use tokio_postgres::{AsyncMessage, error::SqlState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,34 +246,7 @@ async fn cancel_token_cancels_pg_sleep() {
     let mut seen = Vec::new();
     for via in [false, true] {
         let c = connect(&env.dsn(via)).await;
-        let token = c.cancel_token();
-        let pid: i32 = c
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let sleeper =
-            tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
-        // Cancel only once the server runs the sleep, else there is nothing to cancel.
-        let mut running = false;
-        for _ in 0..1200 {
-            let r = watcher
-                .query_one("select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'", &[&pid])
-                .await
-                .unwrap();
-            if r.get::<_, i64>(0) == 1 {
-                running = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        assert!(running, "pg_sleep never started");
-        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(15), sleeper)
-            .await
-            .expect("cancelled in time")
-            .unwrap();
-        seen.push(r.unwrap_err().code().cloned());
+        seen.push(cancel_a_sleep(c, &watcher).await);
     }
     assert_eq!(seen[0], seen[1]);
     assert_eq!(seen[1], Some(SqlState::QUERY_CANCELED));
