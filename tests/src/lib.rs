@@ -1,5 +1,7 @@
-//! Test harness: a private PostgreSQL cluster (temp dir, random port) and a
-//! onetrip proxy in front of it, both started in-process.
+//! Test harness: a PostgreSQL cluster (temp dir, random port) and a
+//! onetrip proxy in front of it, both started in-process. The cluster is
+//! the test's own, or one the test binary's tests share, each with a
+//! database of its own.
 
 pub mod age;
 pub mod pipelines;
@@ -8,9 +10,13 @@ pub mod script;
 pub mod transcript;
 
 use std::{
+    ops::{Deref, DerefMut},
     path::{Path, PathBuf},
     process::{Command, Output},
-    sync::OnceLock,
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -19,11 +25,68 @@ pub use onetrip_embedded::{PgOptions, PgServer};
 
 /// A PostgreSQL server and a proxy in front of it.
 pub struct Env {
-    pub pg: PgServer,
+    pub pg: Pg,
     pub proxy: Option<Proxy>,
     /// The threads the proxy's sessions run on, as in the binary; dropped
     /// after the proxy.
     pub workers: Option<onetrip::worker::Workers>,
+    /// The database the test's clients use: `postgres` on a server of the
+    /// test's own, one made for the test on the shared one.
+    pub db: String,
+}
+
+/// The server of an [`Env`]: the test's own, or the test binary's shared
+/// one ([`shared_pg`]), which no test may stop or restart.
+pub enum Pg {
+    Own(PgServer),
+    Shared(Arc<PgServer>),
+}
+
+impl Deref for Pg {
+    type Target = PgServer;
+    fn deref(&self) -> &PgServer {
+        match self {
+            Pg::Own(pg) => pg,
+            Pg::Shared(pg) => pg,
+        }
+    }
+}
+
+impl DerefMut for Pg {
+    fn deref_mut(&mut self) -> &mut PgServer {
+        match self {
+            Pg::Own(pg) => pg,
+            Pg::Shared(_) => panic!("the shared server is not a test's to stop or restart"),
+        }
+    }
+}
+
+/// The server the test binary's tests share, started by the first that
+/// asks, with the default options; stopped when the binary exits.
+pub async fn shared_pg() -> Arc<PgServer> {
+    static SHARED: Mutex<Option<Arc<PgServer>>> = Mutex::new(None);
+    extern "C" fn stop_shared() {
+        // The last reference, when every test is done: stops the server
+        // and removes its directory.
+        let pg = SHARED.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(pg);
+    }
+    tokio::task::spawn_blocking(|| {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pg) = &*shared {
+            return pg.clone();
+        }
+        let pg = PgServer::start(fast_options(PgOptions::default()))
+            .expect("start the shared PostgreSQL");
+        let pg = Arc::new(pg);
+        *shared = Some(pg.clone());
+        // SAFETY: registers a function without arguments that does not
+        // unwind (it takes a lock and drops the server).
+        unsafe { libc::atexit(stop_shared) };
+        pg
+    })
+    .await
+    .expect("start task")
 }
 
 /// Worker threads as the binary starts them (two, so sessions can move),
@@ -144,6 +207,26 @@ impl Env {
 
     /// A proxy in front of `pg`, a server the test started itself.
     pub async fn start_on(pg: PgServer, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_in(Pg::Own(pg), "postgres".into(), tweak).await
+    }
+
+    /// A database of the test's own on the binary's shared server
+    /// ([`shared_pg`]), and a proxy with the settings `tweak` makes in
+    /// front of it: for a test that changes nothing outside its database
+    /// nor counts what other clients of the server do.
+    pub async fn shared(tweak: impl FnOnce(&mut Config)) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let pg = shared_pg().await;
+        let db = format!("test_{}", N.fetch_add(1, Ordering::Relaxed));
+        connect(&pg.dsn("postgres"))
+            .await
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("create the test's database");
+        Self::start_in(Pg::Shared(pg), db, tweak).await
+    }
+
+    async fn start_in(pg: Pg, db: String, tweak: impl FnOnce(&mut Config)) -> Self {
         let mut cfg = proxy_config(&pg);
         tweak(&mut cfg);
         let workers = workers();
@@ -154,6 +237,7 @@ impl Env {
             pg,
             proxy: Some(proxy),
             workers: Some(workers),
+            db,
         }
     }
 
@@ -178,17 +262,20 @@ impl Env {
 
     /// libpq connection string to the server, bypassing the proxy.
     pub fn direct_dsn(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.pg.port()
-        )
+        self.dsn_at(self.pg.port())
     }
 
     /// libpq connection string through the proxy.
     pub fn proxy_dsn(&self) -> String {
+        self.dsn_at(self.proxy_port())
+    }
+
+    /// libpq connection string to the test's database through `port` (the
+    /// server's, or a proxy's).
+    pub fn dsn_at(&self, port: u16) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.proxy_port()
+            "host=127.0.0.1 port={port} user=postgres dbname={}",
+            self.db
         )
     }
 
@@ -219,7 +306,7 @@ impl Env {
                 "-U",
                 "postgres",
                 "-d",
-                "postgres",
+                &self.db,
             ])
             .args(args)
             .env("PGCONNECT_TIMEOUT", "10")

@@ -8,7 +8,7 @@ use tokio_postgres::{AsyncMessage, error::SqlState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_prepared_statements_and_transactions_match_direct() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let mut seen = Vec::new();
     for (i, via) in [false, true].into_iter().enumerate() {
         let c = connect(&env.dsn(via)).await;
@@ -87,7 +87,7 @@ async fn queries_prepared_statements_and_transactions_match_direct() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_in_the_middle_of_a_pipeline_fails_only_its_query() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let mut seen = Vec::new();
     for via in [false, true] {
         let c = connect(&env.dsn(via)).await;
@@ -127,7 +127,7 @@ async fn error_in_the_middle_of_a_pipeline_fails_only_its_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_thousand_rows_match_direct() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let sql = "select g, md5(g::text), case when g % 7 = 0 then null else g * 1.5 end::float8 \
                from generate_series(1, 100000) g";
     let mut seen = Vec::new();
@@ -162,7 +162,7 @@ fn copy_data() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_in_and_out_of_10_mb_is_byte_identical() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let data = copy_data();
     let direct = connect(&env.dsn(false)).await;
     let proxied = connect(&env.dsn(true)).await;
@@ -199,7 +199,7 @@ async fn copy_in_and_out_of_10_mb_is_byte_identical() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_reaches_an_idle_listener() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let sender = connect(&env.dsn(false)).await;
     let mut seen = Vec::new();
     for via in [false, true] {
@@ -241,7 +241,7 @@ async fn notify_reaches_an_idle_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_token_cancels_pg_sleep() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let watcher = connect(&env.dsn(false)).await;
     let mut seen = Vec::new();
     for via in [false, true] {
