@@ -3,9 +3,6 @@ and bench/transactions.py; prints one JSON document of what each request
 returned and the table afterwards.
 
 usage: tx_clients.py DSN scenario N
-       tx_clients.py --serve   (one run per stdin line "DSN<TAB>scenario<TAB>N",
-                                its document on one stdout line: Python and its
-                                clients load once for many runs)
 The table tx_users(id, name, score) exists, with rows 1..10.
 """
 import asyncio
@@ -181,40 +178,27 @@ def pipeline_error_after_begin(dsn, n):
     return out
 
 
-RUNS = {
-    "psycopg_read": psycopg_read,
-    "psycopg_write": psycopg_write,
-    "sqlalchemy_get": sqlalchemy_get,
-    "sqlalchemy_update": sqlalchemy_update,
-    "asyncpg_transaction": lambda d, k: asyncio.run(asyncpg_transaction(d, k)),
-    "asyncpg_fetchrow": lambda d, k: asyncio.run(asyncpg_fetchrow(d, k)),
-    "langgraph_put": lambda d, k: langgraph_saver(d, k, False),
-    "pipeline_error_after_begin": pipeline_error_after_begin,
-    "langgraph_get": lambda d, k: langgraph_saver(d, k, True),
-}
-
-
-def run(dsn, scenario, n):
-    """One run: its document, or "" for langgraph_setup."""
+def main():
+    dsn, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    runs = {
+        "psycopg_read": psycopg_read,
+        "psycopg_write": psycopg_write,
+        "sqlalchemy_get": sqlalchemy_get,
+        "sqlalchemy_update": sqlalchemy_update,
+        "asyncpg_transaction": lambda d, k: asyncio.run(asyncpg_transaction(d, k)),
+        "asyncpg_fetchrow": lambda d, k: asyncio.run(asyncpg_fetchrow(d, k)),
+        "langgraph_put": lambda d, k: langgraph_saver(d, k, False),
+        "pipeline_error_after_begin": pipeline_error_after_begin,
+        "langgraph_get": lambda d, k: langgraph_saver(d, k, True),
+    }
     if scenario == "langgraph_setup":
         from langgraph.checkpoint.postgres import PostgresSaver
 
         with PostgresSaver.from_conn_string(dsn) as saver:
             saver.setup()
-        return ""
-    out = RUNS[scenario](dsn, n)
-    return json.dumps({"requests": out, "table": table(dsn)}, default=str)
-
-
-def main():
-    if sys.argv[1:] == ["--serve"]:
-        for line in sys.stdin:
-            dsn, scenario, n = line.rstrip("\n").split("\t")
-            print(run(dsn, scenario, int(n)), flush=True)
         return
-    doc = run(sys.argv[1], sys.argv[2], int(sys.argv[3]))
-    if doc:
-        print(doc)
+    out = runs[scenario](dsn, n)
+    print(json.dumps({"requests": out, "table": table(dsn)}, default=str))
 
 
 if __name__ == "__main__":

@@ -457,10 +457,10 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A Python script from `tests/py/` started once with `--serve`: it runs
-/// one job per line of tab-separated arguments it reads and answers each
-/// with one line. Python and the clients it imports load once for many
-/// runs, which costs more than a run itself on a small machine.
+/// A Python script from `tests/py/` run many times in one process
+/// (`tests/py/serve.py`): Python and the clients it imports load once, which
+/// on a small machine costs more than a run itself. Each run gets its own
+/// arguments and answers what it printed, as [`run_py`].
 pub struct PyRunner {
     script: String,
     child: tokio::process::Child,
@@ -473,12 +473,12 @@ impl PyRunner {
     pub fn start(py: &Path, script: &str) -> Self {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("py")
-            .join(script);
+            .join("serve.py");
         // A file, not a pipe: nothing has to drain it while jobs run.
         let stderr = tempfile::tempfile().expect("stderr file");
         let mut child = tokio::process::Command::new(py)
             .arg(&path)
-            .arg("--serve")
+            .arg(script)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(stderr.try_clone().expect("stderr file"))
@@ -497,8 +497,13 @@ impl PyRunner {
         }
     }
 
-    /// Runs one job; its answer line. Panics with the script's stderr when
-    /// it ends instead.
+    /// The script's file name in `tests/py/`.
+    pub fn script(&self) -> &str {
+        &self.script
+    }
+
+    /// Runs the script with `args`; what it printed. Panics with its
+    /// stderr when it fails.
     pub async fn run(&mut self, args: &[&str]) -> String {
         use std::io::{Read, Seek};
         use tokio::io::AsyncWriteExt;
@@ -508,8 +513,8 @@ impl PyRunner {
             Ok(()) => self.stdout.next_line().await.ok().flatten(),
             Err(_) => None,
         };
-        if let Some(a) = answer {
-            return a;
+        if let Some(printed) = answer.and_then(|a| serde_json::from_str(&a).ok()) {
+            return printed;
         }
         let status = self.child.wait().await;
         let mut err = String::new();
