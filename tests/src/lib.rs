@@ -1,5 +1,7 @@
-//! Test harness: a private PostgreSQL cluster (temp dir, random port) and a
-//! onetrip proxy in front of it, both started in-process.
+//! Test harness: a PostgreSQL cluster (temp dir, random port) and a
+//! onetrip proxy in front of it, both started in-process. The cluster is
+//! the test's own, or one the test binary's tests share, each with a
+//! database of its own.
 
 pub mod age;
 pub mod pipelines;
@@ -8,8 +10,13 @@ pub mod script;
 pub mod transcript;
 
 use std::{
-    path::PathBuf,
+    ops::{Deref, DerefMut},
+    path::{Path, PathBuf},
     process::{Command, Output},
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -18,11 +25,68 @@ pub use onetrip_embedded::{PgOptions, PgServer};
 
 /// A PostgreSQL server and a proxy in front of it.
 pub struct Env {
-    pub pg: PgServer,
+    pub pg: Pg,
     pub proxy: Option<Proxy>,
     /// The threads the proxy's sessions run on, as in the binary; dropped
     /// after the proxy.
     pub workers: Option<onetrip::worker::Workers>,
+    /// The database the test's clients use: `postgres` on a server of the
+    /// test's own, one made for the test on the shared one.
+    pub db: String,
+}
+
+/// The server of an [`Env`]: the test's own, or the test binary's shared
+/// one ([`shared_pg`]), which no test may stop or restart.
+pub enum Pg {
+    Own(PgServer),
+    Shared(Arc<PgServer>),
+}
+
+impl Deref for Pg {
+    type Target = PgServer;
+    fn deref(&self) -> &PgServer {
+        match self {
+            Pg::Own(pg) => pg,
+            Pg::Shared(pg) => pg,
+        }
+    }
+}
+
+impl DerefMut for Pg {
+    fn deref_mut(&mut self) -> &mut PgServer {
+        match self {
+            Pg::Own(pg) => pg,
+            Pg::Shared(_) => panic!("the shared server is not a test's to stop or restart"),
+        }
+    }
+}
+
+/// The server the test binary's tests share, started by the first that
+/// asks, with the default options; stopped when the binary exits.
+pub async fn shared_pg() -> Arc<PgServer> {
+    static SHARED: Mutex<Option<Arc<PgServer>>> = Mutex::new(None);
+    extern "C" fn stop_shared() {
+        // The last reference, when every test is done: stops the server
+        // and removes its directory.
+        let pg = SHARED.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(pg);
+    }
+    tokio::task::spawn_blocking(|| {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pg) = &*shared {
+            return pg.clone();
+        }
+        let pg = PgServer::start(fast_options(PgOptions::default()))
+            .expect("start the shared PostgreSQL");
+        let pg = Arc::new(pg);
+        *shared = Some(pg.clone());
+        // SAFETY: registers a function without arguments that does not
+        // unwind (it takes a lock and drops the server).
+        unsafe { libc::atexit(stop_shared) };
+        pg
+    })
+    .await
+    .expect("start task")
 }
 
 /// Worker threads as the binary starts them (two, so sessions can move),
@@ -37,12 +101,89 @@ pub fn workers() -> onetrip::worker::Workers {
     w
 }
 
-/// Starts a private PostgreSQL with `opts`.
+/// Starts a private PostgreSQL with `opts`: unless the test names its data
+/// directory, a copy of [`template`] in [`data_parent`].
 pub async fn start_pg(opts: PgOptions) -> PgServer {
+    let opts = fast_options(opts);
     tokio::task::spawn_blocking(move || PgServer::start(opts))
         .await
         .expect("start task")
         .expect("start private PostgreSQL")
+}
+
+/// `opts` with [`data_parent`] and [`template`], unless the test names
+/// its data directory.
+fn fast_options(mut opts: PgOptions) -> PgOptions {
+    if opts.data_dir.is_none() {
+        opts.temp_parent = opts.temp_parent.or_else(data_parent);
+        opts.template = opts.template.or_else(template);
+    }
+    opts
+}
+
+/// Where private servers keep their data: in memory (`/dev/shm`) where
+/// that is a directory we may write, as initdb, start-up and every write
+/// are several times quicker there than on a slow disk; else `None`, the
+/// system's temporary directory.
+pub fn data_parent() -> Option<PathBuf> {
+    static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let shm = Path::new("/dev/shm");
+            let writable = tempfile::Builder::new()
+                .prefix("onetrip-probe-")
+                .tempdir_in(shm)
+                .is_ok();
+            writable.then(|| shm.to_owned())
+        })
+        .clone()
+}
+
+/// A data directory `initdb` made, which private servers copy instead of
+/// running initdb each (a copy takes a fraction of its time). It is kept
+/// in [`data_parent`] across test processes, one per user and PostgreSQL
+/// installation, and made by the first process that misses it. `None`
+/// (each server runs initdb) when it can't be made.
+pub fn template() -> Option<PathBuf> {
+    static TEMPLATE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TEMPLATE
+        .get_or_init(|| {
+            use std::hash::{Hash, Hasher};
+            let bin = onetrip_embedded::find_bin_dir()?;
+            let initdb = std::fs::metadata(bin.join("initdb")).ok()?;
+            // Another PostgreSQL, or the same one reinstalled, or another
+            // user: another template. Bump the tag when PgServer's initdb
+            // arguments change.
+            let mut h = std::hash::DefaultHasher::new();
+            (
+                "initdb-utf8-c-trust-1",
+                &bin,
+                initdb.len(),
+                initdb.modified().ok(),
+            )
+                .hash(&mut h);
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() }.hash(&mut h);
+            let parent = data_parent().unwrap_or_else(std::env::temp_dir);
+            let dir = parent.join(format!("onetrip-tests-pg-template-{:016x}", h.finish()));
+            if dir.join("PG_VERSION").is_file() {
+                return Some(dir);
+            }
+            // Made aside and renamed into place, so that a process never
+            // sees half a template, and of two making it at once one wins.
+            let wip = parent.join(format!(
+                "{}.{}",
+                dir.file_name()?.to_str()?,
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&wip);
+            onetrip_embedded::init_template(&wip).ok()?;
+            if std::fs::rename(&wip, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&wip);
+            }
+            dir.join("PG_VERSION").is_file().then_some(dir)
+        })
+        .clone()
 }
 
 /// A proxy config pointing at `pg`, listening on a free loopback port.
@@ -66,6 +207,26 @@ impl Env {
 
     /// A proxy in front of `pg`, a server the test started itself.
     pub async fn start_on(pg: PgServer, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_in(Pg::Own(pg), "postgres".into(), tweak).await
+    }
+
+    /// A database of the test's own on the binary's shared server
+    /// ([`shared_pg`]), and a proxy with the settings `tweak` makes in
+    /// front of it: for a test that changes nothing outside its database
+    /// nor counts what other clients of the server do.
+    pub async fn shared(tweak: impl FnOnce(&mut Config)) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let pg = shared_pg().await;
+        let db = format!("test_{}", N.fetch_add(1, Ordering::Relaxed));
+        connect(&pg.dsn("postgres"))
+            .await
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("create the test's database");
+        Self::start_in(Pg::Shared(pg), db, tweak).await
+    }
+
+    async fn start_in(pg: Pg, db: String, tweak: impl FnOnce(&mut Config)) -> Self {
         let mut cfg = proxy_config(&pg);
         tweak(&mut cfg);
         let workers = workers();
@@ -76,6 +237,7 @@ impl Env {
             pg,
             proxy: Some(proxy),
             workers: Some(workers),
+            db,
         }
     }
 
@@ -100,17 +262,20 @@ impl Env {
 
     /// libpq connection string to the server, bypassing the proxy.
     pub fn direct_dsn(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.pg.port()
-        )
+        self.dsn_at(self.pg.port())
     }
 
     /// libpq connection string through the proxy.
     pub fn proxy_dsn(&self) -> String {
+        self.dsn_at(self.proxy_port())
+    }
+
+    /// libpq connection string to the test's database through `port` (the
+    /// server's, or a proxy's).
+    pub fn dsn_at(&self, port: u16) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.proxy_port()
+            "host=127.0.0.1 port={port} user=postgres dbname={}",
+            self.db
         )
     }
 
@@ -141,7 +306,7 @@ impl Env {
                 "-U",
                 "postgres",
                 "-d",
-                "postgres",
+                &self.db,
             ])
             .args(args)
             .env("PGCONNECT_TIMEOUT", "10")
@@ -170,6 +335,21 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.proxy().stats().total()
+    }
+
+    /// Waits (up to 5 s) until the proxy keeps `n` upstream connections
+    /// for reuse.
+    pub async fn wait_kept(&self, n: usize) {
+        for _ in 0..250 {
+            if self.proxy().kept_upstreams() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "expected {n} kept connections, found {}",
+            self.proxy().kept_upstreams()
+        );
     }
 
     /// Stops the proxy, waiting at most `grace` for sessions.
@@ -201,6 +381,46 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
         let _ = conn.await;
     });
     client
+}
+
+/// Waits (up to 30 s) until backend `pid` runs a pg_sleep, as `watcher`, a
+/// session of the same server, sees.
+pub async fn wait_sleeping(watcher: &tokio_postgres::Client, pid: i32) {
+    let sql = "select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'";
+    for _ in 0..1200 {
+        let n: i64 = watcher.query_one(sql, &[&pid]).await.expect("watch").get(0);
+        if n == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("pg_sleep never started on backend {pid}");
+}
+
+/// Runs `select pg_sleep(30)` on `client` and, once the server runs it
+/// (else there is nothing to cancel), cancels it with the client's own
+/// key: the SQLSTATE the query then fails with, in time.
+pub async fn cancel_a_sleep(
+    client: tokio_postgres::Client,
+    watcher: &tokio_postgres::Client,
+) -> Option<tokio_postgres::error::SqlState> {
+    let pid: i32 = client
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .expect("backend pid")
+        .get(0);
+    let token = client.cancel_token();
+    let sleeper = tokio::spawn(async move { client.simple_query("select pg_sleep(30)").await });
+    wait_sleeping(watcher, pid).await;
+    token
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("cancel request");
+    let ended = tokio::time::timeout(Duration::from_secs(15), sleeper)
+        .await
+        .expect("cancelled in time")
+        .expect("query task");
+    ended.expect_err("the sleep was cancelled").code().cloned()
 }
 
 /// Python 3 with psycopg 3, or `None` (callers print a skip line).
@@ -235,6 +455,73 @@ pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Python script from `tests/py/` run many times in one process
+/// (`tests/py/serve.py`): Python and the clients it imports load once, which
+/// on a small machine costs more than a run itself. Each run gets its own
+/// arguments and answers what it printed, as [`run_py`].
+pub struct PyRunner {
+    script: String,
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: std::fs::File,
+}
+
+impl PyRunner {
+    pub fn start(py: &Path, script: &str) -> Self {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("py")
+            .join("serve.py");
+        // A file, not a pipe: nothing has to drain it while jobs run.
+        let stderr = tempfile::tempfile().expect("stderr file");
+        let mut child = tokio::process::Command::new(py)
+            .arg(&path)
+            .arg(script)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr.try_clone().expect("stderr file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run python");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        use tokio::io::AsyncBufReadExt;
+        Self {
+            script: script.to_owned(),
+            child,
+            stdin,
+            stdout: tokio::io::BufReader::new(stdout).lines(),
+            stderr,
+        }
+    }
+
+    /// The script's file name in `tests/py/`.
+    pub fn script(&self) -> &str {
+        &self.script
+    }
+
+    /// Runs the script with `args`; what it printed. Panics with its
+    /// stderr when it fails.
+    pub async fn run(&mut self, args: &[&str]) -> String {
+        use std::io::{Read, Seek};
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{}\n", args.join("\t"));
+        let sent = self.stdin.write_all(line.as_bytes()).await;
+        let answer = match sent {
+            Ok(()) => self.stdout.next_line().await.ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some(printed) = answer.and_then(|a| serde_json::from_str(&a).ok()) {
+            return printed;
+        }
+        let status = self.child.wait().await;
+        let mut err = String::new();
+        let _ = self.stderr.rewind();
+        let _ = self.stderr.read_to_string(&mut err);
+        panic!("{} {args:?} failed ({status:?}):\n{err}", self.script);
+    }
 }
 
 /// Writes a self-signed certificate for `localhost` and its key into `dir`,

@@ -266,6 +266,11 @@ impl Script {
         self.parse("", sql).bind("", "", &[]).execute("", 0)
     }
 
+    /// Each of `sqls` as a simple Query, waiting for its answer.
+    pub fn queries(self, sqls: &[&str]) -> Self {
+        sqls.iter().fold(self, |s, q| s.query(q).wait())
+    }
+
     /// `Parse Bind Describe Execute` of `sql`, as psycopg sends a read.
     pub fn read(self, sql: &str) -> Self {
         self.parse("", sql)
@@ -620,4 +625,75 @@ fn queue(raw: &mut Raw, fe: &Fe) {
         Fe::CopyDone => raw.copy_done(),
         Fe::CopyFail(why) => raw.copy_fail(why),
     };
+}
+
+/// What every run of a [`Sides`] starts from: rows 1 to 5 of `t`.
+pub const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
+/// What every run of a [`Sides`] must leave alike: the rows of `t`.
+pub const CHECK: &str = "select id, v from t order by id";
+
+/// A proxy of a [`Sides`] besides the one with the defaults: its target's
+/// name, and what it sets.
+pub type OtherProxy = (&'static str, fn(&mut onetrip::Config));
+
+/// A table `t(id int primary key, v int)` in a database of the test's own
+/// on the binary's shared server, and onetrip in front of it with its
+/// defaults and with other settings: the targets a script runs on side by
+/// side, PostgreSQL first.
+pub struct Sides {
+    pub env: crate::Env,
+    /// The other proxies, by target name.
+    others: Vec<(&'static str, onetrip::Proxy)>,
+}
+
+impl Sides {
+    /// `others` names each further proxy and makes its settings.
+    pub async fn start(others: &[OtherProxy]) -> Self {
+        let env = crate::Env::shared(|_| {}).await;
+        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
+        let mut proxies = Vec::new();
+        for (name, tweak) in others {
+            proxies.push((*name, env.start_proxy(tweak).await));
+        }
+        Self {
+            env,
+            others: proxies,
+        }
+    }
+
+    /// The proxy `name` of those `start` was given.
+    pub fn proxy(&self, name: &str) -> &onetrip::Proxy {
+        let found = self.others.iter().find(|(n, _)| *n == name);
+        &found.unwrap_or_else(|| panic!("no proxy {name}")).1
+    }
+
+    /// PostgreSQL, onetrip with its defaults, then the others in order.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut targets = vec![
+            Target::new("PostgreSQL", self.env.pg.port()),
+            Target::new("onetrip", self.env.proxy_port()),
+        ];
+        for (name, proxy) in &self.others {
+            targets.push(Target::new(name, proxy.local_addr().port()));
+        }
+        targets
+    }
+
+    /// The test's database, [`RESET`] before each run and [`CHECK`] after.
+    pub fn setup(&self) -> Setup {
+        Setup {
+            params: vec![("database".into(), self.env.db.clone())],
+            reset: RESET.into(),
+            check: CHECK.into(),
+        }
+    }
+
+    /// Requires `script` to give the same transcript everywhere, and
+    /// returns it as text.
+    pub async fn same(&self, script: Script) -> String {
+        match compare(&self.targets(), &self.setup(), &script).await {
+            Ok(t) => t.to_string(),
+            Err(m) => panic!("{m}"),
+        }
+    }
 }

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use onetrip_tests::{Env, PgOptions, connect, raw};
+use onetrip_tests::{Env, PgOptions, cancel_a_sleep, connect, raw, wait_sleeping};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use tokio_postgres::{Client, error::SqlState};
+use tokio_postgres::error::SqlState;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -47,51 +47,12 @@ async fn send_cancel(port: u16, (pid, secret): &(i32, Vec<u8>)) {
     let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut sink)).await;
 }
 
-async fn backend_pid(c: &Client) -> i32 {
-    c.query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0)
-}
-
-/// Waits until backend `pid` runs a pg_sleep.
-async fn wait_sleeping(watcher: &Client, pid: i32) {
-    let sql = "select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'";
-    for _ in 0..400 {
-        let n: i64 = watcher.query_one(sql, &[&pid]).await.unwrap().get(0);
-        if n == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("pg_sleep never started on backend {pid}");
-}
-
-async fn wait_kept(env: &Env, n: usize) {
-    for _ in 0..250 {
-        if env.proxy().kept_upstreams() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("expected {n} kept connections");
-}
-
 /// A client's own cancel key cancels its running query.
 async fn own_cancel_works(env: &Env) {
     let watcher = connect(&env.direct_dsn()).await;
     let c = connect(&env.proxy_dsn()).await;
-    let pid = backend_pid(&c).await;
-    let token = c.cancel_token();
-    let sleeper = tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await });
-    wait_sleeping(&watcher, pid).await;
-    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
-    let err = tokio::time::timeout(WAIT, sleeper)
-        .await
-        .expect("cancelled in time")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
+    let code = cancel_a_sleep(c, &watcher).await;
+    assert_eq!(code, Some(SqlState::QUERY_CANCELED));
 }
 
 /// The attack of a kept connection: a client connects, notes its key and
@@ -108,7 +69,7 @@ async fn a_departed_clients_key_cancels_nothing_on_its_kept_backend() {
     while raw::read_message(&mut a, WAIT).await.expect("answer").0 != b'Z' {}
     a.write_all(&raw::message(b'X', &[])).await.unwrap();
     drop(a);
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
 
     let (mut b, key_b) = connect_with_key(port).await;
     assert_eq!(key_b.0, key_a.0, "the same backend, its pid in both keys");

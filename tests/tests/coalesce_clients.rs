@@ -3,26 +3,28 @@
 //! results; the proxy's counters show the upstream round trips saved.
 
 use onetrip::stats::Snapshot;
-use onetrip_tests::{Env, python_with_psycopg, run_py, skip};
+use onetrip_tests::{Env, PyRunner, python_with_psycopg, skip};
 
-/// Runs `script args` direct and through the proxy, asserts equal output,
-/// and returns the proxy's counter deltas for the proxied run.
-async fn both(env: &Env, py: &std::path::Path, script: &str, args: &[&str]) -> Snapshot {
-    let py = py.to_path_buf();
-    let run = |dsn: String| {
-        let (py, script) = (py.clone(), script.to_owned());
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            let mut all = vec![dsn.as_str()];
-            all.extend(args.iter().map(String::as_str));
-            run_py(&py, &script, &all)
-        })
+/// Runs the script of `py` with `args` direct and through the proxy,
+/// asserts equal output, and returns the proxy's counter deltas for the
+/// proxied run.
+async fn both(env: &Env, py: &mut PyRunner, args: &[&str]) -> Snapshot {
+    let with = |dsn: String| {
+        let mut all = vec![dsn];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all
     };
-    let direct = run(env.direct_dsn()).await.expect("direct run");
+    let direct = with(env.direct_dsn());
+    let direct = py
+        .run(&direct.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
     let before = env.proxy().stats().total();
-    let proxied = run(env.proxy_dsn()).await.expect("proxied run");
+    let proxied = with(env.proxy_dsn());
+    let proxied = py
+        .run(&proxied.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
     let after = env.settle(0).await;
-    assert_eq!(direct, proxied, "{script} {args:?}: direct vs proxy");
+    assert_eq!(direct, proxied, "{} {args:?}: direct vs proxy", py.script());
     delta(&after, &before)
 }
 
@@ -51,15 +53,16 @@ fn psycopg() -> Option<std::path::PathBuf> {
 async fn psycopg_pipeline_scenarios() {
     let Some(py) = psycopg() else { return };
     let env = Env::start().await;
+    let py = &mut PyRunner::start(&py, "co_psycopg.py");
     // Setup (3 simple queries) and the closing status read are not batches.
     let setup = 3;
-    let d = both(&env, &py, "co_psycopg.py", &["lone"]).await;
+    let d = both(&env, py, &["lone"]).await;
     assert_eq!(
         (d.client_round_trips - setup, d.upstream_round_trips - setup),
         (2, 1),
         "lone read: {d:?}"
     );
-    let d = both(&env, &py, "co_psycopg.py", &["many"]).await;
+    let d = both(&env, py, &["many"]).await;
     assert_eq!(
         (d.client_round_trips - setup, d.upstream_round_trips - setup),
         (400, 200),
@@ -79,7 +82,7 @@ async fn psycopg_pipeline_scenarios() {
         // runs, one of which must coalesce.
         let mut runs = Vec::new();
         for _ in 0..3 {
-            let d = both(&env, &py, "co_psycopg.py", &[s]).await;
+            let d = both(&env, py, &[s]).await;
             let coalesced = d.coalesced_batches >= 1;
             runs.push(d);
             if coalesced {
@@ -91,15 +94,15 @@ async fn psycopg_pipeline_scenarios() {
             "{s} should coalesce: {runs:?}"
         );
     }
-    let d = both(&env, &py, "co_psycopg.py", &["cte_no_rows"]).await;
+    let d = both(&env, py, &["cte_no_rows"]).await;
     assert_eq!((d.probes_passed, d.probes_failed), (1, 0), "{d:?}");
-    let d = both(&env, &py, "co_psycopg.py", &["cte_rows"]).await;
+    let d = both(&env, py, &["cte_rows"]).await;
     assert_eq!(
         d.probes_failed, 1,
         "written rows: probe fails once, then no probe: {d:?}"
     );
     for s in ["write", "set_config", "repeatable_read"] {
-        let d = both(&env, &py, "co_psycopg.py", &[s]).await;
+        let d = both(&env, py, &[s]).await;
         assert_eq!(d.coalesced_batches, 0, "{s} must not coalesce: {d:?}");
     }
 }
@@ -124,13 +127,14 @@ async fn langgraph_store_gets_cost_one_upstream_round_trip() {
         return;
     }
     let env = Env::start().await;
-    run_py(&py, "co_langgraph.py", &[&env.direct_dsn(), "setup"]);
-    let d = both(&env, &py, "co_langgraph.py", &["gets", "200"]).await;
+    let py = &mut PyRunner::start(&py, "co_langgraph.py");
+    py.run(&[&env.direct_dsn(), "setup"]).await;
+    let d = both(&env, py, &["gets", "200"]).await;
     assert_eq!(d.client_round_trips, 400, "{d:?}");
     assert!(d.upstream_round_trips <= 201, "{d:?}");
     assert_eq!(d.probes_passed, 200, "{d:?}");
 
-    let d = both(&env, &py, "co_langgraph.py", &["async", "50"]).await;
+    let d = both(&env, py, &["async", "50"]).await;
     assert_eq!(
         (d.client_round_trips, d.upstream_round_trips),
         (100, 50),
@@ -139,8 +143,8 @@ async fn langgraph_store_gets_cost_one_upstream_round_trip() {
 
     // TTL refreshed on read exactly as direct (the output says so); those
     // gets write, so the probe catches them and they are not coalesced.
-    let d = both(&env, &py, "co_langgraph.py", &["ttl"]).await;
+    let d = both(&env, py, &["ttl"]).await;
     assert!(d.probes_failed >= 1, "{d:?}");
 
-    both(&env, &py, "co_langgraph.py", &["batch", "20"]).await;
+    both(&env, py, &["batch", "20"]).await;
 }

@@ -18,7 +18,7 @@ use onetrip_tests::{
 };
 
 /// Cases run at once, each on a schema of its own.
-const LANES: usize = 4;
+const LANES: usize = 8;
 
 fn setup(lane: usize) -> Setup {
     Setup {

@@ -8,93 +8,54 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, pin_mut};
-use onetrip::{Proxy, config::PoolMode};
+use onetrip::config::PoolMode;
 use onetrip_tests::{
     Env, connect,
-    script::{Script, Setup, Target, compare, token},
+    script::{Script, Sides, token},
     transcript::{Msg, Raw},
 };
 use tokio_postgres::{binary_copy::BinaryCopyInWriter, types::Type};
 
-const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
-const CHECK: &str = "select id, v from t order by id";
+const POOLED: &str = "onetrip pooling";
 
 /// PostgreSQL, onetrip in session mode, and onetrip pooling transactions
 /// with and without lazy reads.
-struct Sides {
-    env: Env,
-    pooled: Proxy,
-    pooled_lazy: Proxy,
+async fn sides() -> Sides {
+    Sides::start(&[
+        (POOLED, |c| pooling(c, 2)),
+        ("onetrip pooling with lazy reads", |c| {
+            pooling(c, 2);
+            c.transactions.lazy_reads = true;
+        }),
+    ])
+    .await
 }
 
-impl Sides {
-    async fn start() -> Self {
-        let env = Env::start().await;
-        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
-        let pooled = env.start_proxy(|c| pooling(c, 2)).await;
-        let pooled_lazy = env
-            .start_proxy(|c| {
-                pooling(c, 2);
-                c.transactions.lazy_reads = true;
-            })
-            .await;
-        Self {
-            env,
-            pooled,
-            pooled_lazy,
-        }
-    }
-
-    fn targets(&self) -> Vec<Target> {
-        vec![
-            Target::new("PostgreSQL", self.env.pg.port()),
-            Target::new("onetrip", self.env.proxy_port()),
-            Target::new("onetrip pooling", self.pooled.local_addr().port()),
-            Target::new(
-                "onetrip pooling with lazy reads",
-                self.pooled_lazy.local_addr().port(),
-            ),
-        ]
-    }
-
-    async fn same(&self, script: Script) -> String {
-        let setup = Setup {
-            params: Vec::new(),
-            reset: RESET.into(),
-            check: CHECK.into(),
-        };
-        match compare(&self.targets(), &setup, &script).await {
-            Ok(t) => t.to_string(),
-            Err(m) => panic!("{m}"),
-        }
-    }
-
-    /// Each of `copies` run on its own, then after a pin, each in
-    /// autocommit and in a transaction block, and followed by statements
-    /// that must get their usual answers. Returns the transcripts.
-    async fn each_way(&self, copies: &[(&str, Script)]) -> Vec<String> {
-        let mut seen = Vec::new();
-        for pin in [None, Some("listen x"), Some("set role postgres")] {
-            for block in [false, true] {
-                for (name, copy) in copies {
-                    let mut s = Script::new();
-                    if let Some(pin) = pin {
-                        s = s.query(pin).wait();
-                    }
-                    if block {
-                        s = s.query("begin").wait();
-                    }
-                    s.steps.extend(copy.steps.iter().cloned());
-                    if block {
-                        s = s.query("commit").wait();
-                    }
-                    let t = self.same(after(s)).await;
-                    seen.push(format!("{name} (pin {pin:?}, block {block}): {t}"));
+/// Each of `copies` run on its own, then after a pin, each in
+/// autocommit and in a transaction block, and followed by statements
+/// that must get their usual answers. Returns the transcripts.
+async fn each_way(sides: &Sides, copies: &[(&str, Script)]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for pin in [None, Some("listen x"), Some("set role postgres")] {
+        for block in [false, true] {
+            for (name, copy) in copies {
+                let mut s = Script::new();
+                if let Some(pin) = pin {
+                    s = s.query(pin).wait();
                 }
+                if block {
+                    s = s.query("begin").wait();
+                }
+                s.steps.extend(copy.steps.iter().cloned());
+                if block {
+                    s = s.query("commit").wait();
+                }
+                let t = sides.same(after(s)).await;
+                seen.push(format!("{name} (pin {pin:?}, block {block}): {t}"));
             }
         }
-        seen
     }
+    seen
 }
 
 fn pooling(c: &mut onetrip::Config, size: usize) {
@@ -150,7 +111,7 @@ fn extended_copy(copy: &str, data: Option<&[u8]>) -> Script {
 /// data: text and binary, a bad row, a duplicate key, CopyFail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_copy_in_with_its_sync_first_answers_as_postgres() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let text = "copy t from stdin";
     let bin = "copy t from stdin (format binary)";
     let rows = binary(&[(6, 60), (7, 70)]);
@@ -171,7 +132,7 @@ async fn extended_copy_in_with_its_sync_first_answers_as_postgres() {
             s.copy_data("6\t60\n").copy_fail("no").sync().wait()
         }),
     ];
-    let seen = s.each_way(&copies).await;
+    let seen = each_way(&s, &copies).await;
     let first = |name: &str| seen.iter().find(|t| t.starts_with(name)).unwrap().clone();
     assert!(first("text ").contains("1 2 G | C ZI |"), "{seen:#?}");
     assert!(
@@ -189,7 +150,7 @@ async fn extended_copy_in_with_its_sync_first_answers_as_postgres() {
 /// Syncs among the data of a COPY that succeeds: all ignored by the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_in_sent_at_once_or_flushed_answers_as_postgres() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let text = "copy t from stdin";
     let at_once = |data: &str| {
         Script::new()
@@ -242,14 +203,14 @@ async fn copy_in_sent_at_once_or_flushed_answers_as_postgres() {
                 .wait(),
         ),
     ];
-    let seen = s.each_way(&copies).await;
+    let seen = each_way(&s, &copies).await;
     assert!(seen[0].contains("1 2 G C ZI |"), "{seen:#?}");
 }
 
 /// COPY FROM STDIN as a simple Query, and COPY TO STDOUT both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simple_copy_in_and_copy_out_answer_as_postgres() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let simple = |data: Option<&str>| {
         let s = Script::new().query("copy t from stdin").wait();
         match data {
@@ -290,7 +251,7 @@ async fn simple_copy_in_and_copy_out_answer_as_postgres() {
                 .wait(),
         ),
     ];
-    let seen = s.each_way(&copies).await;
+    let seen = each_way(&s, &copies).await;
     assert!(seen[0].contains("G | C ZI |"), "{seen:#?}");
 }
 
@@ -402,7 +363,7 @@ async fn a_copy_holds_its_connection_until_it_is_over() {
 /// on a table of its own and on a temporary one (which pins).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokio_postgres_copy_in_through_a_pool_as_direct() {
-    let env = Env::start_with(Default::default(), |c| pooling(c, 2)).await;
+    let env = Env::shared(|c| pooling(c, 2)).await;
     let mut seen = Vec::new();
     for (i, dsn) in [env.direct_dsn(), env.proxy_dsn()].iter().enumerate() {
         for temp in [false, true] {
@@ -502,9 +463,9 @@ async fn rows(c: &tokio_postgres::Client, table: &str) -> String {
 /// unsure of whose the next answers are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_copy_with_a_sync_among_its_data_ends_the_session() {
-    let s = Sides::start().await;
-    for port in [s.env.proxy_port(), s.pooled.local_addr().port()] {
-        let mut raw = Raw::connect(port, &[]).await;
+    let s = sides().await;
+    for port in [s.env.proxy_port(), s.proxy(POOLED).local_addr().port()] {
+        let mut raw = Raw::connect(port, &[("database", s.env.db.as_str())]).await;
         raw.parse("", "copy t from stdin").bind("", "", &[]);
         raw.execute("", 0).sync();
         assert_eq!(answer(&mut raw, 'G').await, ["1", "2", "G"]);

@@ -4,7 +4,7 @@ use onetrip_tests::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dash_c_matches_direct() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let sql = "select g, repeat('ab', g), g::float8 / 3 from generate_series(1, 50) g";
     let direct = env.psql_ok(false, &["-A", "-c", sql]);
     let proxied = env.psql_ok(true, &["-A", "-c", sql]);
@@ -19,7 +19,7 @@ async fn dash_c_matches_direct() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dash_f_runs_a_multi_statement_script() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let dir = tempfile::tempdir().unwrap();
     let mut outputs = Vec::new();
     for (i, via) in [false, true].into_iter().enumerate() {
@@ -55,7 +55,7 @@ async fn dash_f_runs_a_multi_statement_script() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backslash_copy_both_ways() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.csv");
     let mut csv = String::new();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use onetrip_tests::{Env, PgOptions, connect, process::ProxyProcess, raw};
+use onetrip_tests::{Env, PgOptions, cancel_a_sleep, connect, process::ProxyProcess, raw};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 use tokio_postgres::{Client, error::SqlState};
 
@@ -13,20 +13,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn reuse_on(c: &mut onetrip::Config) {
     c.upstream.reuse = true;
-}
-
-/// Waits (up to 5 s) until the proxy keeps `n` connections.
-async fn wait_kept(env: &Env, n: usize) {
-    for _ in 0..250 {
-        if env.proxy().kept_upstreams() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!(
-        "expected {n} kept connections, found {}",
-        env.proxy().kept_upstreams()
-    );
 }
 
 /// Waits until every session has closed, then returns how many upstream
@@ -146,7 +132,7 @@ async fn a_kept_connection_is_reset_and_greets_like_a_new_one() {
         "application_name and DateStyle reported"
     );
     terminate(a).await;
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
 
     let (mut b, proxied) = greet(env.proxy_port()).await;
     let (mut d, direct) = greet(env.pg.port()).await;
@@ -249,7 +235,7 @@ async fn a_kept_connection_that_died_is_not_handed_out() {
     let (mut a, _) = greet(env.proxy_port()).await;
     let pid_a = query(&mut a, STATE).await.0[0][0].clone().unwrap();
     terminate(a).await;
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
     let direct = connect(&env.dsn(false)).await;
     direct
         .execute(&format!("select pg_terminate_backend({pid_a})"), &[])
@@ -280,13 +266,13 @@ async fn kept_connections_expire_and_close_at_shutdown() {
                   where backend_type = 'client backend' and pid <> pg_backend_pid()";
     let (s, _) = greet(env.proxy_port()).await;
     terminate(s).await;
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
     assert_eq!(
         count_until(&direct, others, 1).await,
         1,
         "the kept backend is alive"
     );
-    wait_kept(&env, 0).await;
+    env.wait_kept(0).await;
     assert_eq!(
         count_until(&direct, others, 0).await,
         0,
@@ -295,7 +281,7 @@ async fn kept_connections_expire_and_close_at_shutdown() {
 
     let (s, _) = greet(env.proxy_port()).await;
     terminate(s).await;
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
     env.stop_proxy(Duration::from_secs(5)).await;
     assert_eq!(
         count_until(&direct, others, 0).await,
@@ -310,19 +296,12 @@ async fn cancel_reaches_a_reused_backend() {
     let a = connect(&env.proxy_dsn()).await;
     let pid_a = backend_pid(&a).await;
     drop(a);
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
     let b = connect(&env.proxy_dsn()).await;
     assert_eq!(backend_pid(&b).await, pid_a, "reused");
-    let token = b.cancel_token();
-    let sleeper = tokio::spawn(async move { b.simple_query("select pg_sleep(30)").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
-    let err = tokio::time::timeout(WAIT, sleeper)
-        .await
-        .expect("cancelled in time")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
+    let watcher = connect(&env.direct_dsn()).await;
+    let code = cancel_a_sleep(b, &watcher).await;
+    assert_eq!(code, Some(SqlState::QUERY_CANCELED));
 }
 
 /// The binary's sessions run on several worker threads: a kept connection
@@ -396,7 +375,7 @@ async fn kept_connections_are_shown_to_operators() {
     let a = connect(&env.proxy_dsn()).await;
     let pid_a = backend_pid(&a).await;
     drop(a);
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
 
     let admin = connect(&format!(
         "host=127.0.0.1 port={} user=postgres dbname=onetrip",
@@ -446,7 +425,7 @@ async fn a_client_leaving_a_held_begin_leaves_a_clean_connection() {
     let pid = query(&mut a, "select pg_backend_pid()").await.0[0][0].clone();
     query(&mut a, "begin").await;
     terminate(a).await;
-    wait_kept(&env, 1).await;
+    env.wait_kept(1).await;
     let (mut b, _) = greet(env.proxy_port()).await;
     assert_eq!(query(&mut b, "select pg_backend_pid()").await.0[0][0], pid);
     // Outside a transaction block, a SAVEPOINT is refused.

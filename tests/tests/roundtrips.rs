@@ -2,7 +2,7 @@
 //! against a real PostgreSQL.
 
 use onetrip::stats::{SessionInfo, Snapshot};
-use onetrip_tests::{Env, PgOptions, connect, python_with_psycopg, run_py, skip};
+use onetrip_tests::{Env, connect, python_with_psycopg, run_py, skip};
 
 /// The one live session (the test's own client).
 fn only_session(env: &Env) -> std::sync::Arc<SessionInfo> {
@@ -17,7 +17,7 @@ fn rts(s: &Snapshot) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_select_1_is_one_round_trip_after_handshake() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     env.psql_ok(true, &["-c", "select 1"]);
     let t = env.settle(0).await;
     assert_eq!(rts(&t), (1, 1), "{t:?}");
@@ -29,7 +29,7 @@ async fn psql_select_1_is_one_round_trip_after_handshake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokio_postgres_unprepared_query_is_prepare_then_execute() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let c = connect(&env.proxy_dsn()).await;
     let s = only_session(&env);
     let before = s.counters.snapshot();
@@ -54,7 +54,7 @@ async fn tokio_postgres_unprepared_query_is_prepare_then_execute() {
 async fn copy_from_stdin_is_query_then_copy_done() {
     use bytes::Bytes;
     use futures_util::SinkExt;
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let c = connect(&env.proxy_dsn()).await;
     c.simple_query("create table rt_copy (a int, b text)")
         .await
@@ -124,7 +124,7 @@ async fn psycopg_pipeline_read_fetched_inside_costs_two() {
         return skip("psycopg not installed");
     };
     // Without coalescing, so the upstream pays the same two round trips.
-    let env = Env::start_with(PgOptions::default(), |cfg| cfg.coalesce.single_read = false).await;
+    let env = Env::shared(|cfg| cfg.coalesce.single_read = false).await;
     let rows = run_py(&py, "rt_pipeline.py", &["reads", &env.proxy_dsn(), "10"]);
     assert_eq!(rows.trim(), "10");
     let t = env.settle(0).await;
@@ -133,7 +133,7 @@ async fn psycopg_pipeline_read_fetched_inside_costs_two() {
     assert_eq!(t.coalesced_batches, 0);
 
     // Coalescing may save upstream round trips; the client's stay two.
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     run_py(&py, "rt_pipeline.py", &["reads", &env.proxy_dsn(), "10"]);
     let t = env.settle(0).await;
     assert_eq!(t.client_round_trips, 20, "{t:?}");
@@ -145,7 +145,7 @@ async fn psycopg_pipeline_of_ten_with_one_sync_costs_one() {
     let Some(py) = python_with_psycopg() else {
         return skip("psycopg not installed");
     };
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let rows = run_py(&py, "rt_pipeline.py", &["batch", &env.proxy_dsn(), "10"]);
     assert_eq!(rows.trim(), "10");
     let t = env.settle(0).await;
@@ -160,7 +160,7 @@ async fn psycopg_pipeline_of_ten_with_one_sync_costs_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_zeroes_live_and_closed_counts() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let out = env.psql(true, &["-c", "select 1"]);
     assert!(out.status.success());
     env.settle(0).await;

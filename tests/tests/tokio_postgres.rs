@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
-use onetrip_tests::{Env, connect, connect_raw, simple_rows};
+use onetrip_tests::{Env, cancel_a_sleep, connect, connect_raw, simple_rows};
 use tokio_postgres::{AsyncMessage, error::SqlState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_prepared_statements_and_transactions_match_direct() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let mut seen = Vec::new();
     for (i, via) in [false, true].into_iter().enumerate() {
         let c = connect(&env.dsn(via)).await;
@@ -87,7 +87,7 @@ async fn queries_prepared_statements_and_transactions_match_direct() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_in_the_middle_of_a_pipeline_fails_only_its_query() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let mut seen = Vec::new();
     for via in [false, true] {
         let c = connect(&env.dsn(via)).await;
@@ -127,7 +127,7 @@ async fn error_in_the_middle_of_a_pipeline_fails_only_its_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_thousand_rows_match_direct() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let sql = "select g, md5(g::text), case when g % 7 = 0 then null else g * 1.5 end::float8 \
                from generate_series(1, 100000) g";
     let mut seen = Vec::new();
@@ -162,7 +162,7 @@ fn copy_data() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_in_and_out_of_10_mb_is_byte_identical() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let data = copy_data();
     let direct = connect(&env.dsn(false)).await;
     let proxied = connect(&env.dsn(true)).await;
@@ -199,7 +199,7 @@ async fn copy_in_and_out_of_10_mb_is_byte_identical() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_reaches_an_idle_listener() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let sender = connect(&env.dsn(false)).await;
     let mut seen = Vec::new();
     for via in [false, true] {
@@ -241,39 +241,12 @@ async fn notify_reaches_an_idle_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_token_cancels_pg_sleep() {
-    let env = Env::start().await;
+    let env = Env::shared(|_| {}).await;
     let watcher = connect(&env.dsn(false)).await;
     let mut seen = Vec::new();
     for via in [false, true] {
         let c = connect(&env.dsn(via)).await;
-        let token = c.cancel_token();
-        let pid: i32 = c
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let sleeper =
-            tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
-        // Cancel only once the server runs the sleep, else there is nothing to cancel.
-        let mut running = false;
-        for _ in 0..1200 {
-            let r = watcher
-                .query_one("select count(*) from pg_stat_activity where pid = $1 and wait_event = 'PgSleep'", &[&pid])
-                .await
-                .unwrap();
-            if r.get::<_, i64>(0) == 1 {
-                running = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        assert!(running, "pg_sleep never started");
-        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(15), sleeper)
-            .await
-            .expect("cancelled in time")
-            .unwrap();
-        seen.push(r.unwrap_err().code().cloned());
+        seen.push(cancel_a_sleep(c, &watcher).await);
     }
     assert_eq!(seen[0], seen[1]);
     assert_eq!(seen[1], Some(SqlState::QUERY_CANCELED));

@@ -2,94 +2,42 @@
 //! for message, against PostgreSQL itself, through onetrip with its
 //! defaults (BEGIN deferred), with `lazy_reads`, and with neither.
 
-use onetrip::Proxy;
+use onetrip::config::PoolMode;
 use onetrip_tests::{
-    Env, connect,
-    script::{Script, Setup, Target, compare},
+    connect,
+    script::{RESET, Script, Sides},
     simple_rows,
 };
 
-const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
-const CHECK: &str = "select id, v from t order by id";
+const LAZY: &str = "onetrip with lazy reads";
 
-struct Sides {
-    env: Env,
-    lazy: Proxy,
-    plain: Proxy,
-    pooled: Proxy,
-    pooled_lazy: Proxy,
-}
-
-impl Sides {
-    async fn start() -> Self {
-        let env = Env::start().await;
-        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
-        let lazy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
-        let plain = env
-            .start_proxy(|c| {
-                c.transactions.defer_begin = false;
-                c.coalesce.single_read = false;
-            })
-            .await;
+/// PostgreSQL, onetrip with its defaults, with lazy reads, deferring
+/// nothing, pooling, and pooling with lazy reads.
+async fn sides() -> Sides {
+    Sides::start(&[
+        (LAZY, |c| c.transactions.lazy_reads = true),
+        ("onetrip deferring nothing", |c| {
+            c.transactions.defer_begin = false;
+            c.coalesce.single_read = false;
+        }),
         // Between two transactions a pooled session has no connection: a
         // BEGIN is held and answered with none.
-        let pooled = env
-            .start_proxy(|c| {
-                c.pool.mode = onetrip::config::PoolMode::Transaction;
-                c.pool.pool_size = 2;
-            })
-            .await;
-        let pooled_lazy = env
-            .start_proxy(|c| {
-                c.pool.mode = onetrip::config::PoolMode::Transaction;
-                c.pool.pool_size = 2;
-                c.transactions.lazy_reads = true;
-            })
-            .await;
-        Self {
-            env,
-            lazy,
-            plain,
-            pooled,
-            pooled_lazy,
-        }
-    }
-
-    fn targets(&self) -> Vec<Target> {
-        vec![
-            Target::new("PostgreSQL", self.env.pg.port()),
-            Target::new("onetrip", self.env.proxy_port()),
-            Target::new("onetrip with lazy reads", self.lazy.local_addr().port()),
-            Target::new("onetrip deferring nothing", self.plain.local_addr().port()),
-            Target::new("onetrip pooling", self.pooled.local_addr().port()),
-            Target::new(
-                "onetrip pooling with lazy reads",
-                self.pooled_lazy.local_addr().port(),
-            ),
-        ]
-    }
-
-    async fn same(&self, script: Script) -> String {
-        let setup = Setup {
-            params: Vec::new(),
-            reset: RESET.into(),
-            check: CHECK.into(),
-        };
-        match compare(&self.targets(), &setup, &script).await {
-            Ok(t) => t.to_string(),
-            Err(m) => panic!("{m}"),
-        }
-    }
-}
-
-/// Each statement as a simple Query, waiting for its answer.
-fn queries(sqls: &[&str]) -> Script {
-    sqls.iter().fold(Script::new(), |s, q| s.query(q).wait())
+        ("onetrip pooling", |c| {
+            c.pool.mode = PoolMode::Transaction;
+            c.pool.pool_size = 2;
+        }),
+        ("onetrip pooling with lazy reads", |c| {
+            c.pool.mode = PoolMode::Transaction;
+            c.pool.pool_size = 2;
+            c.transactions.lazy_reads = true;
+        }),
+    ])
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simple_transactions_answer_as_postgres() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let cases: &[&[&str]] = &[
         &["begin", "select v from t where id = 2", "commit"],
         &["begin", "rollback"],
@@ -151,13 +99,13 @@ async fn simple_transactions_answer_as_postgres() {
         &["rollback"],
     ];
     for case in cases {
-        s.same(queries(case)).await;
+        s.same(Script::new().queries(case)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_and_extended_transactions_answer_as_postgres() {
-    let s = Sides::start().await;
+    let s = sides().await;
     // BEGIN sent with its statement: nothing to defer, nothing changes.
     s.same(
         Script::new()
@@ -318,13 +266,10 @@ async fn pipelined_and_extended_transactions_answer_as_postgres() {
 /// A client that leaves with its transaction held leaves nothing behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_a_held_transaction_commits_nothing() {
-    let s = Sides::start().await;
+    let s = sides().await;
     for dsn in [
         s.env.proxy_dsn(),
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            s.lazy.local_addr().port()
-        ),
+        s.env.dsn_at(s.proxy(LAZY).local_addr().port()),
     ] {
         let c = connect(&dsn).await;
         c.batch_execute("begin").await.unwrap();
@@ -368,30 +313,27 @@ async fn admin_column(port: u16, command: &str, database: &str, column: &str) ->
 /// round trips saved counted by what saved them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_transactions_and_savings_are_shown() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let port = s.env.proxy_port();
     let c = connect(&s.env.proxy_dsn()).await;
     c.batch_execute("begin").await.unwrap();
-    let state = admin_column(port, "SHOW CLIENTS", "postgres", "state").await;
+    let state = admin_column(port, "SHOW CLIENTS", &s.env.db, "state").await;
     assert_eq!(state, ["idle in transaction (not sent)"]);
     c.batch_execute("select 1").await.unwrap();
-    let state = admin_column(port, "SHOW CLIENTS", "postgres", "state").await;
+    let state = admin_column(port, "SHOW CLIENTS", &s.env.db, "state").await;
     assert_eq!(state, ["idle in transaction"]);
     c.batch_execute("commit").await.unwrap();
-    let stat = |col| admin_column(port, "SHOW STATS", "postgres", col);
+    let stat = |col| admin_column(port, "SHOW STATS", &s.env.db, col);
     assert_eq!(stat("deferred_begins").await, ["1"]);
     assert_eq!(stat("local_ends").await, ["0"]);
 
     // With lazy reads, the read runs alone and the COMMIT is answered here.
-    let lazy_port = s.lazy.local_addr().port();
-    let c = connect(&format!(
-        "host=127.0.0.1 port={lazy_port} user=postgres dbname=postgres"
-    ))
-    .await;
+    let lazy = s.proxy(LAZY);
+    let c = connect(&s.env.dsn_at(lazy.local_addr().port())).await;
     c.batch_execute("begin").await.unwrap();
     c.batch_execute("select 1").await.unwrap();
     c.batch_execute("commit").await.unwrap();
-    let t = s.lazy.stats().total();
+    let t = lazy.stats().total();
     assert_eq!(
         t.saved_by_kind(),
         [
@@ -410,7 +352,7 @@ async fn held_transactions_and_savings_are_shown() {
 /// transaction, as direct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_copy_with_a_held_begin() {
-    let s = Sides::start().await;
+    let s = sides().await;
     for dsn in [s.env.direct_dsn(), s.env.proxy_dsn()] {
         s.env.psql_ok(false, &["-c", RESET]);
         let c = connect(&dsn).await;
@@ -440,7 +382,7 @@ async fn cancel_and_copy_with_a_held_begin() {
 /// come goes to the server as it is, held BEGIN first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_without_its_end_is_not_kept_waiting() {
-    let s = Sides::start().await;
+    let s = sides().await;
     s.same(
         Script::new()
             .query("begin")
@@ -489,13 +431,13 @@ async fn a_group_without_its_end_is_not_kept_waiting() {
 /// parameters is seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lazy_reads_keep_the_transactions_modes() {
-    let s = Sides::start().await;
+    let s = sides().await;
     for begin in [
         "begin read only",
         "begin isolation level read uncommitted",
         "begin isolation level read committed, read write",
     ] {
-        s.same(queries(&[
+        s.same(Script::new().queries(&[
             begin,
             "select current_setting('transaction_isolation'), current_setting('transaction_read_only')",
             "commit",

@@ -2,57 +2,21 @@
 //! with coalescing on and off: the same answers, in the same order, at the
 //! same points, and the same tables afterwards.
 
-use onetrip::Proxy;
-use onetrip_tests::{
-    Env,
-    script::{Script, Setup, Target, compare},
-};
-
-const RESET: &str = "truncate t; insert into t select g, g * 10 from generate_series(1, 5) g";
-const CHECK: &str = "select id, v from t order by id";
+use onetrip_tests::script::{Script, Sides, Target, compare};
 
 /// PostgreSQL, onetrip with its defaults and onetrip without coalescing.
-struct Sides {
-    env: Env,
-    plain: Proxy,
-}
-
-impl Sides {
-    async fn start() -> Self {
-        let env = Env::start().await;
-        env.psql_ok(false, &["-c", "create table t(id int primary key, v int)"]);
-        let plain = env.start_proxy(|c| c.coalesce.single_read = false).await;
-        Self { env, plain }
-    }
-
-    fn targets(&self) -> Vec<Target> {
-        vec![
-            Target::new("PostgreSQL", self.env.pg.port()),
-            Target::new("onetrip", self.env.proxy_port()),
-            Target::new("onetrip without coalescing", self.plain.local_addr().port()),
-        ]
-    }
-
-    /// Requires `script` to give the same transcript everywhere, and
-    /// returns it as text.
-    async fn same(&self, script: Script) -> String {
-        let setup = Setup {
-            params: Vec::new(),
-            reset: RESET.into(),
-            check: CHECK.into(),
-        };
-        match compare(&self.targets(), &setup, &script).await {
-            Ok(t) => t.to_string(),
-            Err(m) => panic!("{m}"),
-        }
-    }
+async fn sides() -> Sides {
+    Sides::start(&[("onetrip without coalescing", |c| {
+        c.coalesce.single_read = false
+    })])
+    .await
 }
 
 /// A batch behind an unanswered Sync or Query must not take that one's
 /// ReadyForQuery as the answer to its own early Sync.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_behind_unanswered_requests_keeps_their_order() {
-    let s = Sides::start().await;
+    let s = sides().await;
 
     let t = s
         .same(
@@ -119,7 +83,7 @@ async fn a_batch_behind_unanswered_requests_keeps_their_order() {
 /// back: it must not be coalesced as if it were still inside the block.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_behind_an_unanswered_commit_is_not_in_the_block() {
-    let s = Sides::start().await;
+    let s = sides().await;
     s.same(
         Script::new()
             .query("begin")
@@ -140,7 +104,7 @@ async fn a_write_behind_an_unanswered_commit_is_not_in_the_block() {
 /// failed, a DEALLOCATE and a PREPARE in SQL all change what that is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statements_are_the_servers() {
-    let s = Sides::start().await;
+    let s = sides().await;
 
     // A Parse that fails (the name is taken) leaves the old statement, a
     // write; the read it would have been must not be coalesced.
@@ -225,7 +189,7 @@ async fn prepared_statements_are_the_servers() {
 /// never sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_after_a_probed_batch() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let cte = "with u as (update t set v = v where false returning id) select count(*) from u";
     s.same(
         Script::new()
@@ -283,7 +247,7 @@ async fn more_after_a_probed_batch() {
 /// statement it prepared, wherever in the batch, is prepared again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerun_prepares_its_named_statements_again() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let writes = "with u as (update t set v = v + 1 where id = 3 returning id, v) select * from u";
     s.same(
         Script::new()
@@ -318,7 +282,7 @@ async fn a_rerun_prepares_its_named_statements_again() {
 /// early Sync would end the skipping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_coalesced_while_the_server_skips() {
-    let s = Sides::start().await;
+    let s = sides().await;
     s.same(
         Script::new()
             .pbe("select 1")
@@ -342,7 +306,7 @@ async fn nothing_is_coalesced_while_the_server_skips() {
 /// the early Sync's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_reported_where_the_server_reports_them() {
-    let s = Sides::start().await;
+    let s = sides().await;
     s.same(
         Script::new()
             .query("begin")
@@ -363,7 +327,7 @@ async fn settings_are_reported_where_the_server_reports_them() {
 /// memory stays bounded, and the client sees one run's answers, as direct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_past_the_held_bound_are_run_again_not_held() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let small = s
         .env
         .start_proxy(|c| c.coalesce.max_held_bytes = 4096)
@@ -373,11 +337,7 @@ async fn answers_past_the_held_bound_are_run_again_not_held() {
         "onetrip holding 4 KB",
         small.local_addr().port(),
     ));
-    let setup = Setup {
-        params: Vec::new(),
-        reset: RESET.into(),
-        check: CHECK.into(),
-    };
+    let setup = s.setup();
     let big = "with d as (delete from t where false) \
                select g, repeat('x', 100) from generate_series(1, 500) g";
     let writes = "with u as (update t set v = v + 1 where id = 2 returning id) \
@@ -409,10 +369,11 @@ async fn answers_past_the_held_bound_are_run_again_not_held() {
 /// closes, as it does from PostgreSQL itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_goodbye_behind_a_query_waits_for_its_answers() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let mut seen = Vec::new();
     for t in s.targets() {
-        let mut raw = onetrip_tests::transcript::Raw::connect(t.port, &[]).await;
+        let db = [("database", s.env.db.as_str())];
+        let mut raw = onetrip_tests::transcript::Raw::connect(t.port, &db).await;
         raw.query("select pg_sleep(0.2), 1").goodbye().send().await;
         let got = raw.until_closed().await;
         let tokens: Vec<String> = got.iter().map(onetrip_tests::script::token).collect();
@@ -430,7 +391,7 @@ async fn a_goodbye_behind_a_query_waits_for_its_answers() {
 /// never answers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_in_a_block_is_not_coalesced() {
-    let s = Sides::start().await;
+    let s = sides().await;
     let t = s
         .same(
             Script::new()

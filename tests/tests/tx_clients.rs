@@ -5,7 +5,7 @@
 //! costs what it cost before.
 
 use onetrip::Proxy;
-use onetrip_tests::{Env, python_with_psycopg, run_py, skip};
+use onetrip_tests::{Env, PyRunner, python_with_psycopg, skip};
 
 const SETUP: &str = "drop table if exists tx_users; \
     create table tx_users(id int primary key, name text not null, score int not null); \
@@ -23,21 +23,16 @@ fn has_modules(py: &std::path::Path, modules: &str) -> bool {
 }
 
 /// Runs `scenario` with `n` requests against `port`; its output.
-async fn run(py: &std::path::Path, port: u16, scenario: &str, n: usize) -> String {
+async fn run(py: &mut PyRunner, port: u16, scenario: &str, n: usize) -> String {
     let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
-    let (py, scenario) = (py.to_path_buf(), scenario.to_owned());
-    tokio::task::spawn_blocking(move || {
-        run_py(&py, "tx_clients.py", &[&dsn, &scenario, &n.to_string()])
-    })
-    .await
-    .expect("run")
+    py.run(&[&dsn, scenario, &n.to_string()]).await
 }
 
 /// Upstream round trips per request through `proxy`: a run of 101 requests
 /// against a run of 1, so what a run costs apart from its requests
 /// (connecting, reading the table) cancels out. Also checks each run's
 /// output against the same run direct.
-async fn per_request(env: &Env, proxy: &Proxy, py: &std::path::Path, scenario: &str) -> f64 {
+async fn per_request(env: &Env, proxy: &Proxy, py: &mut PyRunner, scenario: &str) -> f64 {
     let mut cost = Vec::new();
     for n in [1, 101] {
         env.psql_ok(false, &["-c", SETUP]);
@@ -68,12 +63,9 @@ async fn short_transactions_cost_fewer_round_trips() {
         return;
     }
     let env = Env::start().await;
+    let py = &mut PyRunner::start(&py, "tx_clients.py");
     // LangGraph's tables, made direct.
-    run_py(
-        &py,
-        "tx_clients.py",
-        &[&env.direct_dsn(), "langgraph_setup", "0"],
-    );
+    run(py, env.pg.port(), "langgraph_setup", 0).await;
     let defaults = env.start_proxy(|_| {}).await;
     let lazy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
     let plain = env
@@ -97,9 +89,9 @@ async fn short_transactions_cost_fewer_round_trips() {
     let mut report = Vec::new();
     for (scenario, none, with_defaults, with_lazy) in bars {
         let got = (
-            per_request(&env, &plain, &py, scenario).await,
-            per_request(&env, &defaults, &py, scenario).await,
-            per_request(&env, &lazy, &py, scenario).await,
+            per_request(&env, &plain, py, scenario).await,
+            per_request(&env, &defaults, py, scenario).await,
+            per_request(&env, &lazy, py, scenario).await,
         );
         report.push(format!("{scenario}: {got:?}"));
         // psycopg prepares a statement run five times: one round trip more
@@ -125,12 +117,13 @@ async fn a_pipeline_after_a_held_begin_gets_its_error_at_once() {
         return;
     };
     let env = Env::start().await;
+    let py = &mut PyRunner::start(&py, "tx_clients.py");
     env.psql_ok(false, &["-c", SETUP]);
     let lazy = env.start_proxy(|c| c.transactions.lazy_reads = true).await;
-    let direct = run(&py, env.pg.port(), "pipeline_error_after_begin", 1).await;
+    let direct = run(py, env.pg.port(), "pipeline_error_after_begin", 1).await;
     assert!(direct.contains("22012"), "{direct}");
     for port in [env.proxy_port(), lazy.local_addr().port()] {
-        let proxied = run(&py, port, "pipeline_error_after_begin", 1).await;
+        let proxied = run(py, port, "pipeline_error_after_begin", 1).await;
         assert_eq!(proxied, direct);
     }
 }
