@@ -122,9 +122,10 @@ fn fast_options(mut opts: PgOptions) -> PgOptions {
 }
 
 /// Where private servers keep their data: in memory (`/dev/shm`) where
-/// that is a directory we may write, as initdb, start-up and every write
-/// are several times quicker there than on a slow disk; else `None`, the
-/// system's temporary directory.
+/// that is a directory we may write with room for the servers a test run
+/// starts at once (`SHM_ROOM`; a container's is often 64 MB), as initdb,
+/// start-up and every write are several times quicker there than on a
+/// slow disk; else `None`, the system's temporary directory.
 pub fn data_parent() -> Option<PathBuf> {
     static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
     PARENT
@@ -134,9 +135,24 @@ pub fn data_parent() -> Option<PathBuf> {
                 .prefix("onetrip-probe-")
                 .tempdir_in(shm)
                 .is_ok();
-            writable.then(|| shm.to_owned())
+            (writable && free_bytes(shm).is_some_and(|b| b >= SHM_ROOM)).then(|| shm.to_owned())
         })
         .clone()
+}
+
+/// Free room `/dev/shm` must have for the test servers to use it: about
+/// 40 MB a server, and a binary's tests start several at once.
+const SHM_ROOM: u64 = 2 << 30;
+
+/// Bytes free to an unprivileged user on the filesystem of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a statvfs is plain integers, for which zero is a value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a statvfs to fill.
+    let ok = unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0;
+    ok.then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// A data directory `initdb` made, which private servers copy instead of
