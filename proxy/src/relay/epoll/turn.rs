@@ -166,29 +166,6 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
         }
     }
-    if !read {
-        give_back_room_if_quiet(proto, b);
-    }
     e.read_since_sweep |= read;
     Ok(read)
-}
-
-/// A session with nothing in flight and nothing buffered either way
-/// gives its read room back, as a pooled one does at a release point: a
-/// client between statements holds none, and the room serves this
-/// thread's next read (two pushes and two pops of the spare list per
-/// transaction). What it keeps of its reads is copied out first.
-fn give_back_room_if_quiet(proto: &mut crate::protocol::Protocol, b: &mut relay::Bufs) {
-    let holds = b.cin.capacity() > 0 || b.uin.capacity() > 0;
-    if holds
-        && b.cin.is_empty()
-        && b.uin.is_empty()
-        && !b.to_client.wants_write()
-        && !b.to_up.wants_write()
-        && proto.quiet()
-    {
-        proto.let_go_of_reads();
-        relay::give_back_room(&mut b.cin);
-        relay::give_back_room(&mut b.uin);
-    }
 }
