@@ -10,10 +10,10 @@
 //! relay here (as `line`'s).
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     task::{Wake, Waker},
     time::{Duration, Instant},
@@ -27,32 +27,31 @@ const EVERY: Duration = Duration::from_secs(1);
 
 struct Sweep {
     timer: Option<deadlines::Key>,
-    due: Arc<Due>,
     waker: Waker,
 }
 
-/// Set when the deadline passes (on this thread).
-#[derive(Default)]
-struct Due(AtomicBool);
+/// Wakes the look: the deadline fires on the worker's own thread, and
+/// `DUE` is that thread's (asked at every turn of the worker's loop, so a
+/// plain flag, not a lock or a shared atomic).
+struct Due;
 
 impl Wake for Due {
     fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Relaxed);
+        let _ = DUE.try_with(|d| d.set(true));
     }
 }
 
 impl Default for Sweep {
     fn default() -> Self {
-        let due = Arc::new(Due::default());
         Sweep {
             timer: None,
-            waker: Waker::from(due.clone()),
-            due,
+            waker: Waker::from(Arc::new(Due)),
         }
     }
 }
 
 thread_local! {
+    static DUE: Cell<bool> = const { Cell::new(false) };
     static SWEEP: RefCell<Sweep> = RefCell::default();
     /// This worker's count for `rooms_held`.
     static HELD_HERE: Arc<AtomicUsize> = {
@@ -90,25 +89,17 @@ pub(super) fn arm() {
 
 /// The look is due.
 pub(super) fn due() -> bool {
-    SWEEP
-        .try_with(|s| s.borrow().due.0.load(Ordering::Relaxed))
-        .unwrap_or(false)
+    DUE.try_with(Cell::get).unwrap_or(false)
 }
 
 /// When due: the quiet sessions give their read room back, every session
 /// is marked unread for the next look, and the look is armed again while
 /// any session relays here. Returns how many gave room back.
 pub(super) fn check() -> usize {
-    let Ok(true) = SWEEP.try_with(|s| {
-        let mut s = s.borrow_mut();
-        let due = s.due.0.swap(false, Ordering::Relaxed);
-        if due {
-            s.timer = None;
-        }
-        due
-    }) else {
+    if !DUE.try_with(|d| d.replace(false)).unwrap_or(false) {
         return 0;
-    };
+    }
+    let _ = SWEEP.try_with(|s| s.borrow_mut().timer = None);
     let (gave, held, live) = TABLE.with(|t| {
         let mut t = t.borrow_mut();
         let (mut gave, mut held) = (0, 0);
