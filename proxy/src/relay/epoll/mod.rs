@@ -86,7 +86,6 @@ fn any() -> bool {
 fn has_pending() -> bool {
     has_mail()
         || line::due()
-        || sweep::due()
         || TABLE
             .try_with(|t| !t.borrow().pending.is_empty())
             .unwrap_or(false)
@@ -150,7 +149,7 @@ pub(crate) fn enter(
         stop: None,
         waiter: None,
         pending: false,
-        read_since_sweep: true,
+        read_at_sweep: u64::MAX,
         wait: None,
         span: span.clone(),
     };
@@ -369,6 +368,8 @@ fn on_event(ev: Event) -> bool {
 /// stopped and its task was woken.
 fn run_pending() -> bool {
     let mut woke = deliver_mail(turns) | check_line();
+    // Its deadline fired just before, in the same turn of the worker's
+    // loop (`deadlines::fire`): nothing else need ask whether it is due.
     sweep::check();
     let Ok(waiting) = TABLE.try_with(|t| std::mem::take(&mut t.borrow_mut().pending)) else {
         return woke;

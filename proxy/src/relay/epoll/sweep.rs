@@ -87,11 +87,6 @@ pub(super) fn arm() {
     });
 }
 
-/// The look is due.
-pub(super) fn due() -> bool {
-    DUE.try_with(Cell::get).unwrap_or(false)
-}
-
 /// When due: the quiet sessions give their read room back, every session
 /// is marked unread for the next look, and the look is armed again while
 /// any session relays here. Returns how many gave room back.
@@ -105,7 +100,10 @@ pub(super) fn check() -> usize {
         let (mut gave, mut held) = (0, 0);
         for slot in t.slots.iter_mut() {
             let Slot::Here(e) = slot else { continue };
-            let read = std::mem::replace(&mut e.read_since_sweep, false);
+            let c = &e.parts.proto.info.counters;
+            let bytes = c.bytes_from_client.load(Ordering::Relaxed)
+                + c.bytes_from_upstream.load(Ordering::Relaxed);
+            let read = std::mem::replace(&mut e.read_at_sweep, bytes) != bytes;
             let b = &mut e.parts.bufs;
             let holds = b.cin.capacity() > 0 || b.uin.capacity() > 0;
             if !holds {

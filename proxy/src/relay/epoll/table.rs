@@ -50,9 +50,10 @@ pub(super) struct Entry {
     pub(super) waiter: Option<Waker>,
     /// Waits for another turn (`TURNS` ran out).
     pub(super) pending: bool,
-    /// It read something since the worker last looked for quiet sessions
-    /// (`sweep`).
-    pub(super) read_since_sweep: bool,
+    /// The bytes it had read either way when the worker last looked for
+    /// quiet sessions (`sweep`): read since, if they differ. Its counters
+    /// already count them, so relaying pays nothing for this.
+    pub(super) read_at_sweep: u64,
     /// A pooled session waits in line for a connection, here.
     pub(super) wait: Option<InLine>,
     pub(super) span: Span,

@@ -166,6 +166,5 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
         }
     }
-    e.read_since_sweep |= read;
     Ok(read)
 }
