@@ -65,11 +65,7 @@ measure() {
             "$PGBOUNCER" "$WORK/pgbouncer.ini" 2>"$WORK/$name.stderr" &
     fi
     # The process that listens (valgrind, not runuser in front of it).
-    for _ in $(seq 300); do
-        proxy_pid=$(ss -ltnpH | grep ":$PX_PORT " | sed -nE 's/.*pid=([0-9]+).*/\1/p' | head -1)
-        [ -n "$proxy_pid" ] && break
-        sleep 0.1
-    done
+    proxy_pid=$(listener_pid "$PX_PORT" 300)
     [ -n "$proxy_pid" ] || { echo "$name did not start under valgrind: see $WORK/$name.stderr" >&2; exit 1; }
     local n=0
     for mode in simple extended connect; do

@@ -63,6 +63,19 @@ start_pg() {
     "${PIN[@]}" "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w start >/dev/null
 }
 
+# listener_pid PORT TRIES: the pid of the process listening on PORT (not a
+# runuser or sh in front of it), waiting up to TRIES tenths of a second;
+# nothing when none listens by then.
+listener_pid() {
+    local pid=""
+    for _ in $(seq "$2"); do
+        pid=$(ss -ltnpH | grep ":$1 " | sed -nE 's/.*pid=([0-9]+).*/\1/p' | head -1)
+        [ -n "$pid" ] && break
+        sleep 0.1
+    done
+    echo "$pid"
+}
+
 stop_pg() {
     [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
 }

@@ -58,11 +58,7 @@ start_proxy() {
         "${AS[@]}" sh -c "ulimit -n \$(ulimit -Hn) && exec $PGBOUNCER -q $WORK/pgbouncer.ini" 2>/dev/null &
         launcher=$!
     fi
-    for _ in $(seq 100); do
-        proxy_pid=$(ss -ltnpH | grep ":$PX_PORT " | sed -nE 's/.*pid=([0-9]+).*/\1/p' | head -1)
-        [ -n "$proxy_pid" ] && break
-        sleep 0.1
-    done
+    proxy_pid=$(listener_pid "$PX_PORT" 100)
     [ -n "$proxy_pid" ] || { echo "$name did not start" >&2; exit 1; }
     for _ in $(seq 100); do
         "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PX_PORT" -d postgres -U postgres && break
