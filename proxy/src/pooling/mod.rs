@@ -218,7 +218,8 @@ const MAX_LEARNED: usize = 256;
 /// start, and a BackendKeyData of one (for its secret's length).
 #[derive(Clone)]
 pub struct Greeting {
-    pub params: Vec<(String, String)>,
+    /// Shared by every client it greets (`Protocol::start_with`).
+    pub params: Arc<[(String, String)]>,
     pub key: Bytes,
 }
 
@@ -423,7 +424,7 @@ impl Pool {
     /// A connection of this pool was opened, as a new one greets.
     pub fn greeted(&self, params: &[(String, String)], key: Option<&Bytes>) {
         let g = key.map(|key| Greeting {
-            params: params.to_vec(),
+            params: params.into(),
             key: key.clone(),
         });
         *self.greeting.lock().unwrap_or_else(|e| e.into_inner()) = g;

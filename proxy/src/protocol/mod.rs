@@ -206,7 +206,7 @@ pub struct Protocol {
     /// The values reported to the client for its startup parameters at
     /// login, and every reported value it has been told since.
     startup_told: Vec<(String, String)>,
-    told: Vec<(String, String)>,
+    told: replay::Told,
     /// Startup settings a RESET took from the connection held now: made
     /// again before the client's next message on it, or on the next one.
     lacking: Vec<String>,
@@ -299,7 +299,7 @@ impl Protocol {
             sets: SessionSets::new(),
             startup: SessionSets::new(),
             startup_told: Vec::new(),
-            told: Vec::new(),
+            told: replay::Told::default(),
             lacking: Vec::new(),
             loads: Residues::default(),
             set_group: None,

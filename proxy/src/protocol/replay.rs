@@ -338,14 +338,10 @@ impl Protocol {
         };
         let value = restored.clone().unwrap_or_else(|| value.to_owned());
         let restored = restored.is_some();
-        match self.told.iter_mut().find(|(n, _)| is(n)) {
-            Some((_, v)) if *v == value && restored => None,
-            Some((_, v)) => {
-                v.clone_from(&value);
-                Some(value)
-            }
-            None => {
-                self.told.push((name.to_owned(), value.clone()));
+        match self.told.get(name) {
+            Some(v) if v == value && restored => None,
+            _ => {
+                self.told.set(name, &value);
                 Some(value)
             }
         }
@@ -367,7 +363,7 @@ impl Protocol {
     pub fn start_with(
         &mut self,
         sets: SessionSets,
-        greeting: &[(String, String)],
+        greeting: Arc<[(String, String)]>,
         startup_told: Vec<(String, String)>,
     ) {
         let names: Vec<String> = sets.iter().map(|(n, _)| n.clone()).collect();
@@ -376,7 +372,7 @@ impl Protocol {
         }
         self.startup = sets.clone();
         self.sets = sets;
-        self.told = greeting.to_vec();
+        self.told = Told::over(greeting, &startup_told);
         self.startup_told = startup_told;
     }
 
@@ -459,6 +455,26 @@ pub fn literal(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client's reported values share its pool's greeting: it holds only
+    /// what differs for it.
+    #[test]
+    fn told_values_share_the_greeting_and_hold_only_their_own() {
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        let greeting: Arc<[(String, String)]> =
+            vec![pair("TimeZone", "UTC"), pair("application_name", "")].into();
+        let own = [pair("application_name", "app"), pair("search_path", "x")];
+        let mut told = Told::over(greeting.clone(), &own);
+        assert_eq!(told.get("timezone"), Some("UTC"));
+        assert_eq!(told.get("application_name"), Some("app"));
+        assert_eq!(told.get("search_path"), None, "not in the greeting");
+        assert_eq!(told.changed.len(), 1);
+        told.set("timezone", "Europe/Paris");
+        told.set("TimeZone", "Asia/Tokyo");
+        assert_eq!(told.get("TimeZone"), Some("Asia/Tokyo"));
+        assert_eq!(told.changed.len(), 2);
+        assert_eq!(Arc::strong_count(&greeting), 2);
+    }
 
     #[test]
     fn only_what_may_be_a_set_is_lexed() {
@@ -573,5 +589,56 @@ mod tests {
         a.apply(&SessionSet::Set("z".into()), "SET z = 1");
         a.apply(&SessionSet::ResetAll, "RESET ALL");
         assert!(a.is_empty());
+    }
+}
+
+/// The values reported to a client: its pool's greeting, shared by every
+/// client the pool greeted, and what differs for this one (its startup
+/// parameters' values, and each change reported since). An idle client
+/// holds only its differences.
+#[derive(Default)]
+pub(super) struct Told {
+    greeting: Arc<[(String, String)]>,
+    changed: Vec<(String, String)>,
+}
+
+impl Told {
+    /// As the greeting told them, with `own` values in place of the
+    /// greeting's where it has them (as `greeting_for` wrote them).
+    fn over(greeting: Arc<[(String, String)]>, own: &[(String, String)]) -> Self {
+        let mut told = Told {
+            greeting,
+            changed: Vec::new(),
+        };
+        for (name, value) in own {
+            if told
+                .greeting
+                .iter()
+                .any(|(g, _)| g.eq_ignore_ascii_case(name))
+            {
+                told.set(name, value);
+            }
+        }
+        told
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        let is = |(n, _): &&(String, String)| n.eq_ignore_ascii_case(name);
+        self.changed
+            .iter()
+            .find(is)
+            .or_else(|| self.greeting.iter().find(is))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn set(&mut self, name: &str, value: &str) {
+        match self
+            .changed
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
+            Some((_, v)) => value.clone_into(v),
+            None => self.changed.push((name.to_owned(), value.to_owned())),
+        }
     }
 }

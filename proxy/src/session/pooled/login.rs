@@ -289,7 +289,7 @@ async fn learn(tcp: &mut Stream, startup: &ClientStartup, max: usize) -> Result<
 /// The greeting a client of `startup` gets: the pool's, with the values
 /// reported for its own parameters in place of the pool's.
 fn greeting_for(g: &Greeting, learned: &Learned, startup: &ClientStartup) -> Vec<(String, String)> {
-    let mut params = g.params.clone();
+    let mut params = g.params.to_vec();
     for (name, value) in learned.values.iter().chain(&startup.known) {
         if let Some((_, v)) = params
             .iter_mut()
@@ -356,7 +356,7 @@ async fn greet_alone(
         .chain(&startup.known)
         .cloned()
         .collect();
-    proto.start_with(startup.sets, &params, startup_told);
+    proto.start_with(startup.sets, greeting.params.clone(), startup_told);
     proto.count_pins_in(pooled.pool.pinned.clone());
     info.pooled
         .store(true, std::sync::atomic::Ordering::Relaxed);
