@@ -436,6 +436,12 @@ impl Stats {
                 self.closed.entry(row).or_default().add(&snap);
             }
         }
+        self.add_statements(statements);
+    }
+
+    /// A session's round trips per statement, merged by fingerprint: at
+    /// its end, or while it is quiet.
+    pub fn add_statements(&self, statements: HashMap<String, StatementCounts>) {
         if statements.is_empty() {
             return;
         }

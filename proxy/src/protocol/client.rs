@@ -456,6 +456,16 @@ impl Protocol {
         self.flight.detach_unnamed(kept);
     }
 
+    /// A session quiet for a while gives back the room of its lists that
+    /// are empty now: it grew them for its traffic, and an idle client
+    /// should hold none. The next traffic grows them again.
+    pub(crate) fn compact(&mut self) {
+        self.flight.compact();
+        if self.out.is_empty() {
+            self.out = Out::default();
+        }
+    }
+
     /// A simple Query's text mostly carries its literals and is seldom the
     /// next one: not worth a copy. A Parse's is made to be sent again: one
     /// copy, the text pointing into it, kept until the client sends

@@ -249,6 +249,19 @@ pub struct Flight {
 }
 
 impl Flight {
+    /// Gives back the room of the lists that are empty (a quiet session's).
+    pub fn compact(&mut self) {
+        if self.items.is_empty() {
+            self.items = VecDeque::new();
+        }
+        if self.done_sets.is_empty() {
+            self.done_sets = Vec::new();
+        }
+        if self.ended_sets.is_empty() {
+            self.ended_sets = Vec::new();
+        }
+    }
+
     /// A message of type `t` went upstream, the client's or (`own`) the
     /// proxy's. False when the server reads it as a COPY's data: ignored
     /// (a Sync), or the COPY's end (any other message), not a message of

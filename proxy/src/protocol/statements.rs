@@ -110,6 +110,19 @@ impl Statements {
         Some(i)
     }
 
+    /// The counts merged by fingerprint, taken from a quiet session so that
+    /// an idle client holds none: `None` when there are none, or too many
+    /// to merge on the worker's thread (those wait for `take`).
+    pub fn take_if_few(&mut self) -> Option<HashMap<String, StatementCounts>> {
+        if self.counts.is_empty() && self.last_query.capacity() == 0 {
+            return None;
+        }
+        if self.counts.len() > MERGE_INLINE {
+            return None;
+        }
+        Some(by_fingerprint(std::mem::take(self).counts))
+    }
+
     /// The counts merged by fingerprint. A session that ran many distinct
     /// texts (literals in simple queries) costs milliseconds here, so that
     /// case runs on the blocking pool, not on the thread other sessions
@@ -150,6 +163,26 @@ mod tests {
         let msg = Bytes::from(text);
         let text = std::str::from_utf8(&msg).unwrap();
         Some(Sql::within(&msg, text, None))
+    }
+
+    /// A quiet session hands its counts over merged and holds none; one
+    /// with too many texts to merge on the worker's thread keeps them.
+    #[test]
+    fn few_counts_are_taken_from_a_quiet_session() {
+        let mut s = Statements::default();
+        assert!(s.take_if_few().is_none());
+        s.start(sql("select 1".into()));
+        s.start_query(sql("select 2".into()).as_ref());
+        let taken = s.take_if_few().expect("counts");
+        assert_eq!(taken.values().map(|c| c.statements).sum::<u64>(), 2);
+        assert!(s.counts.is_empty() && s.index.is_empty());
+        assert_eq!(s.last_query.capacity(), 0);
+        assert!(s.take_if_few().is_none());
+        for i in 0..=MERGE_INLINE {
+            s.start(sql(format!("select {i} as c{i}")));
+        }
+        assert!(s.take_if_few().is_none());
+        assert_eq!(s.counts.len(), MERGE_INLINE + 1);
     }
 
     /// Long distinct texts stop being counted one by one once the session

@@ -73,6 +73,13 @@ impl WriteQueue {
         self.len
     }
 
+    /// Gives back the room of an empty queue (an idle session's).
+    pub fn compact(&mut self) {
+        if self.len == 0 && self.run.is_none() && !self.unflushed {
+            self.chunks = VecDeque::new();
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -178,6 +185,20 @@ impl WriteQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An emptied queue gives its room back; one with bytes keeps them.
+    #[test]
+    fn compact_gives_back_only_an_empty_queue_room() {
+        let mut q = WriteQueue::default();
+        q.push(Bytes::from_static(b"abc"));
+        q.compact();
+        assert_eq!(q.len(), 3);
+        assert!(q.chunks.capacity() > 0);
+        q.chunks.clear();
+        q.len = 0;
+        q.compact();
+        assert_eq!(q.chunks.capacity(), 0);
+    }
 
     #[tokio::test]
     async fn parts_of_one_buffer_leave_as_one_slice_in_order() {

@@ -139,7 +139,7 @@ pub(crate) fn enter(
     // Nothing is known readable yet of a new client: the epoll reports
     // what is, at once. One that stayed has its reports noted.
     let client = back.map_or(Ready::FRESH, |(_, _, ready)| ready);
-    let mut entry = Entry {
+    let mut entry = Box::new(Entry {
         parts,
         slot,
         generation,
@@ -150,9 +150,10 @@ pub(crate) fn enter(
         waiter: None,
         pending: false,
         read_at_sweep: u64::MAX,
+        compacted: false,
         wait: None,
         span: span.clone(),
-    };
+    });
     // What the handshake left in the buffers is handled now.
     let (more, _) = turns(&mut entry);
     // Run from the session's task, not the park hook: a task it woke

@@ -6,8 +6,11 @@
 //! since the last look and holds no bytes in its buffers gives its room
 //! back to the thread's spare list, and takes room again with its next
 //! read. An idle client then holds no read room, at no cost per
-//! transaction. The look is one deadline per worker, armed while sessions
-//! relay here (as `line`'s).
+//! transaction. The same look has a quiet session give back the room of
+//! its empty lists (what is in flight, its write queues) and hand its
+//! round trips per statement to the shared statistics, once per quiet
+//! spell. The look is one deadline per worker, armed while sessions relay
+//! here (as `line`'s).
 
 use std::{
     cell::{Cell, RefCell},
@@ -106,18 +109,28 @@ pub(super) fn check() -> usize {
             let read = std::mem::replace(&mut e.read_at_sweep, bytes) != bytes;
             let b = &mut e.parts.bufs;
             let holds = b.cin.capacity() > 0 || b.uin.capacity() > 0;
+            if read || e.stop.is_some() || !b.cin.is_empty() || !b.uin.is_empty() {
+                e.compacted = false;
+                held += usize::from(holds);
+                continue;
+            }
+            // Quiet, and at a point where nothing is in flight: what the
+            // session keeps of its reads is copied out, so that the room can
+            // be used again, and its lists give back their room, once per
+            // quiet spell (anything else is left to a point where it is).
+            if !e.compacted && e.parts.proto.quiet() {
+                let proto = &mut e.parts.proto;
+                proto.let_go_of_reads();
+                proto.compact();
+                if let Some(counts) = proto.statements.take_if_few() {
+                    proto.services.stats.add_statements(counts);
+                }
+                b.to_up.compact();
+                b.to_client.compact();
+                e.compacted = true;
+            }
             if !holds {
                 continue;
-            }
-            if read || e.stop.is_some() || !b.cin.is_empty() || !b.uin.is_empty() {
-                held += 1;
-                continue;
-            }
-            // What the session keeps of its reads is copied out, so that
-            // the room can be used again (only at a point where nothing is
-            // in flight: anything else is left to point where it does).
-            if e.parts.proto.quiet() {
-                e.parts.proto.let_go_of_reads();
             }
             relay::give_back_room(&mut b.cin);
             relay::give_back_room(&mut b.uin);

@@ -54,6 +54,8 @@ pub(super) struct Entry {
     /// quiet sessions (`sweep`): read since, if they differ. Its counters
     /// already count them, so relaying pays nothing for this.
     pub(super) read_at_sweep: u64,
+    /// Its lists gave their room back since it last read (`sweep`).
+    pub(super) compacted: bool,
     /// A pooled session waits in line for a connection, here.
     pub(super) wait: Option<InLine>,
     pub(super) span: Span,
@@ -96,14 +98,15 @@ impl Ready {
     }
 }
 
-/// A place in the table. Entries stay inline so that entering costs no
-/// allocation; the table's places are reused.
+/// A place in the table, reused. An entry has a box of its own: inline,
+/// every place would take an entry's room, and the table grows by
+/// doubling, so that an idle client would hold about one and a half
+/// entries; entering costs one allocation per stretch of relaying.
 #[derive(Default)]
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Slot {
     #[default]
     Free,
-    Here(Entry),
+    Here(Box<Entry>),
     /// A pooled session's client, left in this epoll (under its old
     /// token) while the session's task waits for a connection: coming back
     /// costs only the connection's registration. Its reports are noted.
@@ -165,7 +168,7 @@ impl Table {
         unkeep(&mut e);
         self.free.push(slot);
         self.live -= 1;
-        Some(e)
+        Some(*e)
     }
 
     /// Takes a session out, leaving its client's place (`Slot::Away`).
@@ -177,7 +180,7 @@ impl Table {
         };
         unkeep(&mut e);
         self.live -= 1;
-        Some(e)
+        Some(*e)
     }
 
     /// The client's place, emptied for its session to fill again: what
