@@ -45,19 +45,38 @@ use crate::{
     worker::seats::Seat,
 };
 
-pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span) {
-    let started = Instant::now();
+/// A client's session from its login to its end. Not an async fn: the
+/// login is boxed before the future is made (a future is as large as its
+/// largest await, and the login's would stay with every idle session), so
+/// the future keeps nothing of what the login was handed.
+pub fn run<'a>(
+    client: Stream,
+    start: Start,
+    shared: &'a Arc<Shared>,
+    span: Span,
+) -> impl Future<Output = ()> + Send + 'a {
     let startup_raw = start.startup_raw.clone();
     let worker = start.worker;
-    // Boxed, and freed once the client is in: a future is as large as its
-    // largest await, and the login's would stay with every idle session.
-    // What it gives is handed on in a block of its own, so that none of it
-    // stays in this future's state while the session relays.
+    let login = Box::pin(connect_and_authenticate(client, start, shared).instrument(span.clone()));
+    run_on(login, startup_raw, worker, shared, span)
+}
+
+type Login<'a> = Pin<
+    Box<dyn Future<Output = Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>> + Send + 'a>,
+>;
+
+async fn run_on(
+    login: Login<'_>,
+    startup_raw: Bytes,
+    worker: usize,
+    shared: &Arc<Shared>,
+    span: Span,
+) {
+    let started = Instant::now();
+    // What the login gives is handed on in a block of its own, so that
+    // none of it stays in this future's state while the session relays.
     let (info, relaying) = {
-        let opened =
-            Box::pin(connect_and_authenticate(client, start, shared).instrument(span.clone()))
-                .await;
-        let Some((proto, ready, pooled)) = opened else {
+        let Some((proto, ready, pooled)) = login.await else {
             return;
         };
         let info = proto.info.clone();
@@ -73,19 +92,23 @@ pub async fn run(client: Stream, start: Start, shared: &Arc<Shared>, span: Span)
         Ok(lived) => lived.await,
         Err(proto) => Some(proto),
     };
-    async {
-        info.set_state(SessionState::Closing);
-        let mut statements = Default::default();
-        if let Some(mut proto) = proto {
-            forget_key(&mut proto, shared);
-            proto.uncount_pin();
-            proto.cypher.close(&proto.services);
-            statements = proto.statements.take().await;
+    // Boxed: held only at the end, its room would otherwise be every
+    // session's.
+    Box::pin(
+        async move {
+            info.set_state(SessionState::Closing);
+            let mut statements = Default::default();
+            if let Some(mut proto) = proto {
+                forget_key(&mut proto, shared);
+                proto.uncount_pin();
+                proto.cypher.close(&proto.services);
+                statements = proto.statements.take().await;
+            }
+            super::log_summary(&info, started);
+            shared.stats.close_session(&info, statements);
         }
-        super::log_summary(&info, started);
-        shared.stats.close_session(&info, statements);
-    }
-    .instrument(span)
+        .instrument(span),
+    )
     .await
 }
 
@@ -171,30 +194,37 @@ fn relay_to_the_end(
         // turns again after each release point, on the connection it takes.
         let relayed = loop {
             // The client, the connection if the session still has it, why
-            // the relay stopped without one.
-            // Each future is made where it is awaited: one named would keep
-            // its room beside the other's.
+            // the relay stopped without one. What is awaited is boxed: a
+            // future holds the room of all its awaits at once, and this one
+            // is held by every session for as long as it lives.
             let stretch =
-                relay_a_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s).await;
-            let (sockets, mut b, stopped) = match stretch {
+                match begin_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s) {
+                    Begun::Now(stretch) => Ok(stretch),
+                    Begun::Relaying(relaying) => Err(relaying.await),
+                };
+            let stretch = stretch.unwrap_or_else(|(relayed, pooled)| {
+                s.pooled = pooled;
+                released_or_over(relayed, &mut away)
+            });
+            let (sockets, b, stopped) = match stretch {
                 Stretch::Between(between, p, se) => {
                     (proto, seat) = (p, se);
                     between
                 }
                 Stretch::Over(relayed) => break relayed,
             };
-            let next = between_transactions(
+            let next = Box::pin(between_transactions(
                 sockets,
-                &mut b,
+                b,
                 stopped,
                 &mut proto,
                 &mut forced,
                 &mut away,
                 &mut s,
-            )
+            ))
             .await;
             match next {
-                Ok(over) => {
+                Ok((over, b)) => {
                     streams = over;
                     bufs = b;
                     proto.start_if_due(&mut bufs.to_up);
@@ -215,26 +245,35 @@ fn relay_to_the_end(
     })
 }
 
-/// Relays one stretch, over one server connection or waiting for one:
+/// A stretch of relaying begun: over at once, or relaying until it stops,
+/// with the session's hold on its pool handed back.
+enum Begun<'a> {
+    Now(Stretch),
+    Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Pooled>)> + Send + 'a>>),
+}
+
+/// Where relaying ended (`None`: the session was lost).
+type Ended = Option<(Relayed, Box<Protocol>, Seat)>;
+
+/// Begins one stretch, over one server connection or waiting for one:
 /// through the worker's own epoll when the session may relay there, else
-/// through the runtime. Returns where it left the session.
-async fn relay_a_stretch(
+/// through the runtime. Not an async fn: what it hands over (to the
+/// worker's table, or to the future) is not kept twice.
+fn begin_stretch<'a>(
     streams: Streams,
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
     away: &mut Option<fast::Spot>,
-    forced: &mut Closer,
-    s: &mut Session,
-) -> Stretch {
-    // The two ways of relaying are boxed: a future holds the state of all
-    // its awaits at once, and is copied whole each time it is boxed.
-    let relayed = match streams {
+    forced: &'a mut Closer,
+    s: &'a mut Session,
+) -> Begun<'a> {
+    match streams {
         // Greeted without a connection: where the worker's relay can't wait
         // for the client's first bytes (a client that stays in the runtime,
         // or no worker relay), it waits here.
         Streams::Waiting(c) if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) => {
-            return Stretch::Between((Ok((c, None)), bufs, None), proto, seat);
+            Begun::Now(Stretch::Between((Ok((c, None)), bufs, None), proto, seat))
         }
         streams if fast::may_relay(&proto) => {
             let sockets = match streams {
@@ -243,40 +282,57 @@ async fn relay_a_stretch(
             };
             match sockets {
                 Ok(Ok((c, u))) => {
-                    let mut pooled = s.pooled.take();
-                    // Made inside the box: a future named in this one would
-                    // keep its room here across the await, moved or not.
-                    let relayed = Box::pin(relay_fast(
-                        (c, u, away.take()),
-                        proto,
-                        bufs,
-                        seat,
-                        &mut pooled,
-                        forced,
-                        s,
-                    ))
-                    .await;
-                    s.pooled = pooled;
-                    relayed
+                    let pooled = s.pooled.take();
+                    let s: &Session = s;
+                    let relaying =
+                        relay_fast((c, u, away.take()), proto, bufs, seat, pooled, forced, s);
+                    Begun::Relaying(Box::pin(async move {
+                        let (ended, pooled, forced) = relaying.await;
+                        let ended = match ended {
+                            FastEnd::Done(ended) => ended,
+                            // Boxed: rare, and large.
+                            FastEnd::Fallback(streams, proto, bufs, seat) => Some(
+                                Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s))
+                                    .await,
+                            ),
+                        };
+                        (ended, pooled)
+                    }))
                 }
                 Ok(Err(e)) => {
                     let why = format!("it could not leave the runtime: {e}");
-                    Some((Relayed::Lost(why), proto, seat))
+                    Begun::Now(released_or_over(
+                        Some((Relayed::Lost(why), proto, seat)),
+                        away,
+                    ))
                 }
-                Err(io) => {
-                    let io = Streams::Runtime(io);
-                    Some(Box::pin(relay_runtime(io, proto, bufs, seat, forced, s)).await)
-                }
+                Err(io) => runtime_stretch(Streams::Runtime(io), proto, bufs, seat, forced, s),
             }
         }
         streams => {
             if let (Some(spot), Streams::Std(c, _)) = (away.take(), &streams) {
                 spot.leave(c);
             }
-            Some(Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await)
+            runtime_stretch(streams, proto, bufs, seat, forced, s)
         }
-    };
-    released_or_over(relayed, away)
+    }
+}
+
+/// A stretch relayed through the runtime.
+fn runtime_stretch<'a>(
+    streams: Streams,
+    proto: Box<Protocol>,
+    bufs: Bufs,
+    seat: Seat,
+    forced: &'a mut Closer,
+    s: &'a mut Session,
+) -> Begun<'a> {
+    let pooled = s.pooled.take();
+    let s: &Session = s;
+    Begun::Relaying(Box::pin(async move {
+        let ended = relay_runtime(streams, proto, bufs, seat, forced, s).await;
+        (Some(ended), pooled)
+    }))
 }
 
 /// The client, the connection if the session still has it, its buffers,
@@ -347,13 +403,13 @@ fn released_or_over(
 /// the session ends.
 async fn between_transactions(
     sockets: Result<(Client, Option<ServerSocket>), String>,
-    b: &mut Bufs,
+    mut b: Bufs,
     stopped: Option<End>,
     proto: &mut Protocol,
     forced: &mut Closer,
     away: &mut Option<fast::Spot>,
     s: &mut Session,
-) -> Result<Streams, ()> {
+) -> Result<(Streams, Bufs), ()> {
     // An answer whose connection went back before it was written
     // (`relay::server_done`) goes out before the session waits for its
     // client or says goodbye (not to a client that is gone).
@@ -375,7 +431,7 @@ async fn between_transactions(
             // Boxed, as the rarer awaits below: what the session holds while
             // it relays stays small.
             Box::pin(
-                pooled::between(c, u, stopped, b, proto, pooled, shared, forced)
+                pooled::between(c, u, stopped, &mut b, proto, pooled, shared, forced)
                     .instrument(s.span.clone()),
             )
             .await
@@ -388,7 +444,7 @@ async fn between_transactions(
         (None, Ok(_)) => Next::End,
     };
     match next {
-        Next::Go(c, u) => relay_over(c, u, away).map_err(|e| {
+        Next::Go(c, u) => relay_over(c, u, away).map(|st| (st, b)).map_err(|e| {
             s.span
                 .in_scope(|| warn!("session closed: its connections could not relay: {e}"));
         }),
@@ -564,10 +620,16 @@ fn relay_over(
     }
 }
 
+/// How relaying through the worker's epoll ended: where relaying got to,
+/// or to go on through the runtime.
+enum FastEnd {
+    Done(Ended),
+    Fallback(Streams, Box<Protocol>, Bufs, Seat),
+}
+
 /// Relays through this worker's own epoll (`fast`) until relaying stops;
-/// the rest of the way through the runtime when the session needs it.
-/// `None` when the session was lost (never: a worker's tasks stay on it).
-#[allow(clippy::too_many_arguments)]
+/// hands the session back, its hold on its pool, and `forced` (for the
+/// runtime to go on with).
 ///
 /// Not an async fn: what goes into the worker's table is handed over
 /// before the future is made, so the future (which every session relaying
@@ -581,30 +643,29 @@ fn relay_fast<'a>(
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
-    pooled: &'a mut Option<Pooled>,
+    pooled: Option<Pooled>,
     forced: &'a mut Closer,
     s: &'a Session,
-) -> impl Future<Output = Option<(Relayed, Box<Protocol>, Seat)>> + Send + 'a {
+) -> impl Future<Output = (FastEnd, Option<Pooled>, &'a mut Closer)> + Send + 'a {
     let parts = fast::Parts {
         client,
         upstream,
         proto,
         bufs,
         seat,
-        pooled: pooled.take(),
+        pooled,
     };
     let info = parts.proto.info.clone();
     let entered = fast::enter(parts, away, &s.span);
-    relay_fast_on(entered, info, pooled, forced, s)
+    relay_fast_on(entered, info, forced, s)
 }
 
-async fn relay_fast_on(
+async fn relay_fast_on<'a>(
     entered: Result<fast::Relaying, Box<(fast::Parts, std::io::Error)>>,
     info: Arc<crate::stats::SessionInfo>,
-    pooled: &mut Option<Pooled>,
-    forced: &mut Closer,
+    forced: &'a mut Closer,
     s: &Session,
-) -> Option<(Relayed, Box<Protocol>, Seat)> {
+) -> (FastEnd, Option<Pooled>, &'a mut Closer) {
     let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
@@ -613,11 +674,18 @@ async fn relay_fast_on(
                 end = &mut *forced => Some(end),
                 () = &mut relaying => None,
             };
-            match (relaying.take()?, closed) {
+            match relaying.take() {
+                // Lost: the session moved off this worker (never: a
+                // worker's tasks stay on it).
+                None => return (FastEnd::Done(None), None, forced),
                 // Idle, but relaying ended meanwhile: as it ended.
-                ((parts, Some(stop), spot), Some(End::IdleTimeout)) => (parts, Some(stop), spot),
-                ((parts, _, spot), Some(end)) => (parts, Some(fast::Stop::End(end)), spot),
-                ((parts, stop, spot), None) => (parts, stop, spot),
+                Some((parts, Some(stop), spot)) if matches!(closed, Some(End::IdleTimeout)) => {
+                    (parts, Some(stop), spot)
+                }
+                Some((parts, _, spot)) if closed.is_some() => {
+                    (parts, closed.map(fast::Stop::End), spot)
+                }
+                Some(taken) => taken,
             }
         }
         Err(refused) => {
@@ -633,9 +701,8 @@ async fn relay_fast_on(
         proto,
         bufs,
         seat,
-        pooled: held,
+        pooled,
     } = parts;
-    *pooled = held;
     let Some(upstream) = upstream else {
         // Gave its connection back and must wait for another.
         let end = match stop {
@@ -648,20 +715,25 @@ async fn relay_fast_on(
             end,
             spot,
         };
-        return Some((released, proto, seat));
+        return (FastEnd::Done(Some((released, proto, seat))), pooled, forced);
     };
     let streams = Streams::Std(client, upstream);
-    Some(match stop {
+    let ended = match stop {
         Some(fast::Stop::End(End::Move(j))) => {
             streams.release();
-            (Relayed::Move(j, streams, bufs), proto, seat)
+            FastEnd::Done(Some((Relayed::Move(j, streams, bufs), proto, seat)))
         }
-        Some(fast::Stop::End(end)) => (Relayed::Done(streams, Outcome { end, bufs }), proto, seat),
+        Some(fast::Stop::End(end)) => FastEnd::Done(Some((
+            Relayed::Done(streams, Outcome { end, bufs }),
+            proto,
+            seat,
+        ))),
         Some(fast::Stop::Fallback) | None => {
             streams.release();
-            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s)).await
+            FastEnd::Fallback(streams, proto, bufs, seat)
         }
-    })
+    };
+    (ended, pooled, forced)
 }
 
 /// Relays through this thread's runtime.
