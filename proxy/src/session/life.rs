@@ -206,12 +206,14 @@ fn relay_to_the_end(
                 s.pooled = pooled;
                 released_or_over(relayed, &mut away)
             });
-            let (sockets, b, stopped) = match stretch {
-                Stretch::Between(between, p, se) => {
+            // Taken apart by a call: matched here, its room would stay in
+            // this future's state across the await below.
+            let (sockets, b, stopped) = match stretch.between() {
+                Ok((between, p, se)) => {
                     (proto, seat) = (p, se);
                     between
                 }
-                Stretch::Over(relayed) => break relayed,
+                Err(relayed) => break relayed,
             };
             let next = Box::pin(between_transactions(
                 sockets,
@@ -286,18 +288,7 @@ fn begin_stretch<'a>(
                     let s: &Session = s;
                     let relaying =
                         relay_fast((c, u, away.take()), proto, bufs, seat, pooled, forced, s);
-                    Begun::Relaying(Box::pin(async move {
-                        let (ended, pooled, forced) = relaying.await;
-                        let ended = match ended {
-                            FastEnd::Done(ended) => ended,
-                            // Boxed: rare, and large.
-                            FastEnd::Fallback(streams, proto, bufs, seat) => Some(
-                                Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s))
-                                    .await,
-                            ),
-                        };
-                        (ended, pooled)
-                    }))
+                    Begun::Relaying(Box::pin(relaying))
                 }
                 Ok(Err(e)) => {
                     let why = format!("it could not leave the runtime: {e}");
@@ -348,7 +339,16 @@ enum Stretch {
     /// Between transactions: at a release point, or without a connection.
     Between(Between, Box<Protocol>, Seat),
     /// Relaying is over (`None` when the session was lost).
-    Over(Option<(Relayed, Box<Protocol>, Seat)>),
+    Over(Ended),
+}
+
+impl Stretch {
+    fn between(self) -> Result<(Between, Box<Protocol>, Seat), Ended> {
+        match self {
+            Stretch::Between(between, proto, seat) => Ok((between, proto, seat)),
+            Stretch::Over(relayed) => Err(relayed),
+        }
+    }
 }
 
 /// Where relaying got to: a session released at a release point, or
@@ -620,16 +620,9 @@ fn relay_over(
     }
 }
 
-/// How relaying through the worker's epoll ended: where relaying got to,
-/// or to go on through the runtime.
-enum FastEnd {
-    Done(Ended),
-    Fallback(Streams, Box<Protocol>, Bufs, Seat),
-}
-
-/// Relays through this worker's own epoll (`fast`) until relaying stops;
-/// hands the session back, its hold on its pool, and `forced` (for the
-/// runtime to go on with).
+/// Relays through this worker's own epoll (`fast`) until relaying stops,
+/// and on through the runtime when the session needs it; hands the
+/// session back, and its hold on its pool.
 ///
 /// Not an async fn: what goes into the worker's table is handed over
 /// before the future is made, so the future (which every session relaying
@@ -646,7 +639,7 @@ fn relay_fast<'a>(
     pooled: Option<Pooled>,
     forced: &'a mut Closer,
     s: &'a Session,
-) -> impl Future<Output = (FastEnd, Option<Pooled>, &'a mut Closer)> + Send + 'a {
+) -> impl Future<Output = (Ended, Option<Pooled>)> + Send + 'a {
     let parts = fast::Parts {
         client,
         upstream,
@@ -660,12 +653,12 @@ fn relay_fast<'a>(
     relay_fast_on(entered, info, forced, s)
 }
 
-async fn relay_fast_on<'a>(
+async fn relay_fast_on(
     entered: Result<fast::Relaying, Box<(fast::Parts, std::io::Error)>>,
     info: Arc<crate::stats::SessionInfo>,
-    forced: &'a mut Closer,
+    forced: &mut Closer,
     s: &Session,
-) -> (FastEnd, Option<Pooled>, &'a mut Closer) {
+) -> (Ended, Option<Pooled>) {
     let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
@@ -677,7 +670,7 @@ async fn relay_fast_on<'a>(
             match relaying.take() {
                 // Lost: the session moved off this worker (never: a
                 // worker's tasks stay on it).
-                None => return (FastEnd::Done(None), None, forced),
+                None => return (None, None),
                 // Idle, but relaying ended meanwhile: as it ended.
                 Some((parts, Some(stop), spot)) if matches!(closed, Some(End::IdleTimeout)) => {
                     (parts, Some(stop), spot)
@@ -715,25 +708,26 @@ async fn relay_fast_on<'a>(
             end,
             spot,
         };
-        return (FastEnd::Done(Some((released, proto, seat))), pooled, forced);
+        return (Some((released, proto, seat)), pooled);
     };
     let streams = Streams::Std(client, upstream);
-    let ended = match stop {
+    // The runtime's relay is made before it is awaited, so that none of
+    // what it is handed stays in this future's state.
+    let runtime = match stop {
         Some(fast::Stop::End(End::Move(j))) => {
             streams.release();
-            FastEnd::Done(Some((Relayed::Move(j, streams, bufs), proto, seat)))
+            return (Some((Relayed::Move(j, streams, bufs), proto, seat)), pooled);
         }
-        Some(fast::Stop::End(end)) => FastEnd::Done(Some((
-            Relayed::Done(streams, Outcome { end, bufs }),
-            proto,
-            seat,
-        ))),
+        Some(fast::Stop::End(end)) => {
+            let done = Relayed::Done(streams, Outcome { end, bufs });
+            return (Some((done, proto, seat)), pooled);
+        }
         Some(fast::Stop::Fallback) | None => {
             streams.release();
-            FastEnd::Fallback(streams, proto, bufs, seat)
+            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s))
         }
     };
-    (ended, pooled, forced)
+    (Some(runtime.await), pooled)
 }
 
 /// Relays through this thread's runtime.
