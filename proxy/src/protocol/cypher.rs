@@ -78,7 +78,8 @@ pub struct CypherSession {
     waiting: Option<watch::Receiver<u64>>,
     fetch: Option<Fetch>,
     verify_mode: bool,
-    verify: Option<Verify>,
+    /// Boxed: rare (a debugging mode), and large beside the rest.
+    verify: Option<Box<Verify>>,
     /// This session owns the database's catalog fetch.
     loading: bool,
     /// The catalog query to send just before the message being routed, in
@@ -345,12 +346,12 @@ impl CypherSession {
                 }
                 Counters::add(&info.counters.rewritten_queries, 1);
                 let compiled = rebuild(t, msg, new_sql);
-                self.verify = Some(Verify {
+                self.verify = Some(Box::new(Verify {
                     original: msg.clone(),
                     compiled: Answer::default(),
                     relaying: false,
                     relayed: Answer::default(),
-                });
+                }));
                 Route::Held(Some(compiled))
             }
             Rewrite::Rewritten(new_sql) => {
