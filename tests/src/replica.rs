@@ -40,7 +40,14 @@ pub async fn with_replica(
     delay: Option<Duration>,
     tweak: impl FnOnce(&mut onetrip::Config),
 ) -> (Env, PgServer) {
-    let pg = start_pg(PgOptions::default()).await;
+    // Each commit flushed at once, so it streams at once: with the test
+    // servers' asynchronous commit, the WAL writer sends it up to 600 ms
+    // later, and the replica lags by that much.
+    let pg = start_pg(PgOptions {
+        conf: vec!["synchronous_commit = on".into()],
+        ..Default::default()
+    })
+    .await;
     let replica = start_replica_of(&pg, delay);
     let addr = replica.addr().to_string();
     let env = Env::start_on(pg, |c| {
