@@ -250,3 +250,52 @@ async fn a_replica_that_stops_costs_no_client_an_error() {
 }
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A read the planner takes for one but that writes (a function the
+/// configuration calls read-only, and isn't) is refused by the replica
+/// with 25006 and run again on the primary: the client gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_the_replica_refuses_runs_on_the_primary() {
+    let (env, _replica) = with_replica(None, |c| {
+        c.coalesce.read_only_functions = vec!["add_one".into()];
+    })
+    .await;
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute(
+        "CREATE TABLE w (v int); \
+         CREATE FUNCTION add_one() RETURNS bigint LANGUAGE sql \
+         AS 'INSERT INTO w VALUES (1); SELECT count(*) FROM w'",
+    )
+    .await
+    .unwrap();
+    // The function on the replica first, so the read is tried there.
+    for _ in 0..500 {
+        if in_recovery(&c).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let served = stat(&env, "replica_reads").await;
+    let rows = simple_rows(&c.simple_query("SELECT add_one()").await.unwrap());
+    assert_eq!(rows, [[Some("1".into())]]);
+    assert_eq!(stat(&env, "replica_reruns").await, 1);
+    assert_eq!(stat(&env, "replica_reads").await, served);
+}
+
+/// A replica promoted out of recovery is no replica: reads go to the
+/// primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_serves_no_reads() {
+    let (env, replica) = with_replica(None, |_| {}).await;
+    let c = connect(&env.proxy_dsn()).await;
+    assert!(in_recovery(&c).await);
+    let direct = connect(&replica.dsn("postgres")).await;
+    direct.simple_query("SELECT pg_promote()").await.unwrap();
+    wait_replica_state(&env, "promoted").await;
+    let served = stat(&env, "replica_reads").await;
+    for _ in 0..10 {
+        let rows = simple_rows(&c.simple_query("SELECT 1").await.unwrap());
+        assert_eq!(rows, [[Some("1".into())]]);
+    }
+    assert_eq!(stat(&env, "replica_reads").await, served);
+}
