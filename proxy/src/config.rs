@@ -713,6 +713,12 @@ impl Config {
                 "needs upstream.address = \"embedded\": it starts replicas of the private server",
             ));
         }
+        if self.replicas.any() && self.upstream.tls == UpstreamTls::Require {
+            return Err(key(
+                "replicas.addresses",
+                "replica connections are plain TCP, and upstream.tls = \"require\"",
+            ));
+        }
         if self.replicas.embedded > 16 {
             return Err(key("replicas.embedded", "must be at most 16"));
         }
@@ -990,6 +996,12 @@ mod tests {
         assert!(e.to_string().contains("replicas.embedded"), "{e}");
         let e = load_str("[replicas]\nconsistency = \"strong\"\n", &[]).unwrap_err();
         assert!(e.to_string().contains("strong"), "{e}");
+        let e = load_str(
+            "[upstream]\ntls = \"require\"\n[replicas]\naddresses = [\"r:1\"]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("plain TCP"), "{e}");
         let e = load_str("[replicas]\npoll_interval = \"0ms\"\n", &[]).unwrap_err();
         assert!(e.to_string().contains("replicas.poll_interval"), "{e}");
     }
