@@ -299,3 +299,31 @@ async fn a_promoted_replica_serves_no_reads() {
     }
     assert_eq!(stat(&env, "replica_reads").await, served);
 }
+
+/// `upstream = "embedded"` with `[replicas] embedded = 1`: the private
+/// server gets a streaming replica of its own, and reads go there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_server_gets_replicas_that_serve_reads() {
+    let mut cfg = onetrip::Config::default();
+    cfg.listen.address = "127.0.0.1:0".parse().unwrap();
+    cfg.replicas.embedded = 1;
+    let proxy = onetrip::Proxy::start(cfg)
+        .await
+        .expect("start with a replica");
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.local_addr().port()
+    );
+    let c = connect(&dsn).await;
+    let mut served = false;
+    for _ in 0..1000 {
+        if in_recovery(&c).await {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(served, "the embedded replica served a read");
+    drop(c);
+    proxy.shutdown(Duration::from_secs(5)).await;
+}
