@@ -131,9 +131,7 @@ impl Protocol {
                     self.cypher.trailing_dropped(&self.services);
                 }
             }
-            if forward {
-                self.send_lsn_if_due(to_up);
-            }
+            self.send_lsn_if_due(to_up, forward);
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);

@@ -225,10 +225,12 @@ impl Protocol {
         f.idle_after = idle;
     }
 
-    /// After the client's message was forwarded: the LSN query rides right
-    /// behind it when it ends a write with the server idle.
-    pub(super) fn send_lsn_if_due(&mut self, to_up: &mut WriteQueue) {
-        if !std::mem::take(&mut self.replica.due) {
+    /// After the client's message: the LSN query rides right behind it
+    /// when it ends a write with the server idle and went upstream (a
+    /// Sync the coalescer answered has none: the query must never land
+    /// inside the next group).
+    pub(super) fn send_lsn_if_due(&mut self, to_up: &mut WriteQueue, forwarded: bool) {
+        if !std::mem::take(&mut self.replica.due) || !forwarded {
             return;
         }
         self.replica.asked.push_back(self.replica.writes_sent);

@@ -4,9 +4,10 @@
 //! that has replayed the client's floor (`protocol/replica.rs`), on the
 //! session's own replica connection, opened at its first such read and
 //! kept. The read waits for its whole answer there (the session has
-//! nothing else in flight), with `SELECT pg_last_wal_replay_lsn()` in the
-//! same write behind it: what the client saw raises its floor, so it
-//! never reads older data again. A replica that refuses the read (25006,
+//! nothing else in flight), with `SELECT pg_last_wal_replay_lsn(),
+//! pg_is_in_recovery()` in the same write behind it: what the client saw
+//! raises its floor, so it never reads older data again, and an answer
+//! from a replica promoted since its watcher looked is dropped. A replica that refuses the read (25006,
 //! a recovery conflict, a shutdown) or whose connection fails has the
 //! read run again on the primary before the client hears of it.
 
@@ -100,7 +101,9 @@ impl Detour {
             connect_timeout: config.upstream.connect_timeout,
             max_held: config.coalesce.max_held_bytes,
             retry_at: None,
-            replay_query: replicas::query_message("SELECT pg_catalog.pg_last_wal_replay_lsn()"),
+            replay_query: replicas::query_message(
+                "SELECT pg_catalog.pg_last_wal_replay_lsn(), pg_catalog.pg_is_in_recovery()",
+            ),
         })
     }
 
@@ -233,7 +236,7 @@ impl Detour {
             Exchange::Done(answer, Some(replay)) => Ran::Answered(answer, replay, sent),
             Exchange::Done(_, None) => {
                 self.conn = None;
-                Ran::Refused("no replay position".into())
+                Ran::Refused("out of recovery, or no replay position".into())
             }
             Exchange::Refused(why, keep) => {
                 if !keep {
@@ -315,9 +318,13 @@ async fn exchange(
             // The replay query's answer.
             match h.tag {
                 tag::DATA_ROW => {
+                    // Promoted since its watcher last looked: its answer
+                    // may be of a timeline the primary never had.
+                    let in_recovery = backend::data_row_column(&m, 1).flatten();
                     replay = backend::data_row_column(&m, 0)
                         .flatten()
-                        .and_then(|s| replicas::parse_lsn(&s));
+                        .and_then(|s| replicas::parse_lsn(&s))
+                        .filter(|_| in_recovery.as_deref() == Some("t"));
                 }
                 tag::READY_FOR_QUERY => break,
                 _ => {}
