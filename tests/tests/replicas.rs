@@ -115,7 +115,8 @@ async fn reads_go_to_the_replica_and_transactions_to_the_primary() {
 }
 
 /// 1,000 write-then-read sequences from tokio-postgres against a replica
-/// that applies each commit 20 ms late: no read misses its write. The same
+/// that applies each commit 20 ms late, the writes sent each way a client
+/// may send them: no read misses its write. The same
 /// with `consistency = "eventual"` does, which shows the replica lags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_always_reads_its_own_writes() {
@@ -160,9 +161,28 @@ async fn a_client_always_reads_its_own_writes() {
 async fn write_then_read(c: &tokio_postgres::Client, n: i32) -> (u32, u32) {
     let (mut stale, mut on_replica) = (0, 0);
     for i in 0..n {
-        c.simple_query(&format!("UPDATE rw SET v = {i} WHERE id = 1"))
-            .await
-            .unwrap();
+        // Each way a write reaches the primary: autocommit by either
+        // protocol, a COMMIT of its own, one Query with the whole block.
+        let update = format!("UPDATE rw SET v = {i} WHERE id = 1");
+        match i % 4 {
+            0 => {
+                c.simple_query(&update).await.unwrap();
+            }
+            1 => {
+                c.execute("UPDATE rw SET v = $1 WHERE id = 1", &[&i])
+                    .await
+                    .unwrap();
+            }
+            2 => {
+                c.simple_query("BEGIN").await.unwrap();
+                c.simple_query(&update).await.unwrap();
+                c.simple_query("COMMIT").await.unwrap();
+            }
+            _ => {
+                let block = format!("BEGIN; {update}; COMMIT");
+                c.simple_query(&block).await.unwrap();
+            }
+        }
         let rows = simple_rows(
             &c.simple_query("SELECT v, pg_is_in_recovery() FROM rw WHERE id = 1")
                 .await
