@@ -84,6 +84,7 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
         pool.max_user_connections,
         replicas.addresses,
         replicas.embedded,
+        replicas.max_lag,
         replicas.poll_interval,
         replicas.monitor_user,
         replicas.monitor_database,
