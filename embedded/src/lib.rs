@@ -67,22 +67,7 @@ impl PgServer {
     pub fn start(opts: PgOptions) -> Result<Self, EmbeddedError> {
         let bin_dir = find_bin_dir().ok_or(EmbeddedError::NotInstalled)?;
         let run_as = server_user()?;
-        let (temp, data_dir) = match &opts.data_dir {
-            Some(d) => (None, d.clone()),
-            None => {
-                let mut b = tempfile::Builder::new();
-                b.prefix("onetrip-pg-");
-                let t = match &opts.temp_parent {
-                    Some(parent) => b.tempdir_in(parent)?,
-                    None => b.tempdir()?,
-                };
-                let d = t.path().join("data");
-                (Some(t), d)
-            }
-        };
-        if let Some(t) = &temp {
-            chown(t.path(), run_as)?;
-        }
+        let (temp, data_dir) = data_dir_for(&opts, run_as)?;
         if !data_dir.join("PG_VERSION").exists() {
             match &opts.template {
                 Some(template) => copy_tree(template, &data_dir, run_as)?,
@@ -93,8 +78,58 @@ impl PgServer {
                 }
             }
         }
+        Self::launch(&opts, bin_dir, run_as, temp, data_dir)
+    }
+
+    /// Starts a streaming replica of this server: a base backup of it
+    /// (`pg_basebackup -R`, which writes the connection back to it and
+    /// `standby.signal`) in a fresh temporary data directory, started as a
+    /// hot standby. `opts.conf` may add lines (`recovery_min_apply_delay`
+    /// to make it lag); `opts.data_dir` and `opts.template` are not used.
+    pub fn start_replica(&self, opts: PgOptions) -> Result<Self, EmbeddedError> {
+        let opts = PgOptions {
+            data_dir: None,
+            template: None,
+            ..opts
+        };
+        let (temp, data_dir) = data_dir_for(&opts, self.run_as)?;
+        let out = command(&self.bin_dir, "pg_basebackup", self.run_as)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args([OsStr::new("-D"), data_dir.as_os_str()])
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .output()?;
+        if !out.status.success() {
+            return Err(EmbeddedError::Command {
+                what: "pg_basebackup".into(),
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        let mut opts = opts;
+        opts.conf.insert(0, "hot_standby = on".into());
+        Self::launch(&opts, self.bin_dir.clone(), self.run_as, temp, data_dir)
+    }
+
+    /// Writes the access rules and settings into `data_dir`, which holds a
+    /// cluster, and starts the server there.
+    fn launch(
+        opts: &PgOptions,
+        bin_dir: PathBuf,
+        run_as: Option<(u32, u32)>,
+        temp: Option<tempfile::TempDir>,
+        data_dir: PathBuf,
+    ) -> Result<Self, EmbeddedError> {
+        // Replication on loopback too: `start_replica` takes its base
+        // backup and streams over it.
         let hba = opts.hba.clone().unwrap_or_else(|| {
-            "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n"
+            "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n\
+             host replication all 127.0.0.1/32 trust\n"
                 .into()
         });
         write_owned(&data_dir.join("pg_hba.conf"), &hba, run_as)?;
@@ -254,6 +289,28 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A fresh temporary data directory (owned by the server user, the
+/// directory itself not made yet) unless `opts` names one.
+fn data_dir_for(
+    opts: &PgOptions,
+    run_as: Option<(u32, u32)>,
+) -> Result<(Option<tempfile::TempDir>, PathBuf), EmbeddedError> {
+    Ok(match &opts.data_dir {
+        Some(d) => (None, d.clone()),
+        None => {
+            let mut b = tempfile::Builder::new();
+            b.prefix("onetrip-pg-");
+            let t = match &opts.temp_parent {
+                Some(parent) => b.tempdir_in(parent)?,
+                None => b.tempdir()?,
+            };
+            chown(t.path(), run_as)?;
+            let d = t.path().join("data");
+            (Some(t), d)
+        }
+    })
 }
 
 /// Runs `initdb` into `data_dir` (which exists, owned by the server user);

@@ -14,6 +14,7 @@ pub struct Config {
     pub coalesce: Coalesce,
     pub transactions: Transactions,
     pub pool: PoolConfig,
+    pub replicas: Replicas,
     pub planner: Planner,
     pub metrics: Metrics,
     pub admin: Admin,
@@ -288,6 +289,60 @@ impl Default for PoolConfig {
             auth_cache_size: 1000,
             auth_cache_ttl: Duration::from_secs(60),
         }
+    }
+}
+
+/// What a read routed to a replica may miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Consistency {
+    /// A client never misses its own writes, and never reads older data
+    /// than it has read before.
+    ReadYourWrites,
+    /// Any replica in step (within `max_lag`) serves any read.
+    Eventual,
+}
+
+/// Streaming replicas of the primary (`[upstream] address`) that serve
+/// pure reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Replicas {
+    /// `host:port` of each replica.
+    pub addresses: Vec<String>,
+    /// With `upstream.address = "embedded"`: streaming replicas of the
+    /// private server to start.
+    pub embedded: usize,
+    pub consistency: Consistency,
+    /// A replica this far behind the primary's last write is out.
+    #[serde(with = "duration")]
+    pub max_lag: Duration,
+    /// How often each replica's replay position is asked for.
+    #[serde(with = "duration")]
+    pub poll_interval: Duration,
+    /// Role and database of the connection that watches each replica.
+    pub monitor_user: String,
+    pub monitor_database: String,
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Self {
+            addresses: Vec::new(),
+            embedded: 0,
+            consistency: Consistency::ReadYourWrites,
+            max_lag: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(10),
+            monitor_user: "postgres".into(),
+            monitor_database: "postgres".into(),
+        }
+    }
+}
+
+impl Replicas {
+    /// Reads may go to replicas.
+    pub fn any(&self) -> bool {
+        !self.addresses.is_empty() || self.embedded > 0
     }
 }
 
@@ -644,6 +699,38 @@ impl Config {
         if self.pool.query_wait_timeout.is_zero() {
             return Err(key("pool.query_wait_timeout", "must be more than zero"));
         }
+        for a in &self.replicas.addresses {
+            if !matches!(UpstreamAddress::parse(a), Ok(UpstreamAddress::Tcp(_))) {
+                return Err(key(
+                    "replicas.addresses",
+                    &format!("{a:?} is not host:port"),
+                ));
+            }
+        }
+        if self.replicas.embedded > 0 && self.upstream.address != UpstreamAddress::Embedded {
+            return Err(key(
+                "replicas.embedded",
+                "needs upstream.address = \"embedded\": it starts replicas of the private server",
+            ));
+        }
+        if self.replicas.any() && self.upstream.tls == UpstreamTls::Require {
+            return Err(key(
+                "replicas.addresses",
+                "replica connections are plain TCP, and upstream.tls = \"require\"",
+            ));
+        }
+        if self.replicas.embedded > 16 {
+            return Err(key("replicas.embedded", "must be at most 16"));
+        }
+        if self.replicas.poll_interval.is_zero() {
+            return Err(key("replicas.poll_interval", "must be more than zero"));
+        }
+        if self.replicas.max_lag < self.replicas.poll_interval {
+            return Err(key(
+                "replicas.max_lag",
+                "must be at least replicas.poll_interval",
+            ));
+        }
         if self.admin.database.is_empty() {
             return Err(key("admin.database", "must not be empty"));
         }
@@ -684,13 +771,14 @@ fn apply_env(
     rest: &str,
     value: &str,
 ) -> Result<(), ConfigError> {
-    const SECTIONS: [&str; 11] = [
+    const SECTIONS: [&str; 12] = [
         "listen",
         "upstream",
         "tls",
         "coalesce",
         "transactions",
         "pool",
+        "replicas",
         "planner",
         "metrics",
         "admin",
@@ -717,6 +805,18 @@ fn apply_env(
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.into()));
+    // A list of addresses, comma-separated as shells and compose files
+    // write them.
+    let parsed = match (section, key, parsed) {
+        ("replicas", "addresses", toml::Value::String(s)) => toml::Value::Array(
+            s.split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(|a| toml::Value::String(a.into()))
+                .collect(),
+        ),
+        (_, _, v) => v,
+    };
     let entry = table
         .entry(section)
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -860,6 +960,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("ONETRIP_NOPE_X"), "{err}");
+    }
+
+    #[test]
+    fn replicas_from_the_file_and_the_environment() {
+        let cfg = load_str("", &[]).unwrap();
+        assert!(!cfg.replicas.any());
+        assert_eq!(cfg.replicas.consistency, Consistency::ReadYourWrites);
+        assert_eq!(cfg.replicas.max_lag, Duration::from_secs(1));
+        assert_eq!(cfg.replicas.poll_interval, Duration::from_millis(10));
+        let file = "[replicas]\naddresses = [\"r1:5432\", \"r2:5433\"]\n\
+                    consistency = \"eventual\"\nmax_lag = \"250ms\"\npoll_interval = \"5ms\"\n";
+        let cfg = load_str(file, &[]).unwrap();
+        assert_eq!(cfg.replicas.addresses, ["r1:5432", "r2:5433"]);
+        assert_eq!(cfg.replicas.consistency, Consistency::Eventual);
+        assert_eq!(cfg.replicas.max_lag, Duration::from_millis(250));
+        let cfg = load_str(
+            "",
+            &[
+                ("ONETRIP_REPLICAS_ADDRESSES", "a:1, b:2"),
+                ("ONETRIP_REPLICAS_CONSISTENCY", "read-your-writes"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.replicas.addresses, ["a:1", "b:2"]);
+        let one = load_str("", &[("ONETRIP_REPLICAS_ADDRESSES", "a:1")]).unwrap();
+        assert_eq!(one.replicas.addresses, ["a:1"]);
+        let e = load_str("[replicas]\naddresses = [\"nowhere\"]\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("replicas.addresses"), "{e}");
+        let e = load_str(
+            "[upstream]\naddress = \"db:5432\"\n[replicas]\nembedded = 1\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("replicas.embedded"), "{e}");
+        let e = load_str("[replicas]\nconsistency = \"strong\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("strong"), "{e}");
+        let e = load_str(
+            "[upstream]\ntls = \"require\"\n[replicas]\naddresses = [\"r:1\"]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("plain TCP"), "{e}");
+        let e = load_str("[replicas]\npoll_interval = \"0ms\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("replicas.poll_interval"), "{e}");
     }
 
     #[test]

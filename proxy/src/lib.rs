@@ -26,6 +26,7 @@ pub mod pooling;
 pub mod protocol;
 pub mod relay;
 pub mod reload;
+pub mod replicas;
 mod server;
 pub mod session;
 pub mod shared;

@@ -200,6 +200,11 @@ fn help(name: &str) -> &'static str {
             "Groups of Closes answered by the proxy with no server connection (transaction pooling)."
         }
         "lazy_reads" => "Reads run outside a transaction block that had not reached the server.",
+        "replica_reads" => "Reads served by a streaming replica.",
+        "fresh_reads" => {
+            "Reads sent to the primary because no replica had replayed the client's last write."
+        }
+        "replica_reruns" => "Reads a replica refused or lost, run again on the primary.",
         _ => "onetrip counter.",
     }
 }
@@ -278,6 +283,57 @@ pub fn render(stats: &Stats, kept: usize, pools: &[PoolRow]) -> String {
     }
     render_pools(&mut out, pools);
     out
+}
+
+/// Each streaming replica's state, lag, replay position and reads served,
+/// labelled by its address.
+pub fn render_replicas(out: &mut String, replicas: &crate::replicas::Replicas) {
+    if replicas.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_replica_up 1 while the replica serves reads (in recovery, within max_lag).\n# TYPE onetrip_replica_up gauge"
+    );
+    for r in &replicas.list {
+        let up = u8::from(r.state() == crate::replicas::State::Up);
+        let a = label_value(&r.address);
+        let role = r.state().as_str();
+        let _ = writeln!(
+            out,
+            "onetrip_replica_up{{replica=\"{a}\",role=\"{role}\"}} {up}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_replica_lag_seconds How far behind the primary the replica was at its last poll.\n# TYPE onetrip_replica_lag_seconds gauge"
+    );
+    for r in &replicas.list {
+        let a = label_value(&r.address);
+        let lag = r.lag().as_secs_f64();
+        let _ = writeln!(out, "onetrip_replica_lag_seconds{{replica=\"{a}\"}} {lag}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_replica_replay_lsn The replica's pg_last_wal_replay_lsn() at its last poll, as a number.\n# TYPE onetrip_replica_replay_lsn gauge"
+    );
+    for r in &replicas.list {
+        let a = label_value(&r.address);
+        let _ = writeln!(
+            out,
+            "onetrip_replica_replay_lsn{{replica=\"{a}\"}} {}",
+            r.replay()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP onetrip_replica_reads_total Client reads the replica served.\n# TYPE onetrip_replica_reads_total counter"
+    );
+    for r in &replicas.list {
+        let a = label_value(&r.address);
+        let n = r.reads.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "onetrip_replica_reads_total{{replica=\"{a}\"}} {n}");
+    }
 }
 
 /// A gauge's name, help, and value for a pool.

@@ -56,7 +56,8 @@ impl ReloadError {
 
 /// Keys that only a restart changes: sockets bound, threads and the
 /// embedded server started, the upstream connector and the kept-connection
-/// housekeeping set up, the statistics sized.
+/// housekeeping set up, the statistics sized, the replicas' watchers
+/// started.
 fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
     let mut kept = Vec::new();
     macro_rules! keep {
@@ -81,6 +82,12 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<String> {
         pool.max_pools,
         pool.max_db_connections,
         pool.max_user_connections,
+        replicas.addresses,
+        replicas.embedded,
+        replicas.max_lag,
+        replicas.poll_interval,
+        replicas.monitor_user,
+        replicas.monitor_database,
     );
     kept
 }

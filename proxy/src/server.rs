@@ -40,6 +40,8 @@ pub struct Proxy {
     /// Taken by `shutdown`; aborted on drop otherwise.
     accept_task: Option<tokio::task::JoinHandle<JoinSet<()>>>,
     embedded: Option<PgServer>,
+    /// Streaming replicas of the embedded server (`[replicas] embedded`).
+    embedded_replicas: Vec<PgServer>,
 }
 
 impl Proxy {
@@ -78,13 +80,33 @@ impl Proxy {
             }
             UpstreamAddress::Tcp(_) => None,
         };
-        Self::start_with(config, embedded, workers).await
+        let mut replicas = Vec::new();
+        let mut embedded = embedded;
+        for _ in 0..config.replicas.embedded {
+            let Some(pg) = embedded.take() else { break };
+            // One after another: each base backup reads the whole primary.
+            let (pg, started) = tokio::task::spawn_blocking(move || {
+                let started = pg.start_replica(PgOptions::default());
+                (pg, started)
+            })
+            .await
+            .map_err(|e| EmbeddedError::Command {
+                what: "embedded replica start".into(),
+                detail: e.to_string(),
+            })?;
+            embedded = Some(pg);
+            replicas.push(started?);
+        }
+        let mut proxy = Self::start_with(config, embedded, workers, &replicas).await?;
+        proxy.embedded_replicas = replicas;
+        Ok(proxy)
     }
 
     async fn start_with(
         config: Config,
         embedded: Option<PgServer>,
         workers: Vec<tokio::runtime::Handle>,
+        embedded_replicas: &[PgServer],
     ) -> Result<Self, StartError> {
         let upstream_addr = match (&config.upstream.address, &embedded) {
             (UpstreamAddress::Tcp(a), _) => a.clone(),
@@ -108,14 +130,27 @@ impl Proxy {
             .map_err(|source| StartError::Listen { addr, source })?;
         let (stop_accepting, stop_rx) = watch::channel(false);
         let (force_close, force_rx) = watch::channel(false);
-        let shared = Arc::new(Shared::new(
+        let replica_addrs = config
+            .replicas
+            .addresses
+            .iter()
+            .cloned()
+            .chain(embedded_replicas.iter().map(|r| r.addr().to_string()))
+            .collect::<Vec<_>>();
+        let replicas = match replica_addrs.is_empty() {
+            true => crate::replicas::Replicas::none(),
+            false => crate::replicas::Replicas::start(&config.replicas, replica_addrs),
+        };
+        let mut shared = Shared::new(
             config,
             upstream_addr,
             tls_acceptor,
             upstream_tls,
             force_rx,
             workers.clone(),
-        ));
+        );
+        shared.replicas = replicas;
+        let shared = Arc::new(shared);
         // Kept for reloads: the metrics endpoint runs here, as at start.
         let runtime = tokio::runtime::Handle::current();
         *shared
@@ -167,6 +202,7 @@ impl Proxy {
             force_close,
             accept_task: Some(accept_task),
             embedded,
+            embedded_replicas: Vec::new(),
         })
     }
 
@@ -279,6 +315,10 @@ impl Proxy {
         // Kept connections say goodbye before any embedded server stops.
         self.shared.reuse.clear();
         self.shared.pools.clear();
+        self.shared.replicas.stop();
+        for mut r in std::mem::take(&mut self.embedded_replicas) {
+            let _ = tokio::task::spawn_blocking(move || r.stop()).await;
+        }
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }

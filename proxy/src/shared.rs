@@ -104,6 +104,8 @@ pub struct Shared {
     /// (`limits.max_client_connections`).
     clients: AtomicUsize,
     refusing: AtomicUsize,
+    /// Streaming replicas that serve reads (`[replicas]`), as watched.
+    pub replicas: Arc<crate::replicas::Replicas>,
 }
 
 /// The configuration in force and what is built from it, replaced whole
@@ -251,6 +253,7 @@ impl Shared {
             workers: Arc::new(Seats::new(workers)),
             clients: AtomicUsize::new(0),
             refusing: AtomicUsize::new(0),
+            replicas: crate::replicas::Replicas::none(),
         }
     }
 
@@ -321,7 +324,9 @@ impl Shared {
 
 impl crate::metrics::Source for Shared {
     fn page(&self) -> String {
-        crate::metrics::render(&self.stats, self.reuse.len(), &self.pools.rows())
+        let mut page = crate::metrics::render(&self.stats, self.reuse.len(), &self.pools.rows());
+        crate::metrics::render_replicas(&mut page, &self.replicas);
+        page
     }
 }
 

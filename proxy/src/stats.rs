@@ -131,6 +131,14 @@ counters! {
     local_closes,
     /// Reads run without their transaction block (`transactions.lazy_reads`).
     lazy_reads,
+    /// Reads served by a streaming replica (`[replicas]`).
+    replica_reads,
+    /// Reads that could have gone to a replica but went to the primary,
+    /// since no replica had replayed the client's last write (or what it
+    /// read before).
+    fresh_reads,
+    /// Reads a replica refused or lost, run again on the primary.
+    replica_reruns,
 }
 
 impl Snapshot {

@@ -12,7 +12,7 @@ const FLOORS: &[&[&str]] = &[
     &["config", "stats", "timers", "net", "worker"],
     &["wire"],
     &["cancel", "auth"],
-    &["cypher_cache"],
+    &["cypher_cache", "replicas"],
     &["protocol"],
     &["kept", "pooling", "shared", "reload", "metrics"],
     &["relay"],

@@ -6,6 +6,7 @@
 pub mod age;
 pub mod pipelines;
 pub mod process;
+pub mod replica;
 pub mod script;
 pub mod transcript;
 

@@ -131,6 +131,7 @@ impl Protocol {
                     self.cypher.trailing_dropped(&self.services);
                 }
             }
+            self.send_lsn_if_due(to_up, forward);
             at = end;
         }
         Counters::add(&self.info.counters.bytes_to_upstream, forwarded as u64);
@@ -279,6 +280,7 @@ impl Protocol {
             }
             _ => {}
         }
+        self.watch_for_replicas(t, msg, sql.as_ref());
         // The coalescer decides what, if anything, goes upstream; what it
         // sends of its own goes first.
         let forward = self.with_coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));

@@ -51,6 +51,9 @@ pub enum Own {
     /// What makes a pooled connection the client's (its settings and
     /// libraries), sent ahead of the client's first message on it.
     Prepare,
+    /// The primary's WAL position, asked right behind a client's write
+    /// (`replica.rs`).
+    Lsn,
 }
 
 /// Whose an answer is.

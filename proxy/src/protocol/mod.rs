@@ -12,6 +12,7 @@ mod named;
 mod own;
 mod pooled;
 mod replay;
+mod replica;
 mod server_conn;
 mod server_statements;
 pub use pooled::ServerStatements;
@@ -237,6 +238,8 @@ pub struct Protocol {
     /// Greeted with no server connection: what `start` sends goes with the
     /// first one the session takes (`start_if_due`).
     start_due: bool,
+    /// Routing reads to replicas: the client's floor (`replica.rs`).
+    replica: replica::Floor,
 }
 
 /// A Query or Parse after routing.
@@ -311,6 +314,7 @@ impl Protocol {
             passwords_changed: Vec::new(),
             taint: Default::default(),
             start_due: false,
+            replica: Default::default(),
         }
     }
 

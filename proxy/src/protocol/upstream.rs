@@ -209,6 +209,10 @@ impl Protocol {
                 // client should hear why, in place of its statement's answer.
                 return t == tag::ERROR_RESPONSE && owner == Owner::Own(Own::Begin);
             }
+            Owner::Own(Own::Lsn) => {
+                self.on_lsn_answer(t, msg);
+                return false;
+            }
             Owner::Own(Own::Probe) | Owner::Client => {}
         }
         self.cypher
@@ -218,6 +222,7 @@ impl Protocol {
                 self.cypher.on_ready(&self.services);
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
+                self.after_ready(status);
                 if status == b'I'
                     && !self.passwords_changed.is_empty()
                     && self.flight.client_answered()

@@ -7,6 +7,7 @@
 mod close;
 pub mod epoll;
 mod line;
+pub(crate) mod replica;
 mod spin;
 pub mod task;
 mod wake;
@@ -82,6 +83,18 @@ pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client))
         .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client));
+    worked.map_err(|e| {
+        let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
+        b.to_client.push(msg);
+        Counters::add(&proto.info.counters.errors, 1);
+        e.to_string()
+    })
+}
+
+/// What the upstream sent, alone: the client's bytes wait (a read to
+/// route once the proxy's own answers are in, `replica.rs`).
+pub(crate) fn process_upstream(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
+    let worked = proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up);
     worked.map_err(|e| {
         let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
         b.to_client.push(msg);

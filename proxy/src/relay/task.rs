@@ -12,7 +12,9 @@ use std::{
 use tokio_util::io::poll_read_buf;
 
 use super::{
-    Bufs, Closer, End, Outcome, move_due, process, release_due, reserve,
+    Bufs, Closer, End, Outcome, move_due, process, release_due,
+    replica::{Detour, Detoured},
+    reserve,
     spin::Spin,
     wake::{self, Wakers},
     wants_reads,
@@ -67,8 +69,12 @@ pub(crate) async fn relay(
     seat: &mut Seat,
     forced: &mut Closer,
     shared: &Shared,
+    startup_raw: &bytes::Bytes,
 ) -> Outcome {
     let mut b = bufs;
+    // Reads routed to replicas, for a session in session mode; its replica
+    // connection lasts as long as this loop.
+    let mut detour = Detour::new(&shared.replicas, proto, startup_raw);
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
@@ -77,7 +83,24 @@ pub(crate) async fn relay(
     let wakers = Wakers::new();
     let mut turns = 0u32;
     let end = loop {
-        if let Err(e) = process(proto, &mut b) {
+        let detoured = match detour.as_mut() {
+            Some(d) => d.route(io, proto, &mut b, forced).await,
+            None => Detoured::No,
+        };
+        let processed = match detoured {
+            Detoured::No => process(proto, &mut b),
+            // Its answer is queued: the loop writes it and looks at the
+            // next message.
+            Detoured::Served => continue,
+            Detoured::Wait => match super::process_upstream(proto, &mut b) {
+                // Answered: route the read now (no event would come to
+                // wake the loop for it).
+                Ok(()) if !proto.own_in_flight() => continue,
+                done => done,
+            },
+            Detoured::End(end) => break end,
+        };
+        if let Err(e) = processed {
             break End::Error(e);
         }
         // Write at once what the sockets take now: the usual case, and one

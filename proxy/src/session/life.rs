@@ -745,7 +745,15 @@ async fn relay_runtime(
     };
     proto.info.set_relay(Relay::Runtime);
     let tls = io.client.is_tls() || io.upstream.is_tls();
-    let relayed = relay(&mut io, &mut proto, bufs, &mut seat, forced, &s.shared);
+    let relayed = relay(
+        &mut io,
+        &mut proto,
+        bufs,
+        &mut seat,
+        forced,
+        &s.shared,
+        &s.startup_raw,
+    );
     // Entering the span on each wake-up would cost about 4% of the
     // instructions per forwarded transaction. The loop logs nothing
     // itself (its end is logged in the span, below), so it runs outside

@@ -11,6 +11,7 @@ mod show_config;
 mod show_fallbacks;
 mod show_help;
 mod show_pools;
+mod show_replicas;
 mod show_rewrites;
 mod show_servers;
 mod show_stats;
@@ -70,6 +71,7 @@ commands! {
     ShowStats => show_stats,
     ShowClients => show_clients,
     ShowServers => show_servers,
+    ShowReplicas => show_replicas,
     ShowPools => show_pools,
     ShowConfig => show_config,
     ShowFallbacks => show_fallbacks,

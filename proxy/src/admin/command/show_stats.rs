@@ -33,6 +33,9 @@ const COLUMNS: &[&str] = &[
     "rewritten_queries",
     "fallbacks",
     "reused_upstreams",
+    "replica_reads",
+    "fresh_reads",
+    "replica_reruns",
     "avg_upstream_round_trip_us",
 ];
 
@@ -75,6 +78,9 @@ fn row(database: Option<String>, user: Option<String>, c: &Snapshot) -> Row {
         cell(c.rewritten_queries),
         cell(c.fallbacks),
         cell(c.reused_upstreams),
+        cell(c.replica_reads),
+        cell(c.fresh_reads),
+        cell(c.replica_reruns),
         cell(c.avg_latency_us()),
     ]
 }

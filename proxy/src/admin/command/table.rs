@@ -54,6 +54,10 @@ fn is_count(column: &str) -> bool {
         "rewritten_queries",
         "fallbacks",
         "reused_upstreams",
+        "replica_reads",
+        "fresh_reads",
+        "replica_reruns",
+        "reads",
         "upstream_pid",
         "count",
     ];

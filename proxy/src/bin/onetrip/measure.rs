@@ -68,6 +68,11 @@ pub struct Report {
     pub lazy_reads: u64,
     pub probes_passed: u64,
     pub probes_failed: u64,
+    /// Reads served by replicas, reads kept on the primary for freshness,
+    /// reads a replica refused (`[replicas]`).
+    pub replica_reads: u64,
+    pub fresh_reads: u64,
+    pub replica_reruns: u64,
     pub bytes_from_client: u64,
     pub bytes_to_client: u64,
     pub bytes_to_upstream: u64,
@@ -98,6 +103,9 @@ impl Report {
             lazy_reads: t.lazy_reads,
             probes_passed: t.probes_passed,
             probes_failed: t.probes_failed,
+            replica_reads: t.replica_reads,
+            fresh_reads: t.fresh_reads,
+            replica_reruns: t.replica_reruns,
             bytes_from_client: t.bytes_from_client,
             bytes_to_client: t.bytes_to_client,
             bytes_to_upstream: t.bytes_to_upstream,
@@ -118,7 +126,7 @@ impl Report {
             self.exit_code, self.wall_seconds
         );
         let saved = |k: &str| self.saved_by_kind.get(k).copied().unwrap_or(0);
-        let rows: [(&str, String); 15] = [
+        let rows: [(&str, String); 16] = [
             ("client round trips", self.client_round_trips.to_string()),
             (
                 "upstream round trips",
@@ -147,6 +155,13 @@ impl Report {
             (
                 "write probes passed/failed",
                 format!("{}/{}", self.probes_passed, self.probes_failed),
+            ),
+            (
+                "reads on replicas",
+                format!(
+                    "{} ({} kept on the primary for freshness, {} run again there)",
+                    self.replica_reads, self.fresh_reads, self.replica_reruns
+                ),
             ),
             ("sessions", self.sessions.to_string()),
             ("bytes from client", self.bytes_from_client.to_string()),

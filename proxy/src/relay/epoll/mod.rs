@@ -94,8 +94,12 @@ fn has_pending() -> bool {
 /// The session can relay here: this is a worker, both sockets are plain
 /// TCP, and it needs none of what only its task can wait for.
 pub(crate) fn may_relay(proto: &Protocol) -> bool {
-    let up = &proto.services.config.upstream;
-    worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero()
+    let config = &proto.services.config;
+    let up = &config.upstream;
+    // Reads routed to replicas wait for their answer in the session's task
+    // (`relay/replica.rs`).
+    let routes_reads = config.replicas.any() && !proto.pooled;
+    worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero() && !routes_reads
 }
 
 /// Starts relaying `parts` on this worker, in its client's old place when

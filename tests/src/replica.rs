@@ -1,0 +1,86 @@
+//! Streaming replicas of a test's own primary: a base backup of it
+//! (`pg_basebackup -R`), started as a hot standby, optionally made to lag
+//! with `recovery_min_apply_delay`.
+
+use std::time::{Duration, Instant};
+
+use onetrip_embedded::{PgOptions, PgServer};
+
+use crate::{Env, connect, data_parent, start_pg};
+
+/// A replica of `primary` that applies each commit `delay` after the
+/// primary made it (none: as soon as it streams in). Blocks while the
+/// base backup is taken: call it with `tokio::task::block_in_place`, or
+/// through [`start_replica_of`].
+pub fn start_replica(primary: &PgServer, delay: Option<Duration>) -> PgServer {
+    let mut conf = Vec::new();
+    if let Some(d) = delay {
+        conf.push(format!("recovery_min_apply_delay = '{}ms'", d.as_millis()));
+    }
+    let opts = PgOptions {
+        conf,
+        temp_parent: data_parent(),
+        ..Default::default()
+    };
+    primary
+        .start_replica(opts)
+        .expect("start a streaming replica")
+}
+
+/// [`start_replica`] from a multi-threaded test runtime.
+pub fn start_replica_of(primary: &PgServer, delay: Option<Duration>) -> PgServer {
+    tokio::task::block_in_place(|| start_replica(primary, delay))
+}
+
+/// A primary of the test's own with one streaming replica, and a proxy in
+/// front of both (`[replicas] addresses`), whose config `tweak` may change
+/// further. Waits until the proxy's watcher finds the replica serving
+/// reads. Needs a multi-threaded test runtime.
+pub async fn with_replica(
+    delay: Option<Duration>,
+    tweak: impl FnOnce(&mut onetrip::Config),
+) -> (Env, PgServer) {
+    // Each commit flushed at once, so it streams at once: with the test
+    // servers' asynchronous commit, the WAL writer sends it up to 600 ms
+    // later, and the replica lags by that much.
+    let pg = start_pg(PgOptions {
+        conf: vec!["synchronous_commit = on".into()],
+        ..Default::default()
+    })
+    .await;
+    let replica = start_replica_of(&pg, delay);
+    let addr = replica.addr().to_string();
+    let env = Env::start_on(pg, |c| {
+        c.replicas.addresses = vec![addr];
+        tweak(c);
+    })
+    .await;
+    wait_replica_state(&env, "replica").await;
+    (env, replica)
+}
+
+/// Waits (up to 60 s) until SHOW REPLICAS gives every replica `role`.
+pub async fn wait_replica_state(env: &Env, role: &str) {
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let admin = connect(&dsn).await;
+    let start = Instant::now();
+    loop {
+        let rows = crate::simple_rows(
+            &admin
+                .simple_query("SHOW REPLICAS")
+                .await
+                .expect("SHOW REPLICAS"),
+        );
+        if !rows.is_empty() && rows.iter().all(|r| r[1].as_deref() == Some(role)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "replicas never became {role}: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
