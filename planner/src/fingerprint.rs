@@ -80,6 +80,117 @@ pub fn fingerprint_into(sql: &str, out: &mut String) {
     }
 }
 
+/// True only when `a` and `b` have the same [`fingerprint`]: they are equal but
+/// for the values of plain number and string literals. A byte walk, about a
+/// tenth of the cost of fingerprinting, for a caller that keeps the last text
+/// it fingerprinted: applications send the same statement with new literals.
+/// False whenever it is unsure (comments, dollar quotes, backslashes in a
+/// string, string prefixes, numbers it does not read whole): the caller then
+/// fingerprints.
+pub fn same_but_literals(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        let at_literal = |s: &[u8], k: usize| k == 0 || !is_word_byte(s[k - 1]);
+        if x.is_ascii_digit() && y.is_ascii_digit() && at_literal(a, i) && at_literal(b, j) {
+            match (number_end(a, i), number_end(b, j)) {
+                (Some(ei), Some(ej)) => (i, j) = (ei, ej),
+                _ => return false,
+            }
+            continue;
+        }
+        if x == b'\'' && y == b'\'' {
+            if !at_literal(a, i) || !at_literal(b, j) {
+                // A prefixed string (E'', B'', U&''): its end is the lexer's to find.
+                return false;
+            }
+            match (string_end(a, i), string_end(b, j)) {
+                (Some(ei), Some(ej)) => (i, j) = (ei, ej),
+                _ => return false,
+            }
+            continue;
+        }
+        if x != y {
+            return false;
+        }
+        match x {
+            // Comments and dollar quotes hold anything, quotes included.
+            b'-' | b'/'
+                if a.get(i + 1)
+                    .is_some_and(|&n| n == x || (x == b'/' && n == b'*')) =>
+            {
+                return false;
+            }
+            b'$' if !a.get(i + 1).is_some_and(u8::is_ascii_digit) => return false,
+            b'"' => match quoted_end(a, b, i, j) {
+                Some((ei, ej)) => (i, j) = (ei, ej),
+                None => return false,
+            },
+            _ => (i, j) = (i + 1, j + 1),
+        }
+    }
+    i == a.len() && j == b.len()
+}
+
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'.') || c >= 0x80
+}
+
+/// The end of the plain number at `k` (digits, a point, digits), if nothing
+/// that would make it another token follows.
+fn number_end(s: &[u8], mut k: usize) -> Option<usize> {
+    while k < s.len() && s[k].is_ascii_digit() {
+        k += 1;
+    }
+    if s.get(k) == Some(&b'.') {
+        k += 1;
+        while k < s.len() && s[k].is_ascii_digit() {
+            k += 1;
+        }
+    }
+    match s.get(k) {
+        Some(&c) if is_word_byte(c) => None,
+        _ => Some(k),
+    }
+}
+
+/// Past the closing quote of the plain string at `k` (`''` inside), if it
+/// closes and holds no backslash (whose meaning depends on settings).
+fn string_end(s: &[u8], k: usize) -> Option<usize> {
+    let mut k = k + 1;
+    loop {
+        match *s.get(k)? {
+            b'\\' => return None,
+            b'\'' if s.get(k + 1) == Some(&b'\'') => k += 2,
+            b'\'' => return Some(k + 1),
+            _ => k += 1,
+        }
+    }
+}
+
+/// Past the closing quote of the quoted identifier at `i` and `j`, equal in
+/// both texts.
+fn quoted_end(a: &[u8], b: &[u8], mut i: usize, mut j: usize) -> Option<(usize, usize)> {
+    (i, j) = (i + 1, j + 1);
+    loop {
+        let x = *a.get(i)?;
+        if b.get(j) != Some(&x) {
+            return None;
+        }
+        (i, j) = (i + 1, j + 1);
+        if x == b'"' {
+            if a.get(i) == Some(&b'"') && b.get(j) == Some(&b'"') {
+                (i, j) = (i + 1, j + 1);
+            } else if a.get(i) == Some(&b'"') || b.get(j) == Some(&b'"') {
+                return None;
+            } else {
+                return Some((i, j));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +230,39 @@ mod tests {
             let mut reused = String::from("left over from before");
             fingerprint_into(sql, &mut reused);
             assert_eq!(reused, want, "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn same_but_literals_agrees_with_fingerprints() {
+        for (a, b, same) in [
+            ("select 1", "select 22", true),
+            (
+                "select * from t where id = 42 and n = 'x'",
+                "select * from t where id = 7 and n = 'it''s'",
+                true,
+            ),
+            ("select 1.5, -3", "select 2., -40", true),
+            ("select \"a 1\" from t", "select \"a 1\" from t", true),
+            ("select $1, 1", "select $1, 2", true),
+            ("select $1", "select $2", false),
+            ("select t1", "select t2", false),
+            ("select 1e5", "select 2e5", false),
+            ("select 1", "select 1 -- c", false),
+            ("select 'a' -- '", "select 'b' -- '", false),
+            ("select E'a'", "select E'b'", false),
+            ("select 'a\\'", "select 'b\\'", false),
+            ("select $$a$$", "select $$a$$", false),
+            ("select 1", "SELECT 1", false),
+            ("select 1", "select  1", false),
+            ("select 'a", "select 'b", false),
+            ("select \"x\"\"1\"", "select \"x\"\"2\"", false),
+            ("select 1", "select 1;", false),
+        ] {
+            assert_eq!(same_but_literals(a, b), same, "{a:?} {b:?}");
+            if same {
+                assert_eq!(fingerprint(a), fingerprint(b), "{a:?} {b:?}");
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Fingerprints never panic, stay short, and ignore literal values and spacing.
 
 use onetrip_planner::classify::classify;
-use onetrip_planner::fingerprint::{MAX_FINGERPRINT_LEN, fingerprint};
+use onetrip_planner::fingerprint::{MAX_FINGERPRINT_LEN, fingerprint, same_but_literals};
 use proptest::prelude::*;
 
 /// SQL-ish fragments, so that generated strings hit quotes, comments and dollar quotes often.
@@ -65,5 +65,30 @@ proptest! {
         let a = format!("SELECT a FROM t WHERE b = {n} AND c = '{quoted}'");
         let b = format!("select{ws}a from t{ws}where b = 0 and c = $${s}$$");
         prop_assert_eq!(fingerprint(&a), fingerprint(&b));
+    }
+
+    /// The quick comparison never groups two texts whose fingerprints differ,
+    /// and finds the same statement with new literals the same.
+    #[test]
+    fn same_but_literals_only_when_fingerprints_agree(
+        a in sqlish(),
+        b in sqlish(),
+        n in any::<u32>(),
+        m in any::<u32>(),
+        s in "[a-z' ]{0,12}",
+    ) {
+        if same_but_literals(&a, &b) {
+            prop_assert_eq!(fingerprint(&a), fingerprint(&b));
+        }
+        let base = format!("{a} {n}{b}");
+        let other = format!("{a} {m}{b}");
+        if same_but_literals(&base, &other) {
+            prop_assert_eq!(fingerprint(&base), fingerprint(&other));
+        }
+        let q = s.replace('\'', "''");
+        let x = format!("select f(x) from t where a = {n} and b = '{q}'");
+        let y = format!("select f(x) from t where a = {m} and b = 'z'");
+        prop_assert!(same_but_literals(&x, &y), "{} {}", x, y);
+        prop_assert_eq!(fingerprint(&x), fingerprint(&y));
     }
 }

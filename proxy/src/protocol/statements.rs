@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use onetrip_planner::fingerprint::{fingerprint, fingerprint_into};
+use onetrip_planner::fingerprint::{fingerprint, fingerprint_into, same_but_literals};
 
 use super::text::Sql;
 use crate::stats::StatementCounts;
@@ -38,7 +38,7 @@ pub struct Statements {
     /// literals share a fingerprint. The buffers are reused, so a stream
     /// of such queries allocates nothing here.
     last_at: Option<usize>,
-    last_query: Vec<u8>,
+    last_query: String,
     last_print: String,
     /// The fingerprint being made.
     print: String,
@@ -67,7 +67,15 @@ impl Statements {
     }
 
     fn find_query(&mut self, text: &str) -> Option<usize> {
-        if self.last_at.is_some() && self.last_query == text.as_bytes() {
+        // The same statement again, with other literals most often: its
+        // fingerprint is the last one, told by a walk over the two texts.
+        if self.last_at.is_some()
+            && (self.last_query == text || same_but_literals(&self.last_query, text))
+        {
+            if self.last_query != text {
+                self.last_query.clear();
+                self.last_query.push_str(text);
+            }
             return self.last_at;
         }
         fingerprint_into(text, &mut self.print);
@@ -77,7 +85,7 @@ impl Statements {
             std::mem::swap(&mut self.print, &mut self.last_print);
         }
         self.last_query.clear();
-        self.last_query.extend_from_slice(text.as_bytes());
+        self.last_query.push_str(text);
         self.last_at
     }
 
