@@ -33,6 +33,9 @@ pub struct Pooled {
     /// Boxed: rare, and an idle connection's record is large, while every
     /// pooled session carries this.
     pub granted: Option<Box<Result<Grant, WaitTimeout>>>,
+    /// The session's id with its pool's listening connection, once it
+    /// has listened there: its channels go with it.
+    pub listens_as: Option<u64>,
 }
 
 /// What a session without a connection does when its client speaks.
@@ -107,6 +110,7 @@ impl Pooled {
             cancel,
             target: None,
             granted: None,
+            listens_as: None,
         }
     }
 
@@ -253,6 +257,9 @@ impl Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
+        if let Some(id) = self.listens_as {
+            self.pool.listener.unlisten(id, None);
+        }
         self.pool.clients.fetch_sub(1, Relaxed);
     }
 }

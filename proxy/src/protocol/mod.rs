@@ -8,12 +8,14 @@ mod cypher;
 pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
+mod listen;
 mod named;
 mod own;
 mod pooled;
 mod replay;
 mod server_conn;
 mod server_statements;
+pub use listen::{Inbox, listen_answer, notification_channel};
 pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub use server_conn::ServerConnection;
@@ -237,6 +239,12 @@ pub struct Protocol {
     /// Greeted with no server connection: what `start` sends goes with the
     /// first one the session takes (`start_if_due`).
     start_due: bool,
+    /// What the pool's listening connection leaves for the session, once
+    /// it has listened there (`listen.rs`).
+    notes: Option<Arc<listen::Inbox>>,
+    /// A LISTEN or UNLISTEN of the session's went to its server: the rest
+    /// go there too.
+    listen_on_server: bool,
 }
 
 /// A Query or Parse after routing.
@@ -311,6 +319,8 @@ impl Protocol {
             passwords_changed: Vec::new(),
             taint: Default::default(),
             start_due: false,
+            notes: None,
+            listen_on_server: false,
         }
     }
 
