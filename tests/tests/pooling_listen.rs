@@ -3,15 +3,16 @@
 //! notification to every client listening on its channel, in the server's
 //! order, between statements, while none of them holds a server
 //! connection. UNLISTEN, a client's departure and a lost listening
-//! connection; and the answers, side by side with PostgreSQL.
+//! connection; the sender's pid as it was told at login; and the answers,
+//! side by side with PostgreSQL.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use onetrip_tests::{
-    Env, PgOptions, connect,
+    Env, PgOptions, connect, python_with_psycopg, run_py,
     script::{Script, Sides},
-    simple_rows,
+    simple_rows, skip,
 };
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -363,4 +364,43 @@ async fn answers_as_postgresql_gives_them() {
     for s in scripts {
         sides.same(s).await;
     }
+}
+
+/// psycopg's own check for a notification it sent itself compares the
+/// pid with `conn.info.backend_pid`: through the pool that is the pid
+/// onetrip told the client at login, and the notification carries it. One
+/// from a backend that is not the pool's keeps its pid.
+#[tokio::test]
+async fn a_notification_names_its_sender_as_the_sender_was_told() {
+    let Some(py) = python_with_psycopg() else {
+        skip("psycopg not installed");
+        return;
+    };
+    let env = pooled(2).await;
+    let (direct, proxied) = (env.dsn(false), env.dsn(true));
+    let admin = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let run = |args: Vec<String>| {
+        let py = py.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_py(&py, "listen_pids.py", &args)
+        })
+    };
+    let want = r#"[["pids", "own", true], ["pids", "other", true]]"#;
+    assert_eq!(
+        run(vec![direct.clone(), direct.clone()])
+            .await
+            .unwrap()
+            .trim(),
+        want
+    );
+    let got = run(vec![proxied, direct, admin]).await.unwrap();
+    assert_eq!(
+        got.trim(),
+        r#"[["pids", "own", true], ["pids", "other", true], ["pools", "0", "1"]]"#,
+        "each sender named as it was told; no client pinned"
+    );
 }

@@ -13,6 +13,8 @@ use std::{
     },
 };
 
+use std::time::Instant;
+
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, oneshot};
 
@@ -42,6 +44,11 @@ pub enum Joined {
 pub enum Command {
     Listen(String),
     Unlisten(String),
+    /// An empty Query after notifications came: once it is answered,
+    /// whatever was committed before it was sent has come (the server
+    /// hands a listener what is pending before each ReadyForQuery), which
+    /// narrows the window of the next notifications' senders.
+    Barrier,
 }
 
 #[derive(Default)]
@@ -53,6 +60,8 @@ pub struct Listener {
     pub fanned_out: AtomicU64,
     /// Listening connections lost (and made again).
     pub lost: AtomicU64,
+    /// Who held each backend, while sessions listen.
+    pub senders: super::senders::Senders,
 }
 
 #[derive(Default)]
@@ -61,14 +70,22 @@ struct Inner {
     subs: HashMap<String, Vec<(u64, Arc<Inbox>)>>,
     /// Channels the connection listens on now (answered).
     on: std::collections::HashSet<String>,
-    /// Commands sent, in order, awaiting their answers.
-    sent: VecDeque<Command>,
+    /// Commands sent, in order, awaiting their answers, with when.
+    sent: VecDeque<(Command, Instant)>,
+    /// When the last command answered was sent: a notification that comes
+    /// after was committed after it.
+    floor: Option<Instant>,
+    /// Notifications came since the last barrier was sent.
+    barrier_due: bool,
     /// Sessions waiting for a channel's LISTEN to be answered.
     waiters: HashMap<String, Vec<oneshot::Sender<Listened>>>,
     /// A task drives the connection.
     task: bool,
     /// The connection is open and greeted.
     connected: bool,
+    /// When each channel's LISTEN was sent on the connection: nothing
+    /// committed before comes.
+    listened_at: HashMap<String, Instant>,
 }
 
 impl Listener {
@@ -91,6 +108,9 @@ impl Listener {
         g.waiters.entry(channel.to_owned()).or_default().push(tx);
         let start = !std::mem::replace(&mut g.task, true);
         drop(g);
+        if start {
+            self.senders.set_on(true);
+        }
         self.wake.notify_one();
         Joined::Wait { answer: rx, start }
     }
@@ -122,7 +142,7 @@ impl Listener {
         let pending = |g: &Inner, c: &str| {
             g.sent
                 .iter()
-                .any(|s| matches!(s, Command::Listen(x) | Command::Unlisten(x) if x == c))
+                .any(|(s, _)| matches!(s, Command::Listen(x) | Command::Unlisten(x) if x == c))
         };
         let wanted = g
             .subs
@@ -130,16 +150,26 @@ impl Listener {
             .find(|c| !g.on.contains(*c) && !pending(&g, c))
             .cloned();
         let cmd = match wanted {
-            Some(c) => Command::Listen(c),
+            Some(c) => {
+                g.listened_at.insert(c.clone(), Instant::now());
+                Command::Listen(c)
+            }
             None => {
                 let stale =
                     g.on.iter()
                         .find(|c| !g.subs.contains_key(*c) && !pending(&g, c))
-                        .cloned()?;
-                Command::Unlisten(stale)
+                        .cloned();
+                match stale {
+                    Some(c) => Command::Unlisten(c),
+                    None if g.barrier_due && g.sent.is_empty() => {
+                        g.barrier_due = false;
+                        Command::Barrier
+                    }
+                    None => return None,
+                }
             }
         };
-        g.sent.push_back(cmd.clone());
+        g.sent.push_back((cmd.clone(), Instant::now()));
         Some(cmd)
     }
 
@@ -148,9 +178,10 @@ impl Listener {
     /// told (and run it on a server connection of their own).
     pub fn answered(&self, outcome: Listened) {
         let mut g = self.lock();
-        let Some(cmd) = g.sent.pop_front() else {
+        let Some((cmd, at)) = g.sent.pop_front() else {
             return;
         };
+        g.floor = g.floor.max(Some(at));
         match (cmd, outcome) {
             (Command::Listen(c), Ok(())) => {
                 g.on.insert(c.clone());
@@ -167,6 +198,7 @@ impl Listener {
             (Command::Unlisten(c), _) => {
                 g.on.remove(&c);
             }
+            (Command::Barrier, _) => {}
         }
         drop(g);
         self.wake.notify_one();
@@ -179,18 +211,19 @@ impl Listener {
         g.connected = true;
         g.on.clear();
         g.sent.clear();
+        g.listened_at.clear();
+        g.floor = None;
+        g.barrier_due = false;
     }
 
     /// The connection could not be opened: the sessions waiting for a
-    /// channel are told why (and go the server's way).
+    /// channel are told why (each takes its channel back and goes the
+    /// server's way); those that listened already stay, for the next
+    /// connection.
     pub fn unreachable(&self, why: &str) {
-        let mut g = self.lock();
-        let waiters: Vec<_> = g.waiters.drain().collect();
-        for (c, ws) in waiters {
-            g.subs.remove(&c);
-            for w in ws {
-                let _ = w.send(Err(why.to_owned()));
-            }
+        let waiters: Vec<_> = self.lock().waiters.drain().collect();
+        for w in waiters.into_iter().flat_map(|(_, ws)| ws) {
+            let _ = w.send(Err(why.to_owned()));
         }
     }
 
@@ -203,6 +236,9 @@ impl Listener {
         g.connected = false;
         g.on.clear();
         g.sent.clear();
+        g.listened_at.clear();
+        g.floor = None;
+        g.barrier_due = false;
         let warning = lost_warning(why);
         let mut told: Vec<u64> = Vec::new();
         for subs in g.subs.values() {
@@ -224,20 +260,45 @@ impl Listener {
             g.connected = false;
             g.on.clear();
             g.sent.clear();
+            g.listened_at.clear();
+            g.floor = None;
+            g.barrier_due = false;
+            drop(g);
+            self.senders.set_on(false);
             return true;
         }
         false
     }
 
     /// Hands a NotificationResponse to the sessions listening on its
-    /// channel.
-    pub fn fan_out(&self, msg: Bytes) {
+    /// channel, naming its sender as that client was told at login when
+    /// the sender is known (`senders.rs`). `idle`: whether a backend is
+    /// idle in the pool now.
+    pub fn fan_out(&self, msg: Bytes, idle: impl Fn(i32) -> bool) {
         let Some(channel) = notification_channel(&msg) else {
             return;
         };
-        let g = self.lock();
+        let read = Instant::now();
+        let mut g = self.lock();
+        g.barrier_due = true;
+        let after = g.listened_at.get(channel).copied().max(g.floor);
         let Some(subs) = g.subs.get(channel) else {
             return;
+        };
+        let backend = msg
+            .get(5..9)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let sender = match (backend, after) {
+            (Some(pid), Some(after)) => self.senders.sender(pid, after, read, idle(pid)),
+            _ => None,
+        };
+        let msg = match sender {
+            Some(pid) => {
+                let mut m = BytesMut::from(&msg[..]);
+                m[5..9].copy_from_slice(&pid.to_be_bytes());
+                m.freeze()
+            }
+            None => msg,
         };
         for (_, inbox) in subs {
             inbox.push(msg.clone());
@@ -257,6 +318,7 @@ pub fn command_query(cmd: &Command) -> Bytes {
     let sql = match cmd {
         Command::Listen(c) => format!("LISTEN {}", quoted(c)),
         Command::Unlisten(c) => format!("UNLISTEN {}", quoted(c)),
+        Command::Barrier => String::new(),
     };
     let mut out = BytesMut::new();
     write::query(&mut out, &sql);
@@ -310,6 +372,16 @@ mod tests {
         assert_eq!(l.next_command(), None, "2 still listens");
         l.unlisten(2, Some("x"));
         assert_eq!(l.next_command(), Some(Command::Unlisten("x".into())));
+        l.answered(Ok(()));
+        // A notification asks for a barrier, sent when nothing else is.
+        let mut note = BytesMut::new();
+        write::message(&mut note, tag::NOTIFICATION, |b| {
+            b.extend_from_slice(&7i32.to_be_bytes());
+            b.extend_from_slice(b"x\0p\0");
+        });
+        l.fan_out(note.freeze(), |_| false);
+        assert_eq!(l.next_command(), Some(Command::Barrier));
+        assert_eq!(l.next_command(), None, "one at a time");
         l.answered(Ok(()));
         assert!(l.may_end());
     }

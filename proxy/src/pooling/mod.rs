@@ -25,6 +25,7 @@ mod limit;
 pub mod listen;
 mod notices;
 mod pools;
+mod senders;
 pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
 pub use notices::Notices;
@@ -814,6 +815,14 @@ impl Pool {
             listen_channels,
             notifications: self.listener.fanned_out.load(Relaxed),
         }
+    }
+
+    /// Backend `pid` is a connection idle in this pool now.
+    pub fn idle_has_backend(&self, pid: i32) -> bool {
+        self.lock()
+            .idle
+            .iter()
+            .any(|i| i.conn.backend_key().is_some_and(|(p, _)| p == pid))
     }
 
     /// A connection given back needs `reset` before the next client.

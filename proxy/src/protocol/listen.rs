@@ -119,7 +119,13 @@ impl Protocol {
             return None;
         }
         let msg = cin.get(..h.wire_len)?;
-        let op = listen_op(frontend::query_text(msg)?)?;
+        // One look at the first word before any lexing: this runs for
+        // every Query of an idle session.
+        let text = frontend::query_text(msg)?;
+        if !client_txn::first_word_is(text.as_bytes(), &["listen", "unlisten"]) {
+            return None;
+        }
+        let op = listen_op(text)?;
         Some((op, h.wire_len))
     }
 

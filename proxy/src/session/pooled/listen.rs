@@ -15,7 +15,7 @@ use crate::{
     net::Stream,
     pooling::{
         Pool, Pooled,
-        listen::{Joined, Listener, command_query},
+        listen::{Joined, command_query},
     },
     protocol::Protocol,
     shared::Shared,
@@ -99,7 +99,7 @@ async fn drive_listener(shared: Arc<Shared>, pool: Arc<Pool>) {
         };
         pause = Duration::from_millis(50);
         l.connected();
-        match drive(stream, l).await {
+        match drive(stream, &pool).await {
             None => return,
             Some(why) => {
                 warn!(
@@ -114,7 +114,8 @@ async fn drive_listener(shared: Arc<Shared>, pool: Arc<Pool>) {
 
 /// Drives one listening connection: `None` when no session listens any
 /// more (it is closed), else why it was lost.
-async fn drive(mut s: Stream, l: &Listener) -> Option<String> {
+async fn drive(mut s: Stream, pool: &Pool) -> Option<String> {
+    let l = &pool.listener;
     let mut buf = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();
     // The error of the command being answered, until its ReadyForQuery.
@@ -146,7 +147,7 @@ async fn drive(mut s: Stream, l: &Listener) -> Option<String> {
             Err(e) => return Some(e.to_string()),
         };
         match msg[0] {
-            tag::NOTIFICATION => l.fan_out(msg),
+            tag::NOTIFICATION => l.fan_out(msg, |pid| pool.idle_has_backend(pid)),
             tag::ERROR_RESPONSE => {
                 let text = backend::error_field(&msg, b'M').unwrap_or("error");
                 failed = Some(text.to_owned());

@@ -123,6 +123,11 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
         Ok(o) => pool.greeted(&o.conn.params, o.conn.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
+    if let Ok(o) = &opened
+        && let Some((pid, _)) = o.conn.backend_key()
+    {
+        pool.listener.senders.opened(pid);
+    }
     match &opened {
         Err(PoolError::Password(PasswordError::Scram(ScramError::Changed))) => {
             // The kept secret is older than the server's: looked up again
