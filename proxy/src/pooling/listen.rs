@@ -20,7 +20,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::{
     protocol::{Inbox, notification_channel},
-    wire::{tag, write},
+    wire::{backend, tag, write},
 };
 
 /// The outcome of asking for a channel: `Err` carries the server's
@@ -285,19 +285,13 @@ impl Listener {
         let Some(subs) = g.subs.get(channel) else {
             return;
         };
-        let backend = msg
-            .get(5..9)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let backend = backend::notification(&msg).map(|(pid, _)| pid);
         let sender = match (backend, after) {
             (Some(pid), Some(after)) => self.senders.sender(pid, after, read, idle(pid)),
             _ => None,
         };
         let msg = match sender {
-            Some(pid) => {
-                let mut m = BytesMut::from(&msg[..]);
-                m[5..9].copy_from_slice(&pid.to_be_bytes());
-                m.freeze()
-            }
+            Some(pid) => backend::notification_from(&msg, pid),
             None => msg,
         };
         for (_, inbox) in subs {

@@ -74,9 +74,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A NotificationResponse's channel.
 pub fn notification_channel(msg: &[u8]) -> Option<&str> {
-    let body = msg.get(9..)?;
-    let end = body.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&body[..end]).ok()
+    backend::notification(msg).map(|(_, channel)| channel)
 }
 
 /// The answer PostgreSQL gives a lone LISTEN or UNLISTEN outside a
