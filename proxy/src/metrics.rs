@@ -352,7 +352,7 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
             label_value(&p.user)
         )
     };
-    let gauges: [Gauge; 6] = [
+    let gauges: [Gauge; 8] = [
         ("clients", "Pooled client sessions.", |p| p.clients as f64),
         (
             "clients_waiting",
@@ -373,6 +373,16 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
             "servers_pinned",
             "Sessions pinned to their server connection.",
             |p| p.pinned as f64,
+        ),
+        (
+            "servers_listening",
+            "Listening connections open for sessions that LISTEN unpinned.",
+            |p| p.listen_conns as f64,
+        ),
+        (
+            "listen_channels",
+            "Channels the pool's listening connection listens on.",
+            |p| p.listen_channels as f64,
         ),
         (
             "max_wait_seconds",
@@ -396,6 +406,14 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
         for (why, n) in &p.resets {
             let _ = writeln!(out, "{r}{{{},reason=\"{why}\"}} {n}", labels(p));
         }
+    }
+    let n = "onetrip_pool_notifications_total";
+    let _ = writeln!(
+        out,
+        "# HELP {n} Notifications the pool's listening connection handed to sessions.\n# TYPE {n} counter"
+    );
+    for p in pools {
+        let _ = writeln!(out, "{n}{{{}}} {}", labels(p), p.notifications);
     }
     let h = "onetrip_pool_wait_seconds";
     let _ = writeln!(
@@ -452,6 +470,9 @@ mod tests {
             wait_buckets: vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],
             wait_sum: Duration::from_secs(2),
             resets: vec![("DML", 3)],
+            listen_conns: 1,
+            listen_channels: 4,
+            notifications: 9,
         };
         let text = render(&stats, 3, &[pool]);
         assert!(
@@ -459,6 +480,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("onetrip_pool_max_wait_seconds{database=\"db\",user=\"u\"} 1.5\n"));
+        assert!(text.contains("onetrip_pool_listen_channels{database=\"db\",user=\"u\"} 4\n"));
+        assert!(text.contains("onetrip_pool_notifications_total{database=\"db\",user=\"u\"} 9\n"));
         assert!(
             text.contains(
                 "onetrip_pool_resets_total{database=\"db\",user=\"u\",reason=\"DML\"} 3\n"

@@ -216,7 +216,7 @@ async fn a_temp_table_pins() {
 }
 
 #[tokio::test]
-async fn listen_pins_and_the_notification_arrives() {
+async fn a_listening_client_gets_the_notification() {
     let env = pooled(2).await;
     let mut a = raw::connect_ready(env.proxy_port()).await;
     a.write_all(&raw::query("LISTEN pool_chan")).await.unwrap();

@@ -35,6 +35,7 @@ mod database;
 mod fallback;
 mod functions;
 mod isolation;
+mod listen;
 use crate::lexer;
 mod neutral;
 mod pins;
@@ -57,6 +58,7 @@ use sqlparser::parser::Parser;
 
 pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_targets};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
+pub use listen::{ListenOp, listen_op};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
 pub use reset::{RESET_REASONS, Reset};

@@ -33,6 +33,11 @@ pub struct Pooled {
     /// Boxed: rare, and an idle connection's record is large, while every
     /// pooled session carries this.
     pub granted: Option<Box<Result<Grant, WaitTimeout>>>,
+    /// The session's id with its pool's listening connection, once it
+    /// has listened there: its channels go with it.
+    pub listens_as: Option<u64>,
+    /// The pid its client was told at login, once it has held a backend.
+    client_pid: Option<i32>,
 }
 
 /// What a session without a connection does when its client speaks.
@@ -107,6 +112,8 @@ impl Pooled {
             cancel,
             target: None,
             granted: None,
+            listens_as: None,
+            client_pid: None,
         }
     }
 
@@ -124,7 +131,11 @@ impl Pooled {
         if let Some(target) = self.target(proto) {
             target.set(None);
         }
-        proto.info.upstream_pid.store(0, Relaxed);
+        let backend = proto.info.upstream_pid.swap(0, Relaxed);
+        if let Some(client) = self.client_pid {
+            let backend = i32::try_from(backend).ok().filter(|&b| b != 0);
+            self.pool.listener.senders.gave_back(backend, client);
+        }
         let Some(place) = self.place.take() else {
             return false;
         };
@@ -241,6 +252,10 @@ impl Pooled {
         let info = &proto.info;
         if let Some((pid, secret)) = conn.backend_key() {
             info.upstream_pid.store(pid as u64, Relaxed);
+            if let Some(client) = proto.client_key.as_ref().map(|k| k.pid) {
+                self.client_pid = Some(client);
+                self.pool.listener.senders.took(pid, client);
+            }
             if let Some(target) = self.target(proto) {
                 target.set(Some(Key { pid, secret }));
             }
@@ -253,6 +268,12 @@ impl Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
+        if let Some(id) = self.listens_as {
+            self.pool.listener.unlisten(id, None);
+        }
+        if let Some(client) = self.client_pid {
+            self.pool.listener.senders.gave_back(None, client);
+        }
         self.pool.clients.fetch_sub(1, Relaxed);
     }
 }

@@ -22,8 +22,10 @@ use tokio::sync::oneshot;
 
 mod held;
 mod limit;
+pub mod listen;
 mod notices;
 mod pools;
+mod senders;
 pub mod startup;
 pub use held::{Pooled, Taken, Waiting};
 pub use notices::Notices;
@@ -198,6 +200,8 @@ pub struct Pool {
     /// `max_db_connections` and `max_user_connections`, shared with the
     /// other pools of its database and of its user.
     limits: limit::Limits,
+    /// Its listening connection's state (`listen.rs`).
+    pub listener: listen::Listener,
 }
 
 /// What a server makes of a set of startup parameters: the values it
@@ -311,6 +315,12 @@ pub struct PoolRow {
     /// Connections given back that needed a reset, by reason (those with
     /// none left out).
     pub resets: Vec<(&'static str, u64)>,
+    /// Listening connections open (0 or 1) and the channels they listen
+    /// on, for sessions that LISTEN unpinned.
+    pub listen_conns: usize,
+    pub listen_channels: usize,
+    /// Notifications handed to sessions.
+    pub notifications: u64,
 }
 
 impl Pool {
@@ -334,6 +344,7 @@ impl Pool {
             method: Default::default(),
             resets: Default::default(),
             limits,
+            listener: Default::default(),
         }
     }
 
@@ -776,6 +787,7 @@ impl Pool {
     }
 
     fn row(&self) -> PoolRow {
+        let (listen_conns, listen_channels) = self.listener.counts();
         let g = self.lock();
         let waiting: Vec<Instant> = g
             .waiters
@@ -800,7 +812,18 @@ impl Pool {
                 .map(|(why, n)| (*why, n.load(Relaxed)))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            listen_conns,
+            listen_channels,
+            notifications: self.listener.fanned_out.load(Relaxed),
         }
+    }
+
+    /// Backend `pid` is a connection idle in this pool now.
+    pub fn idle_has_backend(&self, pid: i32) -> bool {
+        self.lock()
+            .idle
+            .iter()
+            .any(|i| i.conn.backend_key().is_some_and(|(p, _)| p == pid))
     }
 
     /// A connection given back needs `reset` before the next client.

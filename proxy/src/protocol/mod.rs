@@ -8,6 +8,7 @@ mod cypher;
 pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
+mod listen;
 mod named;
 mod own;
 mod pooled;
@@ -15,6 +16,7 @@ mod replay;
 mod replica;
 mod server_conn;
 mod server_statements;
+pub use listen::{Inbox, listen_answer, notification_channel};
 pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub use server_conn::ServerConnection;
@@ -240,6 +242,12 @@ pub struct Protocol {
     start_due: bool,
     /// Routing reads to replicas: the client's floor (`replica.rs`).
     replica: replica::Floor,
+    /// What the pool's listening connection leaves for the session, once
+    /// it has listened there (`listen.rs`).
+    notes: Option<Arc<listen::Inbox>>,
+    /// A LISTEN or UNLISTEN of the session's went to its server: the rest
+    /// go there too.
+    listen_on_server: bool,
 }
 
 /// A Query or Parse after routing.
@@ -315,6 +323,8 @@ impl Protocol {
             taint: Default::default(),
             start_due: false,
             replica: Default::default(),
+            notes: None,
+            listen_on_server: false,
         }
     }
 

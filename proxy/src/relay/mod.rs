@@ -83,6 +83,10 @@ pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client))
         .and_then(|()| proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up))
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client));
+    if worked.is_ok() {
+        // At an idle point, what the pool's listening connection left.
+        proto.deliver_notes(&mut b.to_client);
+    }
     worked.map_err(|e| {
         let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
         b.to_client.push(msg);

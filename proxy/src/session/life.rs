@@ -227,9 +227,14 @@ fn relay_to_the_end(
             .await;
             match next {
                 Ok((over, b)) => {
+                    // Still without a connection: what `start` sends waits
+                    // for one.
+                    let connected = !matches!(over, Streams::Waiting(_));
                     streams = over;
                     bufs = b;
-                    proto.start_if_due(&mut bufs.to_up);
+                    if connected {
+                        proto.start_if_due(&mut bufs.to_up);
+                    }
                 }
                 Err(()) => {
                     drop(away);
@@ -448,6 +453,7 @@ async fn between_transactions(
             s.span
                 .in_scope(|| warn!("session closed: its connections could not relay: {e}"));
         }),
+        Next::Wait(c) => Ok((Streams::Waiting(c), b)),
         Next::End => Err(()),
     }
 }
@@ -649,23 +655,32 @@ fn relay_fast<'a>(
         pooled,
     };
     let info = parts.proto.info.clone();
+    let notes = parts.proto.notes().cloned();
     let entered = fast::enter(parts, away, &s.span);
-    relay_fast_on(entered, info, forced, s)
+    relay_fast_on(entered, (info, notes), forced, s)
 }
 
 async fn relay_fast_on(
     entered: Result<fast::Relaying, Box<(fast::Parts, std::io::Error)>>,
-    info: Arc<crate::stats::SessionInfo>,
+    (info, notes): (
+        Arc<crate::stats::SessionInfo>,
+        Option<Arc<crate::protocol::Inbox>>,
+    ),
     forced: &mut Closer,
     s: &Session,
 ) -> (Ended, Option<Pooled>) {
     let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
-            let closed = tokio::select! {
-                biased;
-                end = &mut *forced => Some(end),
-                () = &mut relaying => None,
+            let closed = loop {
+                tokio::select! {
+                    biased;
+                    end = &mut *forced => break Some(end),
+                    () = &mut relaying => break None,
+                    // Notifications for a session that listens: handed
+                    // over in a turn, if it is idle.
+                    () = pooled::notified(notes.as_deref()) => relaying.nudge(),
+                }
             };
             match relaying.take() {
                 // Lost: the session moved off this worker (never: a

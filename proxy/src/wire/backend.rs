@@ -163,6 +163,27 @@ fn key_parts(msg: &[u8]) -> Option<(i32, &[u8])> {
 }
 
 /// (name, value) of a ParameterStatus message.
+/// A NotificationResponse's sender pid and channel.
+pub fn notification(msg: &[u8]) -> Option<(i32, &str)> {
+    let pid = msg.get(5..9)?;
+    let body = msg.get(9..)?;
+    let end = body.iter().position(|&b| b == 0)?;
+    let channel = std::str::from_utf8(&body[..end]).ok()?;
+    Some((
+        i32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]),
+        channel,
+    ))
+}
+
+/// A NotificationResponse as it came, but from `pid`.
+pub fn notification_from(msg: &[u8], pid: i32) -> Bytes {
+    let mut m = BytesMut::from(msg);
+    if let Some(at) = m.get_mut(5..9) {
+        at.copy_from_slice(&pid.to_be_bytes());
+    }
+    m.freeze()
+}
+
 pub fn parameter_status(msg: &[u8]) -> Option<(&str, &str)> {
     let mut it = body(msg).split(|&b| b == 0);
     let name = std::str::from_utf8(it.next()?).ok()?;

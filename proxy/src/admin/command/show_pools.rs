@@ -1,6 +1,8 @@
 //! SHOW POOLS: one row per pool of transaction pooling (one per database
 //! and user), with PgBouncer's columns, and the resets its connections
-//! needed between clients, by reason.
+//! needed between clients, by reason; its listening connection (for
+//! sessions that LISTEN unpinned), the channels it listens on, and the
+//! notifications it handed to sessions.
 
 use bytes::BytesMut;
 
@@ -22,6 +24,9 @@ const COLUMNS: &[&str] = &[
     "pool_mode",
     "resets",
     "reset_reasons",
+    "sv_listening",
+    "listen_channels",
+    "notifications",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -49,6 +54,9 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                         .collect::<Vec<_>>()
                         .join(", "),
                 ),
+                cell(p.listen_conns),
+                cell(p.listen_channels),
+                cell(p.notifications),
             ]
         })
         .collect();

@@ -225,6 +225,33 @@ impl Relaying {
             .flatten()
     }
 
+    /// The session's inbox has something (`protocol::listen`): a turn
+    /// hands it to the client if the session is idle; else it goes at the
+    /// session's next idle point.
+    pub fn nudge(&self) {
+        if self.thread != thread_mark() {
+            return;
+        }
+        let waiter = TABLE
+            .try_with(|t| {
+                let mut t = t.try_borrow_mut().ok()?;
+                let e = t.get(self.slot, self.generation)?;
+                if e.stop.is_some() || e.pending || e.wait.is_some() {
+                    return None;
+                }
+                let (more, waiter) = turns(e);
+                if more {
+                    t.pending.push((self.slot, self.generation));
+                }
+                waiter
+            })
+            .ok()
+            .flatten();
+        // Run from the session's task: a task it woke runs anyway.
+        woke_others();
+        wake(waiter);
+    }
+
     fn remove(&self) -> Option<Entry> {
         if self.thread != thread_mark() {
             return None;

@@ -188,6 +188,9 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
         pooled,
         ..
     } = &mut e.parts;
+    // Notifications for an idle client go out as a dedicated connection
+    // sends them while it waits (`protocol::listen`).
+    proto.deliver_notes(&mut b.to_client);
     // What was answered here (a held BEGIN) goes out first.
     if b.to_client.wants_write() {
         if !e.client.write {
@@ -221,6 +224,11 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
     // Saying goodbye: no connection is taken for that.
     if b.cin.starts_with(&write::TERMINATE) {
         return Err(Stop::End(End::ClientClosed));
+    }
+    // A lone LISTEN or UNLISTEN is run by the pool's listening
+    // connection: the session's task waits for it.
+    if proto.listen_alone(&b.cin).is_some() {
+        return Err(Stop::End(End::Release));
     }
     // A BEGIN the session holds, and its end, need no connection; nor
     // does the read room once all that was read is answered.

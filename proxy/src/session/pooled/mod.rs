@@ -20,6 +20,7 @@ use super::{
 };
 
 mod auth_query;
+mod listen;
 pub(super) mod login;
 pub(super) mod password;
 use crate::{
@@ -121,6 +122,11 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
     match &opened {
         Ok(o) => pool.greeted(&o.conn.params, o.conn.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
+    }
+    if let Ok(o) = &opened
+        && let Some((pid, _)) = o.conn.backend_key()
+    {
+        pool.listener.senders.opened(pid);
     }
     match &opened {
         Err(PoolError::Password(PasswordError::Scram(ScramError::Changed))) => {
@@ -299,6 +305,18 @@ pub enum Next {
     /// The session is over (its client left, or shutdown, or no connection
     /// came; the client was told why).
     End,
+    /// Its client's bytes were answered without a connection (a LISTEN the
+    /// pool's listening connection ran): the worker's relay writes the
+    /// answer and waits for more, as after a release.
+    Wait(Client),
+}
+
+/// What the client's next bytes need.
+enum Needs {
+    /// A server connection.
+    Go(Client),
+    /// Nothing more: they were answered (`Next::Wait`).
+    Answered(Client),
 }
 
 /// Writes what the worker's relay left for the client: an answer whose
@@ -333,7 +351,7 @@ pub async fn between(
     b: &mut Bufs,
     proto: &mut Protocol,
     pooled: &mut Pooled,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     forced: &mut Closer,
 ) -> Next {
     let info = proto.info.clone();
@@ -353,8 +371,10 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    let Some(mut client) = next_bytes(client, b, proto, forced).await else {
-        return Next::End;
+    let mut client = match next_bytes(client, b, proto, pooled, shared, forced).await {
+        Some(Needs::Go(c)) => c,
+        Some(Needs::Answered(c)) => return Next::Wait(c),
+        None => return Next::End,
     };
     // The session's own configuration, as it started: no shared lock here.
     let config = proto.services.config.clone();
@@ -452,8 +472,10 @@ async fn next_bytes(
     mut client: Client,
     b: &mut Bufs,
     proto: &mut Protocol,
+    pooled: &mut Pooled,
+    shared: &Arc<Shared>,
     forced: &mut Closer,
-) -> Option<Client> {
+) -> Option<Needs> {
     loop {
         if b.cin.is_empty() {
             client = wait_for_client(client, &mut b.cin, proto, forced).await?;
@@ -462,10 +484,21 @@ async fn next_bytes(
         if b.cin.starts_with(&write::TERMINATE) {
             return None;
         }
-        if !matches!(client, Client::Runtime(_))
+        // A lone LISTEN or UNLISTEN, for the pool's listening connection.
+        if let Some((op, len)) = proto.listen_alone(&b.cin) {
+            if !listen::run_op(&op, proto, pooled, shared).await {
+                proto.listen_on_server();
+                return Some(Needs::Go(client));
+            }
+            let _ = b.cin.split_to(len);
+            b.to_client.push(crate::protocol::listen_answer(&op));
+            if matches!(client, Client::Plain(_)) {
+                return Some(Needs::Answered(client));
+            }
+        } else if !matches!(client, Client::Runtime(_))
             || !proto.answer_alone(&mut b.cin, &mut b.to_client)
         {
-            return Some(client);
+            return Some(Needs::Go(client));
         }
         let limit = proto.services.config.limits.client_write_timeout;
         client = match client.write(&mut b.to_client, limit).await {
@@ -489,14 +522,14 @@ async fn next_bytes(
 async fn wait_for_client(
     client: Client,
     cin: &mut BytesMut,
-    proto: &Protocol,
+    proto: &mut Protocol,
     forced: &mut Closer,
 ) -> Option<Client> {
     let client = match client {
         Client::Plain(c) => tokio::net::TcpStream::from_std(c),
         Client::Runtime(s) => return read_from_client(s, cin, proto, forced).await,
     };
-    let client = match client {
+    let mut client = match client {
         Ok(c) => c,
         Err(e) => {
             warn!("session closed: its client socket could not wait: {e}");
@@ -504,13 +537,18 @@ async fn wait_for_client(
         }
     };
     let mut first = [0u8; 5];
-    let peeked = tokio::select! {
-        biased;
-        end = &mut *forced => {
-            farewell(Client::Runtime(Stream::Plain(client)), end, proto).await;
-            return None;
+    let peeked = loop {
+        deliver(&mut client, proto).await?;
+        let notes = proto.notes().cloned();
+        tokio::select! {
+            biased;
+            end = &mut *forced => {
+                farewell(Client::Runtime(Stream::Plain(client)), end, proto).await;
+                return None;
+            }
+            () = notified(notes.as_deref()) => deliver(&mut client, proto).await?,
+            r = client.peek(&mut first) => break r,
         }
-        r = client.peek(&mut first) => r,
     };
     match peeked {
         // Gone, or saying goodbye: no connection is taken for that.
@@ -526,17 +564,22 @@ async fn wait_for_client(
 async fn read_from_client(
     mut client: Stream,
     cin: &mut BytesMut,
-    proto: &Protocol,
+    proto: &mut Protocol,
     forced: &mut Closer,
 ) -> Option<Client> {
     let mut first = [0u8; 512];
-    let read = tokio::select! {
-        biased;
-        end = &mut *forced => {
-            farewell(Client::Runtime(client), end, proto).await;
-            return None;
+    let read = loop {
+        deliver(&mut client, proto).await?;
+        let notes = proto.notes().cloned();
+        tokio::select! {
+            biased;
+            end = &mut *forced => {
+                farewell(Client::Runtime(client), end, proto).await;
+                return None;
+            }
+            () = notified(notes.as_deref()) => deliver(&mut client, proto).await?,
+            r = client.read(&mut first) => break r,
         }
-        r = client.read(&mut first) => r,
     };
     let n = match read {
         // Gone: no connection is taken for that.
@@ -547,6 +590,29 @@ async fn read_from_client(
     reserve(cin);
     cin.extend_from_slice(&first[..n]);
     Some(Client::Runtime(client))
+}
+
+/// Ready when the pool's listening connection left something for the
+/// session (never, for one that has not listened).
+pub(crate) async fn notified(notes: Option<&crate::protocol::Inbox>) {
+    match notes {
+        Some(n) => n.wake.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes the notifications waiting for an idle client; `None` when it
+/// could not take them.
+async fn deliver<W: AsyncWrite + Unpin>(client: &mut W, proto: &mut Protocol) -> Option<()> {
+    let mut queue = WriteQueue::default();
+    if proto.deliver_notes(&mut queue) {
+        let limit = proto.services.config.limits.client_write_timeout;
+        if let Err(why) = write_within(client, &mut queue, limit).await {
+            debug!("session closed: {why}");
+            return None;
+        }
+    }
+    Some(())
 }
 
 /// The session ends between two transactions, for shutdown or its idle
