@@ -254,6 +254,9 @@ fn relay_to_the_end(
 
 /// A stretch of relaying begun: over at once, or relaying until it stops,
 /// with the session's hold on its pool handed back.
+// Made and taken apart at once, never held across an await: boxing the
+// larger variant would cost an allocation per stretch for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Begun<'a> {
     Now(Stretch),
     Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Pooled>)> + Send + 'a>>),
@@ -348,6 +351,8 @@ enum Stretch {
 }
 
 impl Stretch {
+    // Taken apart at once by its caller (see there), never held.
+    #[allow(clippy::result_large_err)]
     fn between(self) -> Result<(Between, Box<Protocol>, Seat), Ended> {
         match self {
             Stretch::Between(between, proto, seat) => Ok((between, proto, seat)),
