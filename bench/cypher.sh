@@ -10,8 +10,9 @@
 # connection and warm on one connection (bench/cypher.py); per setting and
 # measure, the geometric mean, the median and the queries below 1x.
 #
-#   bash bench/cypher.sh      # BENCH_SCALE=10 BENCH_FRESH=3 BENCH_ROUNDS=5 BENCH_ONLY=
+#   bash bench/cypher.sh      # BENCH_SCALE=10 BENCH_FRESH=3 BENCH_ROUNDS=5 BENCH_MIN_SECONDS=0.3 BENCH_REPEAT=3
 #
+# The whole corpus takes about 45 minutes per setting on 2 busy CPUs;
 # BENCH_ONLY=12,40 times those corpus lines alone; BENCH_SETTINGS=index
 # (or noindex) one setting; BENCH_JSON=FILE appends per-query results.
 # Needs PostgreSQL 15's server binaries with AGE installed, python3 with
@@ -23,6 +24,8 @@ cd "$(dirname "$0")/.."
 SCALE=${BENCH_SCALE:-10}
 FRESH=${BENCH_FRESH:-3}
 ROUNDS=${BENCH_ROUNDS:-5}
+MIN_SECONDS=${BENCH_MIN_SECONDS:-0.3}
+REPEAT=${BENCH_REPEAT:-3}
 ONLY=${BENCH_ONLY:-}
 SETTINGS=${BENCH_SETTINGS:-noindex index}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
@@ -65,7 +68,7 @@ proxy() {
 proxy "$COMP"
 proxy "$AGE" ONETRIP_PLANNER_CYPHER_REWRITE=false
 
-args=(--fresh "$FRESH" --rounds "$ROUNDS")
+args=(--fresh "$FRESH" --rounds "$ROUNDS" --min-seconds "$MIN_SECONDS" --repeat "$REPEAT")
 [ -n "$ONLY" ] && args+=(--only "$ONLY")
 [ -n "${BENCH_JSON:-}" ] && args+=(--json "$BENCH_JSON")
 for s in $SETTINGS; do
