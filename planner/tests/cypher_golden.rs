@@ -48,7 +48,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) WHERE n.age > 30 AND NOT n.x IS NULL OR n.y XOR n.z RETURN n.age",
-        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) > '30'::agtype AND (_n0.properties -> 'age'::text) < 'null'::agtype) AND (NOT (NULLIF(_n0.properties -> 'x'::text, 'null'::agtype) IS NULL))) OR (((NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean) AND (NOT (NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR NOT (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean)))",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) > '30'::agtype AND (_n0.properties -> 'age'::text) <> 'null'::agtype) AND (NOT (NULLIF(_n0.properties -> 'x'::text, 'null'::agtype) IS NULL))) OR (((NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean) AND (NOT (NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR NOT (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean)))",
     ),
     (
         "MATCH (n:Person) WHERE n.name STARTS WITH 'A' AND n.name ENDS WITH 'n' AND n.name CONTAINS 'nn' AND n.name =~ 'A.*' RETURN n.name",
@@ -100,11 +100,18 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person) WHERE n.name = 'Ann' AND (n.age < 3 OR 4 <= n.age) AND n.ok = true RETURN n.age",
-        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (((_n0.properties @> '{\"name\": \"Ann\"}'::agtype) AND (((_n0.properties -> 'age'::text) < '3'::agtype) OR ('4'::agtype <= (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) < 'null'::agtype))) AND (_n0.properties @> '{\"ok\": true}'::agtype))",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (((_n0.properties @> '{\"name\": \"Ann\"}'::agtype) AND (((_n0.properties -> 'age'::text) < '3'::agtype) OR ('4'::agtype <= (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) <> 'null'::agtype))) AND (_n0.properties @> '{\"ok\": true}'::agtype))",
     ),
     (
         "MATCH (n:Person) WHERE n.age = 3 AND 2 > n.age AND n.name <> 'x' RETURN n.age",
-        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) = '3'::agtype) AND ('2'::agtype > (_n0.properties -> 'age'::text))) AND ((_n0.properties -> 'name'::text) <> '\"x\"'::agtype AND (_n0.properties -> 'name'::text) < 'null'::agtype))",
+        "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) = '3'::agtype) AND ('2'::agtype > (_n0.properties -> 'age'::text))) AND ((_n0.properties -> 'name'::text) <> '\"x\"'::agtype AND (_n0.properties -> 'name'::text) <> 'null'::agtype))",
+    ),
+    // A range comparison's guard against a stored null is `<>`: with `<`
+    // PostgreSQL took the pair for a range, estimated 0.5% of the rows and
+    // joined from the wrong end.
+    (
+        "MATCH (a:Person)-[:KNOWS]->(b:Person) WHERE b.age > 30 RETURN a.name",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n1.properties -> 'age'::text) > '30'::agtype AND (_n1.properties -> 'age'::text) <> 'null'::agtype)",
     ),
     (
         "MATCH (n:Person) WHERE NOT n.name = 'Ann' AND n.age = null RETURN id(n)",

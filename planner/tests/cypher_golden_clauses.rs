@@ -49,7 +49,7 @@ fn golden_unwind() {
 const OPTIONAL_MATCH: &[(&str, &str)] = &[
     (
         "MATCH (a:Person) OPTIONAL MATCH (a)-[r:KNOWS]->(b) WHERE b.age > 3 RETURN a.name, b, r.since",
-        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, CASE WHEN _o1.c1 IS NULL THEN NULL ELSE ag_catalog._agtype_build_vertex(_o1.c1, ag_catalog._label_name('42'::oid, _o1.c1), _o1.c2) END AS c2, NULLIF(_o1.c4 -> 'since'::text, 'null'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0 LEFT JOIN LATERAL (SELECT _n1.id AS c1, _n1.properties AS c2, _e0.id AS c3, _e0.properties AS c4, _e0.start_id AS c5, _e0.end_id AS c6 FROM \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n1.properties -> 'age'::text) > '3'::agtype AND (_n1.properties -> 'age'::text) < 'null'::agtype)) AS _o1 ON true",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, CASE WHEN _o1.c1 IS NULL THEN NULL ELSE ag_catalog._agtype_build_vertex(_o1.c1, ag_catalog._label_name('42'::oid, _o1.c1), _o1.c2) END AS c2, NULLIF(_o1.c4 -> 'since'::text, 'null'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0 LEFT JOIN LATERAL (SELECT _n1.id AS c1, _n1.properties AS c2, _e0.id AS c3, _e0.properties AS c4, _e0.start_id AS c5, _e0.end_id AS c6 FROM \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n1.properties -> 'age'::text) > '3'::agtype AND (_n1.properties -> 'age'::text) <> 'null'::agtype)) AS _o1 ON true",
     ),
     (
         "OPTIONAL MATCH (a:Person) RETURN a.name",
@@ -109,7 +109,7 @@ fn golden_list_comprehension_slices() {
 /// chained comparison
 const CHAINED_COMPARISON: &[(&str, &str)] = &[(
     "MATCH (a:Person) WHERE 1 < a.age <= 9 RETURN a.age",
-    "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (('1'::agtype < (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) < 'null'::agtype) AND ((_n0.properties -> 'age'::text) <= '9'::agtype))",
+    "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE (('1'::agtype < (_n0.properties -> 'age'::text) AND (_n0.properties -> 'age'::text) <> 'null'::agtype) AND ((_n0.properties -> 'age'::text) <= '9'::agtype))",
 )];
 
 #[test]
