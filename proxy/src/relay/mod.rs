@@ -195,6 +195,19 @@ pub(crate) fn reserve(buf: &mut bytes::BytesMut) {
     }
 }
 
+/// Keeps only what `buf` holds, at its size, and gives its read room
+/// back: for a client that waits in line for a connection, beside
+/// thousands of others, with a few bytes read.
+pub(crate) fn keep_only_what_was_read(buf: &mut bytes::BytesMut) {
+    if buf.len() > 4096 || buf.capacity() < 2 * 4096 {
+        return;
+    }
+    let kept = bytes::BytesMut::from(&buf[..]);
+    let mut room = std::mem::replace(buf, kept);
+    room.clear();
+    give_back_room(&mut room);
+}
+
 /// Empties `buf` (a session between transactions holds no read room),
 /// keeping its room for this thread's next reads when nothing points into
 /// it any more.
@@ -215,6 +228,30 @@ mod tests {
     use bytes::BytesMut;
 
     use super::*;
+
+    /// A client in line keeps its bytes, not its room: the room serves the
+    /// thread's next read.
+    #[test]
+    fn a_waiting_client_keeps_its_bytes_not_its_room() {
+        let _ = SPARE.try_with(|s| s.borrow_mut().clear());
+        let mut buf = BytesMut::new();
+        reserve(&mut buf);
+        buf.extend_from_slice(b"Q\0\0\0\x0dSELECT 1\0");
+        keep_only_what_was_read(&mut buf);
+        assert_eq!(&buf[..], b"Q\0\0\0\x0dSELECT 1\0");
+        assert!(buf.capacity() < 4096, "{}", buf.capacity());
+        assert_eq!(SPARE.with(|s| s.borrow().len()), 1);
+        let mut big = BytesMut::new();
+        reserve(&mut big);
+        big.extend_from_slice(&[b'x'; 5000]);
+        let cap = big.capacity();
+        keep_only_what_was_read(&mut big);
+        assert_eq!(
+            (big.len(), big.capacity()),
+            (5000, cap),
+            "a long message keeps its room"
+        );
+    }
 
     /// Room given back serves the thread's next read, unless a message
     /// read into it is still in use: then it is left to that message.

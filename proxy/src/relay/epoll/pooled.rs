@@ -23,7 +23,7 @@ use super::{
 use crate::{
     net::ServerSocket,
     pooling::{Deliver, Grant, Waiting},
-    relay::{End, give_back_room, line},
+    relay::{End, give_back_room, keep_only_what_was_read, line},
     stats::{Counters, SessionState},
     wire::write,
     worker::{self, Watched, thread_mark},
@@ -250,6 +250,9 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
         Waiting::Ready(tcp, kept) => attach(e, tcp, kept).map(|()| true),
         Waiting::Task => Err(Stop::End(End::Release)),
         Waiting::InLine => {
+            // It may wait long, beside thousands: what it read is kept at
+            // its size, and the read room goes back.
+            keep_only_what_was_read(&mut e.parts.bufs.cin);
             // Its query is on its way: not idle (`client_idle_timeout`).
             e.parts.proto.info.set_state(SessionState::Active);
             let since = Instant::now();
