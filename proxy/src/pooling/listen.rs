@@ -88,6 +88,18 @@ struct Inner {
     listened_at: HashMap<String, Instant>,
 }
 
+impl Inner {
+    /// What was known of the connection, which is gone or new: nothing is
+    /// listened on there yet.
+    fn forget_connection(&mut self) {
+        self.on.clear();
+        self.sent.clear();
+        self.listened_at.clear();
+        self.floor = None;
+        self.barrier_due = false;
+    }
+}
+
 impl Listener {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -209,11 +221,7 @@ impl Listener {
     pub fn connected(&self) {
         let mut g = self.lock();
         g.connected = true;
-        g.on.clear();
-        g.sent.clear();
-        g.listened_at.clear();
-        g.floor = None;
-        g.barrier_due = false;
+        g.forget_connection();
     }
 
     /// The connection could not be opened: the sessions waiting for a
@@ -234,11 +242,7 @@ impl Listener {
         self.lost.fetch_add(1, Relaxed);
         let mut g = self.lock();
         g.connected = false;
-        g.on.clear();
-        g.sent.clear();
-        g.listened_at.clear();
-        g.floor = None;
-        g.barrier_due = false;
+        g.forget_connection();
         let warning = lost_warning(why);
         let mut told: Vec<u64> = Vec::new();
         for subs in g.subs.values() {
@@ -258,11 +262,7 @@ impl Listener {
         if g.subs.is_empty() && g.waiters.is_empty() {
             g.task = false;
             g.connected = false;
-            g.on.clear();
-            g.sent.clear();
-            g.listened_at.clear();
-            g.floor = None;
-            g.barrier_due = false;
+            g.forget_connection();
             drop(g);
             self.senders.set_on(false);
             return true;
