@@ -97,19 +97,7 @@ impl Protocol {
     /// (none held here either) and has never left one to the server. With
     /// the message's length.
     pub fn listen_alone(&self, cin: &[u8]) -> Option<(ListenOp, usize)> {
-        if !self.pooled
-            || self.listen_on_server
-            || self.pin.is_some()
-            || self.txn_group
-            || self.fatal_relayed
-            || self.flow != Flow::Open
-            || self.client_paused()
-            || !self.client_rest.is_empty()
-            || self.csplit.in_pass()
-            || self.cypher.holds_message()
-            || self.settings.waiting()
-            || !self.quiet_upstream()
-        {
+        if !self.may_answer_alone() || self.listen_on_server || !self.quiet_upstream() {
             return None;
         }
         let h = frame::peek_header(cin, usize::MAX).ok()??;

@@ -171,6 +171,24 @@ impl Protocol {
         self.sets = SessionSets::new();
     }
 
+    /// A pooled, unpinned session between whole messages, with nothing of
+    /// its own waiting (a group under way, the client paused, a message
+    /// held or cut, the settings' answer): what its client sends next may
+    /// be answered here, without a server connection (`answer_alone`,
+    /// `listen_alone`).
+    pub(super) fn may_answer_alone(&self) -> bool {
+        self.pooled
+            && !self.txn_group
+            && self.pin.is_none()
+            && !self.fatal_relayed
+            && self.flow == Flow::Open
+            && !self.client_paused()
+            && self.client_rest.is_empty()
+            && !self.csplit.in_pass()
+            && !self.cypher.holds_message()
+            && !self.settings.waiting()
+    }
+
     /// A pooled session without a server connection, its client's next
     /// bytes read: when they are exactly a BEGIN (or its extended group)
     /// that the session would hold, or the COMMIT or ROLLBACK of a held
@@ -180,16 +198,7 @@ impl Protocol {
     /// else is there; nothing is changed then.
     pub fn answer_alone(&mut self, cin: &mut BytesMut, to_client: &mut WriteQueue) -> bool {
         let held = self.txn.held.is_some();
-        if !self.pooled
-            || self.txn_group
-            || self.pin.is_some()
-            || self.fatal_relayed
-            || self.flow != Flow::Open
-            || self.client_paused()
-            || !self.client_rest.is_empty()
-            || self.csplit.in_pass()
-            || self.cypher.holds_message()
-            || self.settings.waiting()
+        if !self.may_answer_alone()
             || self.settings.wants_search_path()
             || (!held && !self.quiet_upstream())
         {
