@@ -3,6 +3,7 @@
 //! identifier PostgreSQL would take as it is. Anything else is `None`, and
 //! goes to the server as it came.
 
+use super::neutral::{RESERVED, TYPE_FUNC_NAME};
 use crate::lexer::{self, Kind};
 
 /// What a lone `LISTEN` or `UNLISTEN` does to the session's channels.
@@ -63,7 +64,9 @@ fn channel(kind: Kind, text: &str) -> Option<String> {
                 return None;
             }
             let lower = text.to_ascii_lowercase();
-            if NOT_A_NAME.contains(&lower.as_str()) {
+            // Reserved and type-or-function-name keywords are not a
+            // `ColId`, so not a channel's name unquoted.
+            if RESERVED.contains(&lower.as_str()) || TYPE_FUNC_NAME.contains(&lower.as_str()) {
                 return None;
             }
             lower
@@ -76,27 +79,6 @@ fn channel(kind: Kind, text: &str) -> Option<String> {
     };
     (!name.is_empty() && name.len() <= MAX_NAME).then_some(name)
 }
-
-/// PostgreSQL's reserved and type-or-function-name keywords: not a
-/// `ColId`, so not a channel's name unquoted.
-#[rustfmt::skip]
-const NOT_A_NAME: &[&str] = &[
-    "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
-    "both", "case", "cast", "check", "collate", "column", "constraint", "create",
-    "current_catalog", "current_date", "current_role", "current_time",
-    "current_timestamp", "current_user", "default", "deferrable", "desc", "distinct",
-    "do", "else", "end", "except", "false", "fetch", "for", "foreign", "from",
-    "grant", "group", "having", "in", "initially", "intersect", "into", "lateral",
-    "leading", "limit", "localtime", "localtimestamp", "not", "null", "offset",
-    "on", "only", "or", "order", "placing", "primary", "references", "returning",
-    "select", "session_user", "some", "symmetric", "system_user", "table", "then",
-    "to", "trailing", "true", "union", "unique", "user", "using", "variadic",
-    "when", "where", "window", "with",
-    "authorization", "binary", "collation", "concurrently", "cross", "current_schema",
-    "freeze", "full", "ilike", "inner", "is", "isnull", "join", "left", "like",
-    "natural", "notnull", "outer", "overlaps", "right", "similar", "tablesample",
-    "verbose",
-];
 
 #[cfg(test)]
 mod tests {

@@ -196,20 +196,26 @@ fn is_call(site: &Site, word: Option<&str>) -> bool {
     !not_call
 }
 
-/// A word of `KEYWORD_LIST` (folded).
+/// A word of `KEYWORDS` (folded).
 fn keyword(w: &str) -> bool {
     KEYWORDS.contains(w)
 }
 
-static KEYWORDS: LazyLock<FxHashSet<&'static str>> =
-    LazyLock::new(|| KEYWORD_LIST.iter().copied().collect());
-
 /// Keywords whose `(` is never a function's: PostgreSQL's reserved words,
 /// and those whose parenthesis is their own syntax (types with modifiers,
 /// COALESCE, EXTRACT, JOIN ...). None of them has an effect.
+static KEYWORDS: LazyLock<FxHashSet<&'static str>> = LazyLock::new(|| {
+    RESERVED
+        .iter()
+        .chain(OWN_SYNTAX)
+        .chain(TYPE_FUNC_NAME)
+        .copied()
+        .collect()
+});
+
+/// PostgreSQL's reserved keywords.
 #[rustfmt::skip]
-const KEYWORD_LIST: &[&str] = &[
-    // reserved
+pub(super) const RESERVED: &[&str] = &[
     "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
     "both", "case", "cast", "check", "collate", "column", "constraint", "create",
     "current_catalog", "current_date", "current_role", "current_time",
@@ -221,7 +227,11 @@ const KEYWORD_LIST: &[&str] = &[
     "select", "session_user", "some", "symmetric", "system_user", "table", "then",
     "to", "trailing", "true", "union", "unique", "user", "using", "variadic",
     "when", "where", "window", "with",
-    // their own syntax, never a function's name
+];
+
+/// Keywords whose parenthesis is their own syntax, never a function's name.
+#[rustfmt::skip]
+const OWN_SYNTAX: &[&str] = &[
     "between", "bigint", "bit", "boolean", "char", "character", "coalesce", "dec",
     "decimal", "exists", "extract", "float", "greatest", "grouping", "inout", "int",
     "integer", "interval", "json", "json_array", "json_arrayagg", "json_exists",
@@ -232,7 +242,12 @@ const KEYWORD_LIST: &[&str] = &[
     "trim", "values", "varchar", "xmlattributes", "xmlconcat", "xmlelement",
     "xmlexists", "xmlforest", "xmlnamespaces", "xmlparse", "xmlpi", "xmlroot",
     "xmlserialize", "xmltable",
-    // functions or types, but reserved in expressions: JOIN (...), LIKE (...)
+];
+
+/// Functions or types, but reserved in expressions: JOIN (...), LIKE (...)
+/// (PostgreSQL's type-or-function-name keywords).
+#[rustfmt::skip]
+pub(super) const TYPE_FUNC_NAME: &[&str] = &[
     "authorization", "binary", "collation", "concurrently", "cross", "current_schema",
     "freeze", "full", "ilike", "inner", "is", "isnull", "join", "left", "like",
     "natural", "notnull", "outer", "overlaps", "right", "similar", "tablesample",
