@@ -69,14 +69,15 @@ impl Statements {
     fn find_query(&mut self, text: &str) -> Option<usize> {
         // The same statement again, with other literals most often: its
         // fingerprint is the last one, told by a walk over the two texts.
-        if self.last_at.is_some()
-            && (self.last_query == text || same_but_literals(&self.last_query, text))
-        {
-            if self.last_query != text {
+        if self.last_at.is_some() {
+            if self.last_query == text {
+                return self.last_at;
+            }
+            if same_but_literals(&self.last_query, text) {
                 self.last_query.clear();
                 self.last_query.push_str(text);
+                return self.last_at;
             }
-            return self.last_at;
         }
         fingerprint_into(text, &mut self.print);
         if self.last_at.is_none() || self.print != self.last_print {
