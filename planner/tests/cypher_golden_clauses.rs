@@ -65,7 +65,7 @@ fn golden_optional_match() {
 /// UNION
 const UNION: &[(&str, &str)] = &[(
     "MATCH (n:Person) RETURN 1 UNION RETURN 2 UNION ALL MATCH (c:City) RETURN 3",
-    "(SELECT '1'::agtype AS c1 FROM \"g\".\"Person\" AS _n0) UNION (SELECT '2'::agtype AS c1) UNION ALL (SELECT '3'::agtype AS c1 FROM \"g\".\"City\" AS _n0)",
+    "(SELECT DISTINCT ON (c1) c1 FROM ((SELECT '1'::agtype AS c1 FROM \"g\".\"Person\" AS _n0) UNION ALL (SELECT '2'::agtype AS c1)) AS _union1 ORDER BY c1) UNION ALL (SELECT '3'::agtype AS c1 FROM \"g\".\"City\" AS _n0)",
 )];
 
 #[test]

@@ -71,6 +71,7 @@ pub fn compile_cypher(
     let refs = count_refs(&st);
     let mut sql = String::new();
     let mut params_used = false;
+    let mut union = Union::default();
     for (i, part) in st.parts.iter().enumerate() {
         let mut cx = Compiler {
             graph,
@@ -91,21 +92,16 @@ pub fn compile_cypher(
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
-        if i > 0 {
-            sql.push_str(if st.union_all[i - 1] {
-                " UNION ALL "
-            } else {
-                " UNION "
-            });
-        }
         if st.parts.len() == 1 {
             sql = part_sql;
         } else {
             // Each part keeps its own ORDER BY, SKIP and LIMIT, as in AGE.
-            sql.push('(');
-            sql.push_str(&part_sql);
-            sql.push(')');
+            let all = i > 0 && st.union_all[i - 1];
+            union.add(format!("({part_sql})"), i > 0 && !all, ncols);
         }
+    }
+    if st.parts.len() > 1 {
+        sql = union.finish(ncols);
     }
     // The parameter argument stays part of the statement even when the
     // Cypher text reads none, so that its type is still known (agtype) and
@@ -114,6 +110,50 @@ pub fn compile_cypher(
         sql = format!("WITH _params AS (SELECT ({p})::agtype) {sql}");
     }
     Ok(sql)
+}
+
+/// The parts of a UNION, grouped as PostgreSQL plans AGE's tree of set
+/// operations: a UNION takes in every arm before it that no UNION ALL has
+/// closed, and removes duplicates by sorting (AGE marks its UNION's
+/// grouping as not hashable), so its rows come in agtype order. A hashed
+/// SQL UNION would give another order, and could keep two rows that
+/// agtype's equality calls equal but that hash apart.
+#[derive(Default)]
+struct Union {
+    /// Arms of the open group, joined with UNION ALL.
+    arms: Vec<String>,
+    /// The open group ends in a UNION: it is sorted and deduplicated.
+    distinct: bool,
+    n: usize,
+}
+
+impl Union {
+    /// Adds an arm after a UNION (`distinct`) or a UNION ALL.
+    fn add(&mut self, arm: String, distinct: bool, ncols: usize) {
+        if !distinct && self.distinct {
+            let closed = self.finish(ncols);
+            self.arms.push(format!("({closed})"));
+        }
+        self.distinct |= distinct;
+        self.arms.push(arm);
+    }
+
+    /// The open group as SQL; the next arm starts a new one.
+    fn finish(&mut self, ncols: usize) -> String {
+        let arms = std::mem::take(&mut self.arms).join(" UNION ALL ");
+        if !std::mem::take(&mut self.distinct) {
+            return arms;
+        }
+        // DISTINCT ON is always a sort and a unique in PostgreSQL, never a
+        // hash: AGE's plan for its UNION, ascending with nulls last.
+        self.n += 1;
+        let cols: Vec<String> = (1..=ncols).map(|i| format!("c{i}")).collect();
+        let cols = cols.join(", ");
+        format!(
+            "SELECT DISTINCT ON ({cols}) {cols} FROM ({arms}) AS _union{} ORDER BY {cols}",
+            self.n
+        )
+    }
 }
 
 pub(super) struct Compiler<'a> {
