@@ -24,16 +24,24 @@ use onetrip_tests::{connect, proxy_config, workers};
 const DB: &str = "contrib_regression";
 
 /// Tests with results of no ORDER BY that the compiled plans give in
-/// another row order than AGE's plans (a union, a join taken the other
-/// way round): these compare as multisets. Every other test must print
-/// through onetrip what it prints directly, line for line.
+/// another row order than AGE's plans: these compare as multisets. Every
+/// other test must print through onetrip what it prints directly, line for
+/// line. Where rows reach the client in plan order, the compiled SQL joins
+/// a pattern's tables as AGE does, so PostgreSQL plans the same joins; what
+/// still differs:
 const ORDER_OPEN: &[&str] = &[
-    "expr",
+    // `MATCH ()<-[]-(n:v2)-[]->() MATCH p=(n)-[]->() RETURN p`: AGE joins
+    // the second MATCH to `n` of the first on `age_id(<n built whole>)`, an
+    // expression PostgreSQL estimates and plans apart from the id column
+    // the compiled join uses.
     "cypher_match",
-    "cypher_set",
-    "cypher_delete",
+    // `MATCH (u:begin)-[e*0..1]->(v) RETURN id(u), e, id(v)`: AGE's walk
+    // yields paths in the order of its depth-first search over adjacency
+    // lists it caches per graph, which no join reproduces. Declining every
+    // walk whose rows reach the client in plan order cost 21 of the 572
+    // queries the differential compiles (its share of what AGE accepts
+    // fell from 91.1% to 87.6%), for this one table.
     "cypher_vle",
-    "cypher_union",
 ];
 
 /// The REGRESS list of AGE's Makefile, then `drop`, as `make installcheck`
