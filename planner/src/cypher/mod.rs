@@ -109,9 +109,6 @@ pub enum DeclineReason {
     /// `collect()` over the groups of an earlier WITH: their order is the
     /// plan's, and AGE's can't be reproduced.
     CollectOrder,
-    /// Rows whose order AGE's plan fixes (no ORDER BY) from a shape
-    /// whose compiled plan can't be made to give the same order.
-    RowOrder,
 }
 
 impl DeclineReason {
@@ -152,7 +149,6 @@ impl DeclineReason {
             NoGraphRead => "no_graph_read",
             NoCypherCall => "no_cypher_call",
             CollectOrder => "collect_order",
-            RowOrder => "row_order",
         }
     }
 }

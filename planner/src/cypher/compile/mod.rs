@@ -5,12 +5,9 @@
 //! agtype operators), except that property access reads the label table's
 //! `properties` column instead of first building the whole vertex or edge,
 //! `id(v)` reads the graphid column, WHERE uses cheaper forms where false
-//! and NULL agree (`filter`), and, where an ORDER BY, an aggregate or
-//! DISTINCT fixes the row order, an undirected edge is a UNION ALL rather
-//! than AGE's OR join and a node nothing reads has no table. Elsewhere the
-//! rows reach the client in plan order, and the pattern is joined as AGE
-//! joins it so that they come in AGE's order. Anything whose AGE
-//! translation is not reproduced exactly is declined.
+//! and NULL agree (`filter`), and an undirected edge is a UNION ALL rather
+//! than AGE's OR join. Anything whose AGE translation is not reproduced
+//! exactly is declined.
 //!
 //! Clauses build one SELECT ([`stage::Stage`]) until a WITH needs a
 //! subquery of its own (aggregation, DISTINCT, ORDER BY, SKIP, LIMIT);
@@ -92,8 +89,6 @@ pub fn compile_cypher(
             in_exists: false,
             comprehension_vars: Vec::new(),
             rows_in_plan_order: false,
-            // A part followed by a UNION anywhere after it is sorted by it.
-            match_order: !st.union_all[i.saturating_sub(1)..].contains(&false),
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -191,12 +186,6 @@ pub(super) struct Compiler<'a> {
     /// The rows come out of a grouping or DISTINCT of an earlier WITH, in
     /// the order its plan gives them (AGE's is a hash aggregate's).
     rows_in_plan_order: bool,
-    /// The rows reach the client in the order of the MATCH plan: no
-    /// ORDER BY, aggregation, DISTINCT or sorting UNION after it. Then
-    /// patterns are joined as AGE joins them (every node a table, an
-    /// undirected edge one OR join), so that PostgreSQL plans the joins
-    /// AGE's SQL gets and returns the rows in AGE's order.
-    match_order: bool,
 }
 
 impl Compiler<'_> {
@@ -205,12 +194,6 @@ impl Compiler<'_> {
         let Some((Clause::Return(ret), body)) = q.clauses.split_last() else {
             return Err(D::ClauseShape);
         };
-        self.match_order &= ret.order_by.is_empty()
-            && !ret.distinct
-            && !ret
-                .items
-                .iter()
-                .any(|i| aggregate::contains_aggregate(&i.expr));
         for (i, c) in body.iter().enumerate() {
             match c {
                 // AGE: "MATCH cannot follow OPTIONAL MATCH".

@@ -179,7 +179,6 @@ impl Compiler<'_> {
         if var_length && path_read {
             return Err(D::VariableLength);
         }
-
         // Nodes whose rows are likely few: where a walk should start.
         let nodes: Vec<&NodePattern> = std::iter::once(&p.start)
             .chain(p.chain.iter().map(|(_, n)| n))
@@ -201,8 +200,6 @@ impl Compiler<'_> {
         let mut edges: Vec<(EdgeIds, Option<String>)> = Vec::new();
         for (i, (rel, node)) in p.chain.iter().enumerate() {
             let before = self.order.len();
-            // Where the right node's table goes: AGE lists the edge first.
-            let mark = self.stage.items.len();
             let right = self.node(node, labels, path_read)?;
             let label = rel.types.first().cloned();
             if rel.var_length.is_some() {
@@ -219,10 +216,6 @@ impl Compiler<'_> {
                 edges.push((EdgeIds::Many(ids), label));
             } else {
                 let (name, label) = self.rel(rel, &left, &right)?;
-                if self.in_match_order() && self.stage.items.len() > mark {
-                    let edge = self.stage.items.pop().expect("the edge's table");
-                    self.stage.items.insert(mark, edge);
-                }
                 let id = self.entity_id(&name).ok_or(D::UnsupportedExpr)?;
                 edges.push((EdgeIds::One(id), label));
                 elems.push(name);
@@ -237,24 +230,7 @@ impl Compiler<'_> {
         }
         // AGE never binds one edge twice within one path (comma-separated
         // patterns may share edges); edges of different labels cannot
-        // collide, so only overlapping ones are compared. Where rows come
-        // in plan order, AGE's own test over all of them: PostgreSQL
-        // estimates a function's filter apart from `<>`, and plans another
-        // join order on that estimate.
-        let ids: Vec<&str> = edges
-            .iter()
-            .filter_map(|(e, _)| match e {
-                EdgeIds::One(id) => Some(id.as_str()),
-                EdgeIds::Many(_) => None,
-            })
-            .collect();
-        if self.in_match_order() && ids.len() > 1 && ids.len() == edges.len() {
-            self.stage.conds.push(format!(
-                "ag_catalog._ag_enforce_edge_uniqueness({})",
-                ids.join(", ")
-            ));
-            edges.clear();
-        }
+        // collide, so only overlapping ones are compared.
         for i in 0..edges.len() {
             for j in i + 1..edges.len() {
                 let (a, la) = &edges[i];
@@ -276,10 +252,9 @@ impl Compiler<'_> {
 
     /// Binds or re-uses a node; returns the name it is bound to (anonymous
     /// nodes get a private one). A node that nothing reads needs no table
-    /// when an edge reaches it (the edge implies the vertex), unless rows
-    /// come in plan order; `whole` asks for one anyway: a pattern without
-    /// relationships ranges over its vertices, and a path that is read
-    /// builds each one.
+    /// when an edge reaches it (the edge implies the vertex); `whole` asks
+    /// for one anyway: a pattern without relationships ranges over its
+    /// vertices, and a path that is read builds each one.
     fn node(&mut self, n: &NodePattern, labels: &Labels<'_>, whole: bool) -> Result<String, D> {
         let label = match (&n.var, n.labels.first()) {
             (Some(v), _) => labels
@@ -317,8 +292,7 @@ impl Compiler<'_> {
             .var
             .as_ref()
             .is_some_and(|v| self.refs.get(v).copied().unwrap_or(0) > 1);
-        let needs_table =
-            whole || label.is_some() || n.props.is_some() || referenced || self.in_match_order();
+        let needs_table = whole || label.is_some() || n.props.is_some() || referenced;
         let mut ent = Ent {
             label,
             ..Ent::default()
@@ -349,21 +323,6 @@ impl Compiler<'_> {
             _ => return Err(D::Params),
         };
         Ok(format!("{props} @> {m}"))
-    }
-
-    /// Rows of the pattern being compiled reach the client in plan order
-    /// (see [`Compiler::match_order`]); a pattern inside `exists()` makes
-    /// no rows.
-    fn in_match_order(&self) -> bool {
-        self.match_order && !self.in_exists
-    }
-
-    /// The id column of a node bound to a table.
-    fn node_id(&self, node: &str) -> Option<String> {
-        match self.scope.get(node) {
-            Some(Binding::Node(e)) => e.id.clone(),
-            _ => None,
-        }
     }
 
     /// Ties an endpoint column to a node: equality with its id, or the
@@ -406,19 +365,6 @@ impl Compiler<'_> {
         let (src, dst) = match r.dir {
             Direction::Right => ("start_id", "end_id"),
             Direction::Left => ("end_id", "start_id"),
-            Direction::Both if self.in_match_order() => {
-                // AGE's own OR join: PostgreSQL then plans what AGE's SQL
-                // gets, and the rows come in AGE's order.
-                let (Some(l), Some(r)) = (self.node_id(left), self.node_id(right)) else {
-                    return Err(D::RowOrder);
-                };
-                self.stage.items.push(Item::Table(format!("{t} AS {a}")));
-                self.stage.conds.push(format!(
-                    "(({a}.start_id = {l} AND {a}.end_id = {r}) OR \
-                     ({a}.end_id = {l} AND {a}.start_id = {r}))"
-                ));
-                ("", "")
-            }
             Direction::Both => {
                 // Each edge once per orientation, a self-loop once: the same
                 // rows as AGE's OR join, but index-friendly. The self-loop
@@ -439,10 +385,8 @@ impl Compiler<'_> {
         if r.dir != Direction::Both {
             self.stage.items.push(Item::Table(format!("{t} AS {a}")));
         }
-        if !src.is_empty() {
-            self.bind_endpoint(left, format!("{a}.{src}"));
-            self.bind_endpoint(right, format!("{a}.{dst}"));
-        }
+        self.bind_endpoint(left, format!("{a}.{src}"));
+        self.bind_endpoint(right, format!("{a}.{dst}"));
         let props = format!("{a}.properties");
         if let Some(m) = &r.props {
             let c = self.props_filter(&props, m)?;
