@@ -123,6 +123,7 @@ impl Protocol {
             // without the BEGIN.
             self.unnamed_fix = Some(UnnamedFix::Drop);
             self.flight.forget("");
+            self.forget_told("");
         }
         Counters::add(&self.info.counters.deferred_begins, 1);
         self.note_statement(None);

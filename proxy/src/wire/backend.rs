@@ -120,6 +120,49 @@ pub fn column_names(msg: &[u8]) -> Option<Vec<&[u8]>> {
     Some(names)
 }
 
+/// Two RowDescriptions (or NoData) describe rows of the same shape: the
+/// same columns, each with the same name, type, size, modifier and
+/// format. The table and column each came from are not compared:
+/// PostgreSQL's own test of a prepared statement's result type
+/// (`equalRowTypes`) leaves them out too. Malformed: not the same.
+pub fn same_row_shape(a: &[u8], b: &[u8]) -> bool {
+    if a.first() != b.first() {
+        return false;
+    }
+    if a.first() != Some(&super::tag::ROW_DESCRIPTION) {
+        return a == b;
+    }
+    let (a, b) = (body(a), body(b));
+    let (Some(na), Some(nb)) = (a.get(..2), b.get(..2)) else {
+        return false;
+    };
+    if na != nb {
+        return false;
+    }
+    let count = i16::from_be_bytes([na[0], na[1]]);
+    let (mut i, mut j) = (2usize, 2usize);
+    for _ in 0..count {
+        let (Some(la), Some(lb)) = (
+            a.get(i..).and_then(|r| r.iter().position(|c| *c == 0)),
+            b.get(j..).and_then(|r| r.iter().position(|c| *c == 0)),
+        ) else {
+            return false;
+        };
+        // Name, then table (4) and column (2) skipped, then type (4),
+        // size (2), modifier (4) and format (2).
+        let (fa, fb) = (
+            a.get(i + la + 7..i + la + 19),
+            b.get(j + lb + 7..j + lb + 19),
+        );
+        if a.get(i..i + la) != b.get(j..j + lb) || fa.is_none() || fa != fb {
+            return false;
+        }
+        i += la + 19;
+        j += lb + 19;
+    }
+    i == a.len() && j == b.len()
+}
+
 /// Column `n` of a DataRow as text (`None` inside: NULL); `None` when the
 /// row is malformed, shorter, or the value not UTF-8.
 pub fn data_row_column(msg: &[u8], n: usize) -> Option<Option<String>> {
