@@ -338,6 +338,7 @@ pub fn render_replicas(out: &mut String, replicas: &crate::replicas::Replicas) {
 
 /// A gauge's name, help, and value for a pool.
 type Gauge = (&'static str, &'static str, fn(&PoolRow) -> f64);
+type Counter = (&'static str, &'static str, fn(&PoolRow) -> u64);
 
 /// Transaction pooling's gauges (as `SHOW POOLS`) and wait histogram, per
 /// pool.
@@ -415,7 +416,7 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
     for p in pools {
         let _ = writeln!(out, "{n}{{{}}} {}", labels(p), p.notifications);
     }
-    let counters: [(&str, &str, fn(&PoolRow) -> u64); 2] = [
+    let counters: [Counter; 2] = [
         (
             "parses_here_total",
             "Parses (and Describes) answered here from what the server said of the same text before.",

@@ -253,6 +253,43 @@ pub fn is_fatal(msg: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// A RowDescription of `(name, table oid, type oid)` columns.
+    fn rows(cols: &[(&str, u32, u32)]) -> BytesMut {
+        let mut m = BytesMut::new();
+        super::super::write::message(&mut m, b'T', |b| {
+            b.put_i16(cols.len() as i16);
+            for (name, table, ty) in cols {
+                b.put_slice(name.as_bytes());
+                b.put_u8(0);
+                b.put_u32(*table);
+                b.put_i16(1);
+                b.put_u32(*ty);
+                b.put_i16(4);
+                b.put_i32(-1);
+                b.put_i16(0);
+            }
+        });
+        m
+    }
+
+    /// The table a column came from is not its shape; its name, type and
+    /// count are.
+    #[test]
+    fn row_shapes_compare_columns_not_their_tables() {
+        let a = rows(&[("a", 16384, 23)]);
+        assert!(same_row_shape(&a, &rows(&[("a", 99999, 23)])));
+        assert!(!same_row_shape(&a, &rows(&[("a", 16384, 20)])));
+        assert!(!same_row_shape(&a, &rows(&[("b", 16384, 23)])));
+        assert!(!same_row_shape(
+            &a,
+            &rows(&[("a", 16384, 23), ("b", 16384, 23)])
+        ));
+        let no_data = [b'n', 0, 0, 0, 4];
+        assert!(same_row_shape(&no_data, &no_data));
+        assert!(!same_row_shape(&a, &no_data));
+        assert!(!same_row_shape(&a[..a.len() - 1], &a[..a.len() - 1]));
+    }
+
     #[test]
     fn a_kept_key_is_read_without_a_copy() {
         let msg = Bytes::from_static(b"K\0\0\0\x0c\0\0\x01\x00abcd");
