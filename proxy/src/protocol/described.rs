@@ -1,7 +1,7 @@
 //! What the server said of statements it parsed and described, kept per
 //! pool (one database and role) so that a client's Parse and Describe of a
 //! text already described there can be answered without a server
-//! connection (`told.rs`). Shared by the pool's sessions behind a lock that
+//! connection (`told/`). Shared by the pool's sessions behind a lock that
 //! only a Parse looked up here, a description learned, or DDL takes: the
 //! forwarding of every other message never touches it.
 
@@ -75,8 +75,16 @@ impl Descriptions {
     }
 
     /// A description the server gave for `key`, asked for when the
-    /// generation was `generation`: kept unless DDL came since.
+    /// generation was `generation`: kept unless DDL came since. The bytes
+    /// may lie in a session's read buffers: what is kept is copied.
     pub fn learned(&self, generation: u64, key: Bytes, d: Description) {
+        let (key, d) = (
+            Bytes::copy_from_slice(&key),
+            Description {
+                params: Bytes::copy_from_slice(&d.params),
+                row: Bytes::copy_from_slice(&d.row),
+            },
+        );
         let mut e = self.lock();
         // Read under the lock: a clear that raised it has emptied the map
         // before or waits to empty it after.

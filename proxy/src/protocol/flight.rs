@@ -55,7 +55,7 @@ pub enum Own {
     /// (`replica.rs`).
     Lsn,
     /// A Describe of a statement whose Parse was answered here, compared
-    /// with what the client was told (`told.rs`).
+    /// with what the client was told (`told/`).
     Check,
     /// A statement that fails in place of one whose statement changed, so
     /// that the server skips to the Sync as PostgreSQL would have.
@@ -695,7 +695,7 @@ impl Flight {
     }
 
     /// The client was told, with no server, that `name` is `sql`
-    /// (`told.rs`): its statement until it makes or closes another.
+    /// (`told/`): its statement until it makes or closes another.
     pub fn told(&mut self, name: &str, sql: Sql) {
         self.prepared.record(Some((name.to_owned(), sql)));
     }

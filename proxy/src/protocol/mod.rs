@@ -251,7 +251,7 @@ pub struct Protocol {
     /// go there too.
     listen_on_server: bool,
     /// Statements whose Parse was answered here, and descriptions being
-    /// learned for the pool (`told.rs`).
+    /// learned for the pool (`told/`).
     told_here: told::Told,
 }
 
