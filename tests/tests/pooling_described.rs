@@ -279,3 +279,50 @@ async fn asyncpg_without_a_statement_cache() {
     let c = connect(&env.proxy_dsn()).await;
     drop(simple_rows(&c.simple_query("select 1").await.unwrap()));
 }
+
+/// Bind of `name` to the unnamed portal and its Execute, no Sync.
+fn bind_execute(name: &str) -> Vec<u8> {
+    let mut out = raw::bind_execute_sync(name);
+    out.truncate(out.len() - raw::sync().len());
+    out
+}
+
+/// A write, then a told statement that changed, in one group: PostgreSQL
+/// fails the statement's Bind and rolls the write back with the group's
+/// implicit transaction. Through onetrip the statement waits for its
+/// check, and the write is rolled back the same way.
+async fn write_then_stale(a: &mut TcpStream, b: &mut TcpStream, c: &mut TcpStream) -> Vec<String> {
+    let all = "select * from described_t order by a";
+    let mut heard = vec![
+        step(a, &prepare("", all)).await,
+        step(a, &raw::bind_execute_sync("")).await,
+        step(b, &prepare("w", "insert into described_t values (9)")).await,
+        step(b, &prepare("s2", all)).await,
+        step(c, &raw::query("alter table described_t add column b int")).await,
+    ];
+    let mut group = bind_execute("w");
+    group.extend(bind_execute("s2"));
+    group.extend(raw::sync());
+    heard.push(step(b, &group).await);
+    heard.push(step(b, &raw::query("select count(*) from described_t")).await);
+    heard
+}
+
+#[tokio::test]
+async fn a_write_before_a_stale_statement_in_its_group_is_rolled_back() {
+    let env = pooled(1).await;
+    let mut heard = Vec::new();
+    for port in [env.pg.port(), env.proxy_port()] {
+        reset(env.pg.port()).await;
+        let (mut a, mut b, mut c) = (
+            raw::connect_ready(port).await,
+            raw::connect_ready(port).await,
+            raw::connect_ready(port).await,
+        );
+        heard.push(write_then_stale(&mut a, &mut b, &mut c).await);
+    }
+    assert_eq!(heard[1], heard[0]);
+    assert!(heard[0][5].contains("0A000"), "{:#?}", heard[0]);
+    assert!(heard[0][6].contains("D[Some(\"2\")]"), "{:#?}", heard[0]);
+    assert_eq!(counts(&env).await, (1, 1));
+}
