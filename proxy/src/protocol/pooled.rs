@@ -215,18 +215,20 @@ impl Protocol {
         // Closes alone need no connection either, nor a Parse (and
         // Describe) of a pure read described before: each group up to its
         // Sync is answered, and what follows it is looked at next.
-        if matches!(h.tag, tag::CLOSE | tag::PARSE | tag::DESCRIBE) {
-            let Some(end) = first_group_end(cin) else {
-                return false;
-            };
+        if matches!(h.tag, tag::CLOSE | tag::PARSE | tag::DESCRIBE)
+            && let Some(end) = first_group_end(cin)
+        {
             let answered = match h.tag {
                 tag::CLOSE => self.close_alone(&cin[..end], to_client),
                 _ => self.parse_alone(&cin[..end], to_client),
             };
             if answered {
                 let _ = cin.split_to(end);
+                return true;
             }
-            return answered;
+        }
+        if h.tag == tag::CLOSE {
+            return false;
         }
         if !self.txn.defer_begin {
             return false;

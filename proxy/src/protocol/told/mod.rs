@@ -1,5 +1,5 @@
 //! Parse and Describe answered here (transaction pooling). A pure read's
-//! Parse (with its Describe and Sync) from a session that holds no server
+//! Parse (with its Describe, and a Sync or Flush) from a session that holds no server
 //! connection is answered from its pool's descriptions (`described.rs`),
 //! when the server has described the same text and parameter types there
 //! before. The client's statement is then "told": before a message uses
@@ -8,7 +8,8 @@
 //! PostgreSQL's own error for a statement whose result type changed
 //! (0A000), never rows of another shape.
 //!
-//! When the use starts a group of its own, at rest, and the group is only
+//! When the use starts a group at rest (nothing run in it yet: a Parse
+//! of the same statement may come first), and the group is only
 //! that statement's portal run (Bind, Describe, Execute, Sync), the
 //! statement is a pure read: its answers can be dropped and replaced by
 //! the error, so all goes in one write. Anything else waits for the
