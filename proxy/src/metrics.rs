@@ -338,6 +338,7 @@ pub fn render_replicas(out: &mut String, replicas: &crate::replicas::Replicas) {
 
 /// A gauge's name, help, and value for a pool.
 type Gauge = (&'static str, &'static str, fn(&PoolRow) -> f64);
+type Counter = (&'static str, &'static str, fn(&PoolRow) -> u64);
 
 /// Transaction pooling's gauges (as `SHOW POOLS`) and wait histogram, per
 /// pool.
@@ -415,6 +416,25 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
     for p in pools {
         let _ = writeln!(out, "{n}{{{}}} {}", labels(p), p.notifications);
     }
+    let counters: [Counter; 2] = [
+        (
+            "parses_here_total",
+            "Parses (and Describes) answered here from what the server said of the same text before.",
+            |p| p.parses_answered,
+        ),
+        (
+            "descriptions_changed_total",
+            "Statements answered here that the server then described otherwise (the client got 0A000).",
+            |p| p.descriptions_changed,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let m = format!("onetrip_pool_{name}");
+        let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} counter");
+        for p in pools {
+            let _ = writeln!(out, "{m}{{{}}} {}", labels(p), value(p));
+        }
+    }
     let h = "onetrip_pool_wait_seconds";
     let _ = writeln!(
         out,
@@ -473,6 +493,8 @@ mod tests {
             listen_conns: 1,
             listen_channels: 4,
             notifications: 9,
+            parses_answered: 11,
+            descriptions_changed: 1,
         };
         let text = render(&stats, 3, &[pool]);
         assert!(
@@ -482,6 +504,12 @@ mod tests {
         assert!(text.contains("onetrip_pool_max_wait_seconds{database=\"db\",user=\"u\"} 1.5\n"));
         assert!(text.contains("onetrip_pool_listen_channels{database=\"db\",user=\"u\"} 4\n"));
         assert!(text.contains("onetrip_pool_notifications_total{database=\"db\",user=\"u\"} 9\n"));
+        assert!(text.contains("onetrip_pool_parses_here_total{database=\"db\",user=\"u\"} 11\n"));
+        assert!(
+            text.contains(
+                "onetrip_pool_descriptions_changed_total{database=\"db\",user=\"u\"} 1\n"
+            )
+        );
         assert!(
             text.contains(
                 "onetrip_pool_resets_total{database=\"db\",user=\"u\",reason=\"DML\"} 3\n"

@@ -167,6 +167,9 @@ pub struct Pool {
     pub clients: AtomicUsize,
     /// Of them, pinned to their connection.
     pub pinned: Arc<AtomicUsize>,
+    /// What the server said of statements its sessions parsed and
+    /// described, to answer the next such Parse here.
+    pub descriptions: Arc<crate::protocol::described::Descriptions>,
     /// How long clients waited for a connection (every acquire, zero when
     /// one was free).
     waits: Waits,
@@ -321,6 +324,10 @@ pub struct PoolRow {
     pub listen_channels: usize,
     /// Notifications handed to sessions.
     pub notifications: u64,
+    /// Parses answered here from the pool's descriptions, and statements
+    /// so told that the server then described otherwise.
+    pub parses_answered: u64,
+    pub descriptions_changed: u64,
 }
 
 impl Pool {
@@ -334,6 +341,7 @@ impl Pool {
             inner: Mutex::default(),
             clients: AtomicUsize::new(0),
             pinned: Arc::new(AtomicUsize::new(0)),
+            descriptions: Default::default(),
             waits: Waits::default(),
             greeting: Mutex::default(),
             learned: Mutex::default(),
@@ -815,6 +823,8 @@ impl Pool {
             listen_conns,
             listen_channels,
             notifications: self.listener.fanned_out.load(Relaxed),
+            parses_answered: self.descriptions.answered.load(Relaxed),
+            descriptions_changed: self.descriptions.changed.load(Relaxed),
         }
     }
 

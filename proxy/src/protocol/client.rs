@@ -105,6 +105,7 @@ impl Protocol {
                 self.client_rest = chunk.slice(at..);
                 break;
             }
+            self.before_told(&chunk, at, h.tag, end);
             match self.transaction_step(&chunk, at, h.tag, end, to_up, to_client) {
                 TxnStep::Go => {}
                 TxnStep::Answered(past) => {
@@ -117,6 +118,10 @@ impl Protocol {
             } else {
                 self.on_client_message(h.tag, &chunk.slice(at..end), to_up, to_client)
             };
+            if self.told_here.held && !forward {
+                // Held for its check: handled again once it is answered.
+                continue;
+            }
             let op = std::mem::replace(&mut self.client_op, Op::None);
             if forward {
                 self.forward_up(to_up, &chunk, at, end, op);
@@ -244,6 +249,9 @@ impl Protocol {
             };
             self.watch_for_pins(t, msg, analysis.cloned());
             self.fix_named_before(t, msg, to_up);
+            if self.follow_told(t, msg, sql.as_ref(), to_up, to_client) {
+                return false;
+            }
         }
         if wire::is_flush_request(t) {
             self.client_rt = true;

@@ -117,6 +117,14 @@ impl Protocol {
             lazy_ok,
             unnamed_after: None,
         });
+        if t == tag::QUERY {
+            // A simple Query drops the unnamed statement: the server's goes
+            // before the client next uses it, though a read may run
+            // without the BEGIN.
+            self.unnamed_fix = Some(UnnamedFix::Drop);
+            self.flight.forget("");
+            self.forget_told("");
+        }
         Counters::add(&self.info.counters.deferred_begins, 1);
         self.note_statement(None);
         self.info.set_state(SessionState::TransactionHeld);

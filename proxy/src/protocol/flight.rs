@@ -54,6 +54,12 @@ pub enum Own {
     /// The primary's WAL position, asked right behind a client's write
     /// (`replica.rs`).
     Lsn,
+    /// A Describe of a statement whose Parse was answered here, compared
+    /// with what the client was told (`told/`).
+    Check,
+    /// A statement that fails in place of one whose statement changed, so
+    /// that the server skips to the Sync as PostgreSQL would have.
+    Stale,
 }
 
 /// Whose an answer is.
@@ -686,6 +692,20 @@ impl Flight {
     /// Parse, copied already).
     pub fn detach_unnamed(&mut self, kept: Option<&Sql>) {
         self.prepared.detach_unnamed(kept);
+    }
+
+    /// The client was told, with no server, that `name` is `sql`
+    /// (`told/`): its statement until it makes or closes another.
+    pub fn told(&mut self, name: &str, sql: Sql) {
+        self.prepared.record(Some((name.to_owned(), sql)));
+    }
+
+    /// Statements of the proxy's own of this kind are owed an answer.
+    pub fn owes(&self, own: Own) -> bool {
+        self.items.iter().any(|i| match i {
+            Item::Ext { own: o, .. } | Item::Ready { own: o, .. } => *o == Some(own),
+            Item::Local(_) => false,
+        })
     }
 
     /// `DEALLOCATE ALL`, `DISCARD ALL`, or a change to a name not read.

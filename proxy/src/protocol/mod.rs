@@ -5,6 +5,7 @@ mod client;
 mod client_txn;
 mod coalesce;
 mod cypher;
+pub mod described;
 pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -23,6 +24,7 @@ pub use server_conn::ServerConnection;
 pub mod settings;
 mod statements;
 pub mod text;
+mod told;
 mod transaction;
 mod upstream;
 mod verdict;
@@ -248,6 +250,9 @@ pub struct Protocol {
     /// A LISTEN or UNLISTEN of the session's went to its server: the rest
     /// go there too.
     listen_on_server: bool,
+    /// Statements whose Parse was answered here, and descriptions being
+    /// learned for the pool (`told/`).
+    told_here: told::Told,
 }
 
 /// A Query or Parse after routing.
@@ -325,6 +330,7 @@ impl Protocol {
             replica: Default::default(),
             notes: None,
             listen_on_server: false,
+            told_here: told::Told::default(),
         }
     }
 
@@ -369,7 +375,10 @@ impl Protocol {
 
     /// Client input waits while a coalesced batch's outcome is unknown.
     pub fn client_paused(&self) -> bool {
-        self.coalescer.pauses_client() || self.cypher.blocks_client() || self.held_for_settings
+        self.coalescer.pauses_client()
+            || self.cypher.blocks_client()
+            || self.held_for_settings
+            || self.told_here.held
     }
 
     fn note_statement(&mut self, sql: Option<Sql>) {

@@ -132,6 +132,16 @@ impl Protocol {
 }
 
 impl Protocol {
+    /// The client has made a named statement `name`.
+    pub(super) fn named_by_client(&self, name: &str) -> bool {
+        self.named.client.contains_key(name)
+    }
+
+    /// The client's statement `name` is made by `parse` now (answered here).
+    pub(super) fn name_for_client(&mut self, name: &str, parse: Bytes) {
+        self.named.client.insert(name.to_owned(), parse);
+    }
+
     /// A pooled session with no server connection and no transaction:
     /// `cin` that is only Closes and the Sync that ends them (how
     /// tokio-postgres drops a statement) is answered here, as the server
@@ -165,6 +175,7 @@ impl Protocol {
     /// The client closed its statement `name` (never sent upstream).
     fn forget_client_statement(&mut self, name: &str) {
         self.flight.forget(name);
+        self.forget_told(name);
         match name.is_empty() {
             // The server's unnamed statement may still be the client's old
             // one: it is dropped before a message uses it.

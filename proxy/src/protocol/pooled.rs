@@ -59,6 +59,11 @@ impl Protocol {
         if let Some(f) = facts {
             // What the connection needs before another client may use it.
             self.taint = self.taint.combine(f.reset);
+            // DDL, or what may hide it (a function, DO): descriptions the
+            // pool keeps may be out of date.
+            if matches!(f.reset, Reset::Full(_)) {
+                self.ddl_seen();
+            }
             // A custom setting stays defined in the backend once named,
             // whatever becomes of the statement's transaction.
             if f.pin == Some("session SET")
@@ -207,13 +212,23 @@ impl Protocol {
         let Ok(Some(h)) = frame::peek_header(cin, usize::MAX) else {
             return false;
         };
-        // Closes alone need no connection either.
-        if h.tag == tag::CLOSE {
-            let answered = self.close_alone(cin, to_client);
+        // Closes alone need no connection either, nor a Parse (and
+        // Describe) of a pure read described before: each group up to its
+        // Sync is answered, and what follows it is looked at next.
+        if matches!(h.tag, tag::CLOSE | tag::PARSE | tag::DESCRIBE)
+            && let Some(end) = first_group_end(cin)
+        {
+            let answered = match h.tag {
+                tag::CLOSE => self.close_alone(&cin[..end], to_client),
+                _ => self.parse_alone(&cin[..end], to_client),
+            };
             if answered {
-                cin.clear();
+                let _ = cin.split_to(end);
+                return true;
             }
-            return answered;
+        }
+        if h.tag == tag::CLOSE {
+            return false;
         }
         if !self.txn.defer_begin {
             return false;
@@ -356,4 +371,17 @@ impl Protocol {
             });
         }
     }
+}
+
+/// Where the first group of `cin` ends: just past its first Sync (or
+/// Flush), when that has come whole.
+fn first_group_end(cin: &[u8]) -> Option<usize> {
+    let mut seen = 0;
+    for (t, msg) in frame::messages(cin) {
+        seen += msg.len();
+        if t == tag::SYNC || t == tag::FLUSH {
+            return Some(seen);
+        }
+    }
+    None
 }

@@ -412,6 +412,9 @@ impl Protocol {
             Some(a) => a.pins.reset,
             None => Pins::of(sql.as_str()).reset,
         };
+        if matches!(reset, onetrip_planner::classify::Reset::Full(_)) {
+            self.ddl_seen();
+        }
         self.taint = self.taint.combine(reset);
     }
 }

@@ -57,6 +57,7 @@ impl Protocol {
             // (a large DataRow is never buffered whole).
             let holding = self.coalescer.holds_all()
                 || self.cypher.reads_whole()
+                || self.told_here.watch
                 || self.flight.next_owner() != Owner::Client;
             let piece = self
                 .usplit
@@ -103,6 +104,7 @@ impl Protocol {
                 || wants_whole(h.tag)
                 || self.coalescer.holds_all()
                 || self.cypher.reads_whole()
+                || self.told_here.watch
             {
                 self.on_upstream_message(h.tag, &chunk.slice(at..end), owner, to_client, to_up)
             } else {
@@ -154,7 +156,13 @@ impl Protocol {
             self.fatal_relayed = true;
             return true;
         }
+        if t == tag::ERROR_RESPONSE && self.told_here.held && owner != Owner::Own(Own::Check) {
+            self.told_error();
+        }
         match owner {
+            Owner::Own(Own::Check) => return self.on_check_answer(t, msg),
+            Owner::Own(Own::Stale) => return false,
+            Owner::Client if !self.told_client_answer(t, msg, to_client) => return false,
             // Swallowed, but for an error (which a bare SELECT can't give
             // short of the connection failing): the client should know
             // that what it sent next is skipped.

@@ -120,6 +120,49 @@ pub fn column_names(msg: &[u8]) -> Option<Vec<&[u8]>> {
     Some(names)
 }
 
+/// Two RowDescriptions (or NoData) describe rows of the same shape: the
+/// same columns, each with the same name, type, size, modifier and
+/// format. The table and column each came from are not compared:
+/// PostgreSQL's own test of a prepared statement's result type
+/// (`equalRowTypes`) leaves them out too. Malformed: not the same.
+pub fn same_row_shape(a: &[u8], b: &[u8]) -> bool {
+    if a.first() != b.first() {
+        return false;
+    }
+    if a.first() != Some(&super::tag::ROW_DESCRIPTION) {
+        return a == b;
+    }
+    let (a, b) = (body(a), body(b));
+    let (Some(na), Some(nb)) = (a.get(..2), b.get(..2)) else {
+        return false;
+    };
+    if na != nb {
+        return false;
+    }
+    let count = i16::from_be_bytes([na[0], na[1]]);
+    let (mut i, mut j) = (2usize, 2usize);
+    for _ in 0..count {
+        let (Some(la), Some(lb)) = (
+            a.get(i..).and_then(|r| r.iter().position(|c| *c == 0)),
+            b.get(j..).and_then(|r| r.iter().position(|c| *c == 0)),
+        ) else {
+            return false;
+        };
+        // Name, then table (4) and column (2) skipped, then type (4),
+        // size (2), modifier (4) and format (2).
+        let (fa, fb) = (
+            a.get(i + la + 7..i + la + 19),
+            b.get(j + lb + 7..j + lb + 19),
+        );
+        if a.get(i..i + la) != b.get(j..j + lb) || fa.is_none() || fa != fb {
+            return false;
+        }
+        i += la + 19;
+        j += lb + 19;
+    }
+    i == a.len() && j == b.len()
+}
+
 /// Column `n` of a DataRow as text (`None` inside: NULL); `None` when the
 /// row is malformed, shorter, or the value not UTF-8.
 pub fn data_row_column(msg: &[u8], n: usize) -> Option<Option<String>> {
@@ -209,6 +252,43 @@ pub fn is_fatal(msg: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A RowDescription of `(name, table oid, type oid)` columns.
+    fn rows(cols: &[(&str, u32, u32)]) -> BytesMut {
+        let mut m = BytesMut::new();
+        super::super::write::message(&mut m, b'T', |b| {
+            b.put_i16(cols.len() as i16);
+            for (name, table, ty) in cols {
+                b.put_slice(name.as_bytes());
+                b.put_u8(0);
+                b.put_u32(*table);
+                b.put_i16(1);
+                b.put_u32(*ty);
+                b.put_i16(4);
+                b.put_i32(-1);
+                b.put_i16(0);
+            }
+        });
+        m
+    }
+
+    /// The table a column came from is not its shape; its name, type and
+    /// count are.
+    #[test]
+    fn row_shapes_compare_columns_not_their_tables() {
+        let a = rows(&[("a", 16384, 23)]);
+        assert!(same_row_shape(&a, &rows(&[("a", 99999, 23)])));
+        assert!(!same_row_shape(&a, &rows(&[("a", 16384, 20)])));
+        assert!(!same_row_shape(&a, &rows(&[("b", 16384, 23)])));
+        assert!(!same_row_shape(
+            &a,
+            &rows(&[("a", 16384, 23), ("b", 16384, 23)])
+        ));
+        let no_data = [b'n', 0, 0, 0, 4];
+        assert!(same_row_shape(&no_data, &no_data));
+        assert!(!same_row_shape(&a, &no_data));
+        assert!(!same_row_shape(&a[..a.len() - 1], &a[..a.len() - 1]));
+    }
 
     #[test]
     fn a_kept_key_is_read_without_a_copy() {

@@ -51,6 +51,13 @@ pub fn parse_name(msg: &[u8]) -> Option<&str> {
     cstr(body(msg)).map(|(name, _)| name)
 }
 
+/// A Parse's body past its statement name: the text and the parameter
+/// types, which together say what the statement is.
+pub fn parse_key(msg: &[u8]) -> Option<&[u8]> {
+    let b = body(msg);
+    b.get(memchr::memchr(0, b)? + 1..)
+}
+
 /// Bind: (portal name, statement name).
 pub fn bind(msg: &[u8]) -> Option<(&str, &str)> {
     let (portal, rest) = cstr(body(msg))?;

@@ -2,7 +2,8 @@
 //! and user), with PgBouncer's columns, and the resets its connections
 //! needed between clients, by reason; its listening connection (for
 //! sessions that LISTEN unpinned), the channels it listens on, and the
-//! notifications it handed to sessions.
+//! notifications it handed to sessions; Parses answered from its
+//! descriptions, and statements so told that proved changed.
 
 use bytes::BytesMut;
 
@@ -27,6 +28,8 @@ const COLUMNS: &[&str] = &[
     "sv_listening",
     "listen_channels",
     "notifications",
+    "parses_here",
+    "descriptions_changed",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -57,6 +60,8 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 cell(p.listen_conns),
                 cell(p.listen_channels),
                 cell(p.notifications),
+                cell(p.parses_answered),
+                cell(p.descriptions_changed),
             ]
         })
         .collect();

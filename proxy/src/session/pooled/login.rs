@@ -358,6 +358,7 @@ async fn greet_alone(
         .collect();
     proto.start_with(startup.sets, greeting.params.clone(), startup_told);
     proto.count_pins_in(pooled.pool.pinned.clone());
+    proto.describe_with(pooled.pool.descriptions.clone());
     info.pooled
         .store(true, std::sync::atomic::Ordering::Relaxed);
     shared.stats.admit(&info);

@@ -1,0 +1,134 @@
+//! Parses (and Describes) answered with no server connection, from the
+//! pool's descriptions (see `mod.rs`).
+
+use bytes::{Bytes, BytesMut};
+
+use super::{Entry, pure_read, used_name};
+use crate::protocol::{cypher::may_route, *};
+
+impl Protocol {
+    /// Client messages that are a Parse of a pure read, a Describe of it
+    /// and a Sync (or a Parse and a Sync), whose description the pool
+    /// keeps: answered here, with no server connection. Likewise a Describe
+    /// of a statement told here, and its Sync. False, having changed
+    /// nothing, for anything else.
+    pub(in crate::protocol) fn parse_alone(
+        &mut self,
+        cin: &[u8],
+        to_client: &mut WriteQueue,
+    ) -> bool {
+        if self.txn.held.is_some() || self.txn.failed || self.unsynced {
+            return false;
+        }
+        let Some(cache) = self.told_here.cache.clone() else {
+            return false;
+        };
+        let mut msgs = frame::messages(cin);
+        let Some((t, first)) = msgs.next() else {
+            return false;
+        };
+        let (mut describe, mut synced, mut seen) = (false, false, first.len());
+        let name = match t {
+            tag::PARSE => frontend::parse_name(first),
+            _ => used_name(t, first),
+        };
+        let Some(name) = name else {
+            return false;
+        };
+        let mut flushed = false;
+        for (t, m) in msgs {
+            seen += m.len();
+            match t {
+                tag::DESCRIBE if !describe && frontend::target(m) == Some((b'S', name)) => {
+                    describe = true
+                }
+                tag::SYNC if seen == cin.len() => synced = true,
+                // Its group goes on (asyncpg: Parse, Describe, Flush).
+                tag::FLUSH if seen == cin.len() && describe && t_is_parse(first) => flushed = true,
+                _ => return false,
+            }
+        }
+        if !synced && !flushed {
+            return false;
+        }
+        if t == tag::DESCRIBE {
+            // A Describe of a statement told here, with its Sync.
+            let Some(d) = self.told_here.told.get(name).map(|e| &e.told) else {
+                return false;
+            };
+            let mut answers = BytesMut::new();
+            answers.extend_from_slice(&d.params);
+            answers.extend_from_slice(&d.row);
+            crate::wire::write::ready_for_query(&mut answers, b'I');
+            self.answer_here(answers.freeze(), to_client);
+            return true;
+        }
+        if !self.leaves_search_path_alone()
+            || (!name.is_empty()
+                && (self.flight.statement(name).is_some() || self.named_by_client(name)))
+        {
+            // A name the client has: the server's error is the answer.
+            return false;
+        }
+        let Some(key) = frontend::parse_key(first) else {
+            return false;
+        };
+        let Some(d) = cache.get(key) else {
+            return false;
+        };
+        let msg = Bytes::copy_from_slice(first);
+        let Some((_, text)) = frontend::parse(&msg) else {
+            return false;
+        };
+        let sql = Sql::within(&msg, text, None);
+        if may_route(sql.words()) {
+            return false;
+        }
+        let analysis = self.coalescer.analyses.of(&sql);
+        if !pure_read(&analysis) {
+            return false;
+        }
+        let sql = sql.with_analysis(analysis);
+        // The client's statement is this one now, made on the server before
+        // it is used there, and checked then.
+        match name.is_empty() {
+            true => {
+                self.unnamed_parse.clear();
+                self.unnamed_parse.extend_from_slice(&msg);
+                self.unnamed_fix = Some(UnnamedFix::ReparseKept);
+            }
+            false => self.name_for_client(name, msg.clone()),
+        }
+        self.flight.told(name, sql.detached());
+        let key = Bytes::copy_from_slice(key);
+        let mut answers = BytesMut::with_capacity(d.params.len() + d.row.len() + 11);
+        answers.extend_from_slice(&[tag::PARSE_COMPLETE, 0, 0, 0, 4]);
+        if describe {
+            answers.extend_from_slice(&d.params);
+            answers.extend_from_slice(&d.row);
+        }
+        if flushed {
+            // The client's group is open: nothing else is answered here
+            // until it ends, on a server.
+            self.unsynced = true;
+            self.told_here.open = true;
+        } else {
+            crate::wire::write::ready_for_query(&mut answers, b'I');
+        }
+        self.told_here.told.insert(
+            name.to_owned(),
+            Entry {
+                key,
+                told: d,
+                reparsed: false,
+            },
+        );
+        Counters::add(&cache.answered, 1);
+        self.answer_here(answers.freeze(), to_client);
+        true
+    }
+}
+
+fn t_is_parse(msg: &[u8]) -> bool {
+    msg.first() == Some(&tag::PARSE)
+}
