@@ -439,8 +439,7 @@ impl Coalescer {
                 out.to_upstream
                     .push((probe_prepare(self.pg13), Some(Own::Probe)));
             }
-            out.to_upstream
-                .push((probe_run(), Some(Own::Probe)));
+            out.to_upstream.push((probe_run(), Some(Own::Probe)));
             self.held = HeldAnswers::default();
         }
         out.to_upstream.push((sync_frame(), None));

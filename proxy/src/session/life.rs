@@ -655,7 +655,7 @@ fn relay_fast<'a>(
         client,
         upstream,
         proto,
-        bufs,
+        bufs: fast::boxed(bufs),
         seat,
         pooled,
     };
@@ -716,6 +716,7 @@ async fn relay_fast_on(
         seat,
         pooled,
     } = parts;
+    let bufs = fast::unboxed(bufs);
     let Some(upstream) = upstream else {
         // Gave its connection back and must wait for another.
         let end = match stop {

@@ -22,7 +22,8 @@ pub(crate) struct Parts {
     /// takes another.
     pub upstream: Option<TcpStream>,
     pub proto: Box<Protocol>,
-    pub bufs: Bufs,
+    /// Given back to the worker while the session is at rest (`spare`).
+    pub bufs: Option<Box<Bufs>>,
     pub seat: Seat,
     /// Transaction pooling: the session's hold on its pool.
     pub pooled: Option<Pooled>,
