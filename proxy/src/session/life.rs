@@ -708,6 +708,30 @@ async fn relay_fast_on(
             (parts, Some(fast::Stop::Fallback), None)
         }
     };
+    // What comes after is made by a plain function, so that none of the
+    // parts stays in this future's state while the runtime relays: an idle
+    // session waits in the select above, and the future is as large as its
+    // largest wait.
+    let (next, pooled) = after_fast(parts, stop, spot, forced, s);
+    match next {
+        AfterFast::Now(ended) => (ended, pooled),
+        AfterFast::Runtime(runtime) => (Some(runtime.await), pooled),
+    }
+}
+
+/// What a session does once the worker's relay handed it back.
+enum AfterFast<'a> {
+    Now(Ended),
+    Runtime(Pin<Box<dyn Future<Output = (Relayed, Box<Protocol>, Seat)> + Send + 'a>>),
+}
+
+fn after_fast<'a>(
+    parts: fast::Parts,
+    stop: Option<fast::Stop>,
+    spot: Option<fast::Spot>,
+    forced: &'a mut Closer,
+    s: &'a Session,
+) -> (AfterFast<'a>, Option<Pooled>) {
     let fast::Parts {
         client,
         upstream,
@@ -729,26 +753,26 @@ async fn relay_fast_on(
             end,
             spot,
         };
-        return (Some((released, proto, seat)), pooled);
+        return (AfterFast::Now(Some((released, proto, seat))), pooled);
     };
     let streams = Streams::Std(client, upstream);
-    // The runtime's relay is made before it is awaited, so that none of
-    // what it is handed stays in this future's state.
-    let runtime = match stop {
+    let next = match stop {
         Some(fast::Stop::End(End::Move(j))) => {
             streams.release();
-            return (Some((Relayed::Move(j, streams, bufs), proto, seat)), pooled);
+            AfterFast::Now(Some((Relayed::Move(j, streams, bufs), proto, seat)))
         }
         Some(fast::Stop::End(end)) => {
             let done = Relayed::Done(streams, Outcome { end, bufs });
-            return (Some((done, proto, seat)), pooled);
+            AfterFast::Now(Some((done, proto, seat)))
         }
         Some(fast::Stop::Fallback) | None => {
             streams.release();
-            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s))
+            AfterFast::Runtime(Box::pin(relay_runtime(
+                streams, proto, bufs, seat, forced, s,
+            )))
         }
     };
-    (Some(runtime.await), pooled)
+    (next, pooled)
 }
 
 /// Relays through this thread's runtime.
