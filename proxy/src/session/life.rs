@@ -124,7 +124,7 @@ fn relaying(
         Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
         None => return Err(proto),
     };
-    let mut bufs = Bufs::new(cin, uin);
+    let mut bufs = crate::relay::Room::boxed(cin, uin);
     match &streams {
         Streams::Waiting(_) => proto.start_later(),
         _ => proto.start(&mut bufs.to_up),
@@ -713,17 +713,21 @@ async fn relay_fast_on(
     // session waits in the select above, and the future is as large as its
     // largest wait.
     let (next, pooled) = after_fast(parts, stop, spot, forced, s);
-    match next {
-        AfterFast::Now(ended) => (ended, pooled),
-        AfterFast::Runtime(runtime) => (Some(runtime.await), pooled),
-    }
+    let runtime = match next {
+        AfterFast::Now(ended) => return (ended, pooled),
+        AfterFast::Runtime(runtime) => runtime,
+    };
+    (Some(runtime.await), pooled)
 }
 
 /// What a session does once the worker's relay handed it back.
 enum AfterFast<'a> {
     Now(Ended),
-    Runtime(Pin<Box<dyn Future<Output = (Relayed, Box<Protocol>, Seat)> + Send + 'a>>),
+    Runtime(Pin<Box<dyn Future<Output = RelayedWith> + Send + 'a>>),
 }
+
+/// How a relay ended, with the session's protocol state and seat.
+type RelayedWith = (Relayed, Box<Protocol>, Seat);
 
 fn after_fast<'a>(
     parts: fast::Parts,

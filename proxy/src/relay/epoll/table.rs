@@ -23,7 +23,7 @@ pub(crate) struct Parts {
     pub upstream: Option<TcpStream>,
     pub proto: Box<Protocol>,
     /// Given back to the worker while the session is at rest (`spare`).
-    pub bufs: Option<Box<Bufs>>,
+    pub bufs: Option<Bufs>,
     pub seat: Seat,
     /// Transaction pooling: the session's hold on its pool.
     pub pooled: Option<Pooled>,

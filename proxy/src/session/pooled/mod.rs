@@ -28,7 +28,7 @@ use crate::{
     net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::{Protocol, ServerConnection},
-    relay::{Bufs, Closer, End, give_back_room, reserve},
+    relay::{Closer, End, Room, give_back_room, reserve},
     shared::Shared,
     stats::Counters,
     wire::{
@@ -348,7 +348,7 @@ pub async fn between(
     client: Client,
     upstream: Option<ServerSocket>,
     stopped: Option<End>,
-    b: &mut Bufs,
+    b: &mut Room,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
@@ -470,7 +470,7 @@ async fn unless_gone<F: std::future::Future>(
 /// the worker's relay answers it, and the wait goes on.
 async fn next_bytes(
     mut client: Client,
-    b: &mut Bufs,
+    b: &mut Room,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
