@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     net::{Pair, ServerSocket, Stream},
-    pooling::Pooled,
+    pooling::Held,
     protocol::Protocol,
     relay::{
         Bufs, Closer, End, Outcome,
@@ -61,9 +61,8 @@ pub fn run<'a>(
     run_on(login, startup_raw, worker, shared, span)
 }
 
-type Login<'a> = Pin<
-    Box<dyn Future<Output = Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>> + Send + 'a>,
->;
+type Login<'a> =
+    Pin<Box<dyn Future<Output = Option<(Box<Protocol>, Option<Ready>, Option<Held>)>> + Send + 'a>>;
 
 async fn run_on(
     login: Login<'_>,
@@ -145,7 +144,9 @@ struct Session {
     span: Span,
     /// Transaction pooling: the session's pool and the slot of the
     /// connection it holds (dropped last, after the connection closed).
-    pooled: Option<Pooled>,
+    /// Boxed: it moves between this and the worker's table at every
+    /// stretch, and each keeps room for it.
+    pooled: Option<Held>,
 }
 
 type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
@@ -199,7 +200,7 @@ fn relay_to_the_end(
             // is held by every session for as long as it lives.
             let stretch =
                 match begin_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s) {
-                    Begun::Now(stretch) => Ok(stretch),
+                    Begun::Now(stretch) => Ok(*stretch),
                     Begun::Relaying(relaying) => Err(relaying.await),
                 };
             let stretch = stretch.unwrap_or_else(|(relayed, pooled)| {
@@ -253,13 +254,12 @@ fn relay_to_the_end(
 }
 
 /// A stretch of relaying begun: over at once, or relaying until it stops,
-/// with the session's hold on its pool handed back.
-// Made and taken apart at once, never held across an await: boxing the
-// larger variant would cost an allocation per stretch for nothing.
-#[allow(clippy::large_enum_variant)]
+/// with the session's hold on its pool handed back. Boxed either way: the
+/// session's loop awaits the relaying while the match on this is still in
+/// its state (the `Now` stretches are the runtime's, and rare).
 enum Begun<'a> {
-    Now(Stretch),
-    Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Pooled>)> + Send + 'a>>),
+    Now(Box<Stretch>),
+    Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Held>)> + Send + 'a>>),
 }
 
 /// Where relaying ended (`None`: the session was lost).
@@ -283,7 +283,11 @@ fn begin_stretch<'a>(
         // for the client's first bytes (a client that stays in the runtime,
         // or no worker relay), it waits here.
         Streams::Waiting(c) if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) => {
-            Begun::Now(Stretch::Between((Ok((c, None)), bufs, None), proto, seat))
+            Begun::Now(Box::new(Stretch::Between(
+                (Ok((c, None)), bufs, None),
+                proto,
+                seat,
+            )))
         }
         streams if fast::may_relay(&proto) => {
             let sockets = match streams {
@@ -300,10 +304,10 @@ fn begin_stretch<'a>(
                 }
                 Ok(Err(e)) => {
                     let why = format!("it could not leave the runtime: {e}");
-                    Begun::Now(released_or_over(
+                    Begun::Now(Box::new(released_or_over(
                         Some((Relayed::Lost(why), proto, seat)),
                         away,
-                    ))
+                    )))
                 }
                 Err(io) => runtime_stretch(Streams::Runtime(io), proto, bufs, seat, forced, s),
             }
@@ -647,10 +651,10 @@ fn relay_fast<'a>(
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
-    pooled: Option<Pooled>,
+    pooled: Option<Held>,
     forced: &'a mut Closer,
     s: &'a Session,
-) -> impl Future<Output = (Ended, Option<Pooled>)> + Send + 'a {
+) -> impl Future<Output = (Ended, Option<Held>)> + Send + 'a {
     let parts = fast::Parts {
         client,
         upstream,
@@ -673,7 +677,7 @@ async fn relay_fast_on(
     ),
     forced: &mut Closer,
     s: &Session,
-) -> (Ended, Option<Pooled>) {
+) -> (Ended, Option<Held>) {
     let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
@@ -735,7 +739,7 @@ fn after_fast<'a>(
     spot: Option<fast::Spot>,
     forced: &'a mut Closer,
     s: &'a Session,
-) -> (AfterFast<'a>, Option<Pooled>) {
+) -> (AfterFast<'a>, Option<Held>) {
     let fast::Parts {
         client,
         upstream,

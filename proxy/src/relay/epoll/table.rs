@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use tracing::Span;
 
 use crate::{
-    pooling::Pooled,
+    pooling::Held,
     protocol::Protocol,
     relay::{Bufs, End},
     worker::{Watched, epoll::Event, seats::Seat},
@@ -26,7 +26,7 @@ pub(crate) struct Parts {
     pub bufs: Option<Bufs>,
     pub seat: Seat,
     /// Transaction pooling: the session's hold on its pool.
-    pub pooled: Option<Pooled>,
+    pub pooled: Option<Held>,
 }
 
 /// Why the worker's relay handed a session back.
