@@ -180,7 +180,9 @@ async fn open_now(
                 }
             }
             tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
-            tag::BACKEND_KEY_DATA => key = Some(msg),
+            // A copy: a slice would keep the whole read buffer it lies in
+            // for as long as the connection lives.
+            tag::BACKEND_KEY_DATA => key = Some(Bytes::copy_from_slice(&msg)),
             tag::ERROR_RESPONSE => return Err(PoolError::Refused(msg)),
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened {
