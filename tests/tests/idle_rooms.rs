@@ -1,6 +1,7 @@
-//! Idle clients hold no read room: a pooled session gives its room back
+//! Idle clients hold no buffers: a pooled session gives its read room back
 //! at each release point, and any other once a worker's look finds it
-//! quiet (`relay::epoll::sweep`). Counted by the workers themselves
+//! quiet (`relay::epoll::sweep`); the same look takes back the buffers
+//! themselves (`Bufs`) of every session whose buffers are empty. Counted by the workers themselves
 //! (`onetrip::relay::epoll::rooms_held`, the whole process: this binary
 //! holds this one test so that no other session is counted).
 

@@ -101,6 +101,11 @@ impl Idle {
     }
 }
 
+/// A session's hold as the session carries it: boxed, since it moves
+/// between the session's task and its worker's table at every stretch and
+/// each keeps room for it.
+pub type Held = Box<Pooled>;
+
 impl Pooled {
     /// A session greeted without a connection (`Pool::greeting`): it
     /// takes one when its client first speaks.

@@ -27,7 +27,7 @@ mod notices;
 mod pools;
 mod senders;
 pub mod startup;
-pub use held::{Pooled, Taken, Waiting};
+pub use held::{Held, Pooled, Taken, Waiting};
 pub use notices::Notices;
 pub use pools::{Pools, TooManyPools};
 

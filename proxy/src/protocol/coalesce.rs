@@ -139,10 +139,9 @@ pub struct Coalescer {
     no_probe: Remembered,
     /// Statements whose held answers outgrew the bound: not coalesced again.
     no_coalesce: Remembered,
-    /// Close + Parse of the probe, sent until the server has it prepared.
-    probe_prepare: Bytes,
-    /// Bind + Execute of the probe.
-    probe_run: Bytes,
+    /// The server is PostgreSQL 13 or later: the probe names the newer
+    /// function (`own::probe_prepare`).
+    pg13: bool,
     probe_prepared: bool,
 }
 
@@ -164,8 +163,7 @@ impl Coalescer {
             txn_isolation: None,
             no_probe: Remembered::default(),
             no_coalesce: Remembered::default(),
-            probe_prepare: probe_prepare(true),
-            probe_run: probe_run(),
+            pg13: true,
             probe_prepared: false,
         }
     }
@@ -185,7 +183,7 @@ impl Coalescer {
                 .next()
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(0);
-            self.probe_prepare = probe_prepare(major >= 13);
+            self.pg13 = major >= 13;
         }
     }
 
@@ -439,10 +437,9 @@ impl Coalescer {
         if probe {
             if !self.probe_prepared {
                 out.to_upstream
-                    .push((self.probe_prepare.clone(), Some(Own::Probe)));
+                    .push((probe_prepare(self.pg13), Some(Own::Probe)));
             }
-            out.to_upstream
-                .push((self.probe_run.clone(), Some(Own::Probe)));
+            out.to_upstream.push((probe_run(), Some(Own::Probe)));
             self.held = HeldAnswers::default();
         }
         out.to_upstream.push((sync_frame(), None));
@@ -607,7 +604,8 @@ impl Coalescer {
 /// answer held again), never an answer.
 #[derive(Default)]
 struct Remembered {
-    set: FxHashSet<Sql>,
+    /// Made at the first text remembered: most sessions never have one.
+    set: Option<Box<FxHashSet<Sql>>>,
     bytes: usize,
 }
 
@@ -616,16 +614,17 @@ impl Remembered {
     const MAX_BYTES: usize = 256 * 1024;
 
     fn contains(&self, sql: &Sql) -> bool {
-        self.set.contains(sql)
+        self.set.as_ref().is_some_and(|s| s.contains(sql))
     }
 
     fn insert(&mut self, sql: &Sql) {
         let len = sql.as_str().len();
-        if self.set.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
-            self.set.clear();
+        let set = self.set.get_or_insert_default();
+        if set.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
+            set.clear();
             self.bytes = 0;
         }
-        if len <= Self::MAX_BYTES && self.set.insert(sql.detached()) {
+        if len <= Self::MAX_BYTES && set.insert(sql.detached()) {
             self.bytes += len;
         }
     }
@@ -637,6 +636,12 @@ mod remembered_tests {
 
     use super::*;
 
+    impl Remembered {
+        fn len(&self) -> usize {
+            self.set.as_ref().map_or(0, |s| s.len())
+        }
+    }
+
     #[test]
     fn remembered_texts_stay_bounded() {
         let mut r = Remembered::default();
@@ -645,7 +650,7 @@ mod remembered_tests {
             let sql = Sql::within(&msg, std::str::from_utf8(&msg).unwrap(), None);
             r.insert(&sql);
             assert!(r.contains(&sql) || sql.as_str().len() > Remembered::MAX_BYTES);
-            assert!(r.set.len() <= Remembered::MAX && r.bytes <= Remembered::MAX_BYTES);
+            assert!(r.len() <= Remembered::MAX && r.bytes <= Remembered::MAX_BYTES);
         }
     }
 }

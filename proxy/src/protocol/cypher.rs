@@ -72,13 +72,20 @@ struct Verify {
 
 pub struct CypherSession {
     enabled: bool,
+    verify_mode: bool,
+    /// Made at the first statement routing acts on (one that names a
+    /// graph, a label or AGE): most sessions never do, and hold 16 bytes.
+    work: Option<Box<Work>>,
+}
+
+/// What a session that has routed a statement keeps.
+struct Work {
     database: String,
     /// A client Query/Parse held until the catalog is there.
     pending: Option<(u8, Bytes)>,
     waiting: Option<watch::Receiver<u64>>,
     fetch: Option<Fetch>,
-    verify_mode: bool,
-    /// Boxed: rare (a debugging mode), and large beside the rest.
+    /// Verify mode's run: rare (a debugging mode), and large beside the rest.
     verify: Option<Box<Verify>>,
     /// This session owns the database's catalog fetch.
     loading: bool,
@@ -89,9 +96,6 @@ pub struct CypherSession {
     trailing: Option<Bytes>,
     /// A statement that may change labels ran: refetch after it completes.
     invalidate_at_ready: bool,
-    /// The session's span: the relay loop runs outside it (see relay.rs),
-    /// so a line logged from here enters it.
-    span: tracing::Span,
 }
 
 /// What routing needs to know of the session.
@@ -116,21 +120,11 @@ pub enum Route {
 }
 
 impl CypherSession {
-    pub fn new(services: &Services, database: &str) -> Self {
+    pub fn new(services: &Services) -> Self {
         Self {
             enabled: services.config.planner.cypher_rewrite,
-            database: database.to_owned(),
-            pending: None,
-            waiting: None,
-            fetch: None,
             verify_mode: services.config.planner.verify,
-            verify: None,
-            loading: false,
-            riding: None,
-            trailing: None,
-            invalidate_at_ready: false,
-            // Created while the session sets up, inside its span.
-            span: tracing::Span::current(),
+            work: None,
         }
     }
 
@@ -144,33 +138,39 @@ impl CypherSession {
     /// fetch of this session's own goes ahead of the client's statement,
     /// which follows it in the same write: nothing waits for it.
     pub fn blocks_client(&self) -> bool {
-        self.waiting.is_some() || self.verify.as_ref().is_some_and(|v| !v.relaying)
+        self.work
+            .as_ref()
+            .is_some_and(|w| w.waiting.is_some() || w.verify.as_ref().is_some_and(|v| !v.relaying))
     }
 
     /// The catalog query to send ahead of the message just routed, if
     /// routing started a fetch.
     pub fn take_riding(&mut self) -> Option<Bytes> {
-        self.riding.take()
+        self.work.as_mut()?.riding.take()
     }
 
     /// Upstream messages must be read whole (to parse or compare them).
     pub fn reads_whole(&self) -> bool {
-        self.fetch.is_some() || self.verify.is_some()
+        self.work
+            .as_ref()
+            .is_some_and(|w| w.fetch.is_some() || w.verify.is_some())
     }
 
     /// The watch to wait on while another session fetches the catalog.
     pub fn wait_handle(&self) -> Option<watch::Receiver<u64>> {
-        self.waiting.clone()
+        self.work.as_ref()?.waiting.clone()
     }
 
     /// The other session's fetch ended (or was given up): retry.
     pub fn wake(&mut self) {
-        self.waiting = None;
+        if let Some(w) = self.work.as_mut() {
+            w.waiting = None;
+        }
     }
 
     /// A message is held for the catalog.
     pub fn holds_message(&self) -> bool {
-        self.pending.is_some()
+        self.work.as_ref().is_some_and(|w| w.pending.is_some())
     }
 
     /// The held message, once nothing blocks it any more.
@@ -178,7 +178,7 @@ impl CypherSession {
         if self.blocks_client() {
             None
         } else {
-            self.pending.take()
+            self.work.as_mut()?.pending.take()
         }
     }
 
@@ -193,20 +193,21 @@ impl CypherSession {
         analyses: &mut Analyses,
         info: &SessionInfo,
     ) -> (Route, Option<Arc<Analysis>>) {
+        let enabled = self.enabled;
+        let verify_mode = self.verify_mode;
+        let w = self.work.get_or_insert_with(|| Work::new(&info.database));
         let words = sql.words();
         if words.all(Words::EXTENSION | Words::AGE) {
-            self.invalidate_at_ready = true;
-            services.cypher.invalidate(&self.database);
+            w.invalidate_at_ready = true;
+            services.cypher.invalidate(&w.database);
             return (Route::Forward, None);
         }
         // One analysis: for the catalog, when the statement may have calls
         // to compile and the catalog is there.
-        let calls = self.enabled && words.any(Words::CYPHER);
-        let ready = calls
-            .then(|| services.cypher.ready(&self.database))
-            .flatten();
+        let calls = enabled && words.any(Words::CYPHER);
+        let ready = calls.then(|| services.cypher.ready(&w.database)).flatten();
         let analysis = match &ready {
-            Some((version, catalog)) => self.analysis(*version, sql, catalog, services, analyses),
+            Some((version, catalog)) => analysis(*version, sql, catalog, services, analyses),
             None => analyses.of(sql),
         };
         if analysis.changes_catalog {
@@ -214,19 +215,125 @@ impl CypherSession {
             // refreshed after it. Such a statement is never compiled, so it
             // goes now; waiting for a fetch here would invalidate the fetched
             // catalog again when the statement is routed anew, forever.
-            self.invalidate_at_ready = true;
-            services.cypher.invalidate(&self.database);
-            self.fetch_after(msg, &analysis, view.quiet, services);
+            w.invalidate_at_ready = true;
+            services.cypher.invalidate(&w.database);
+            if enabled {
+                w.fetch_after(msg, &analysis, view.quiet, services);
+            }
             return (Route::Forward, Some(analysis));
         }
         if !calls {
             return (Route::Forward, Some(analysis));
         }
         let route = match ready {
-            Some(_) => self.compiled(msg, &analysis, view, services, info),
-            None => self.without_catalog(msg, view.quiet, services, info),
+            Some(_) => w.compiled(msg, &analysis, view, verify_mode, services, info),
+            None => w.without_catalog(msg, view.quiet, services, info),
         };
         (route, Some(analysis))
+    }
+    /// The catalog query to send right behind the message just routed.
+    pub fn take_trailing(&mut self) -> Option<Bytes> {
+        self.work.as_mut()?.trailing.take()
+    }
+
+    /// The message a catalog query was to follow did not go upstream.
+    pub fn trailing_dropped(&mut self, services: &Services) {
+        if let Some(w) = self.work.as_mut() {
+            w.fetch = None;
+            w.loading = false;
+            w.invalidate_at_ready = true;
+            services.cypher.abandon(&w.database);
+        }
+    }
+
+    /// An upstream message of the session's own Cypher query (the catalog
+    /// query, or the compiled statement in verify mode). Returns a message
+    /// to send upstream next (the client's own statement, in verify mode).
+    pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, services: &Services) -> Option<Bytes> {
+        let w = self.work.as_mut()?;
+        if let Some(v) = w.verify.as_mut() {
+            v.compiled.observe(t, msg);
+            if t == tag::READY_FOR_QUERY {
+                v.relaying = true;
+                return Some(v.original.clone());
+            }
+            return None;
+        }
+        w.on_fetch_answer(t, msg, services);
+        None
+    }
+
+    /// A message of the client's own statement in verify mode, on its way
+    /// to the client; at its end the two answers are compared.
+    pub fn observe_relayed(&mut self, t: u8, msg: &Bytes, services: &Services, info: &SessionInfo) {
+        let Some(w) = self.work.as_mut() else { return };
+        let Some(v) = w.verify.as_mut().filter(|v| v.relaying) else {
+            return;
+        };
+        v.relayed.observe(t, msg);
+        if t != tag::READY_FOR_QUERY {
+            return;
+        }
+        let Some(mut v) = w.verify.take() else {
+            return;
+        };
+        let outcome = if v.compiled.bytes > MAX_VERIFY_BYTES || v.relayed.bytes > MAX_VERIFY_BYTES {
+            "cypher verify: too large to compare"
+        } else {
+            // Rows are compared as a multiset: without a total ORDER BY,
+            // both orders are correct answers.
+            v.compiled.rows.sort();
+            v.relayed.rows.sort();
+            if v.compiled.rows == v.relayed.rows && v.compiled.error == v.relayed.error {
+                "cypher verify: match"
+            } else {
+                Counters::add(&info.counters.fallbacks, 1);
+                tracing::warn!(
+                    session = info.id,
+                    sql = %frontend::query_text(&v.original).unwrap_or(""),
+                    age_rows = v.relayed.rows.len(),
+                    compiled_rows = v.compiled.rows.len(),
+                    age_error = ?v.relayed.error,
+                    compiled_error = ?v.compiled.error,
+                    "cypher verify: compiled SQL and AGE disagree"
+                );
+                "cypher verify: mismatch"
+            }
+        };
+        services.stats.note_fallback(outcome);
+    }
+    /// At each ReadyForQuery the client sees.
+    pub fn on_ready(&mut self, services: &Services) {
+        if let Some(w) = self.work.as_mut()
+            && std::mem::take(&mut w.invalidate_at_ready)
+        {
+            services.cypher.invalidate(&w.database);
+        }
+    }
+
+    /// The session ends: a fetch it owned must not leave others waiting.
+    pub fn close(&mut self, services: &Services) {
+        if let Some(w) = self.work.as_ref()
+            && w.loading
+        {
+            services.cypher.abandon(&w.database);
+        }
+    }
+}
+
+impl Work {
+    fn new(database: &str) -> Box<Self> {
+        Box::new(Self {
+            database: database.to_owned(),
+            pending: None,
+            waiting: None,
+            fetch: None,
+            verify: None,
+            loading: false,
+            riding: None,
+            trailing: None,
+            invalidate_at_ready: false,
+        })
     }
 
     /// After a statement that may change the catalog, the catalog read can
@@ -235,8 +342,7 @@ impl CypherSession {
     /// with no transaction open and nothing in flight, it commits before
     /// the catalog read starts, which sees what it did.
     fn fetch_after(&mut self, msg: &Bytes, analysis: &Analysis, quiet: bool, services: &Services) {
-        if !self.enabled
-            || !quiet
+        if !quiet
             || msg.first() != Some(&tag::QUERY)
             || analysis.class.statement_count != 1
             || analysis.class.class == StatementClass::TransactionControl
@@ -253,52 +359,13 @@ impl CypherSession {
         }
     }
 
-    /// The catalog query to send right behind the message just routed.
-    pub fn take_trailing(&mut self) -> Option<Bytes> {
-        self.trailing.take()
-    }
-
-    /// The message a catalog query was to follow did not go upstream.
-    pub fn trailing_dropped(&mut self, services: &Services) {
-        self.fetch = None;
-        self.loading = false;
-        self.invalidate_at_ready = true;
-        services.cypher.abandon(&self.database);
-    }
-
-    /// The analysis of `sql` for `catalog`: the session's, another
-    /// session's, or made now and shared.
-    fn analysis(
-        &self,
-        version: u64,
-        sql: &Sql,
-        catalog: &Catalog,
-        services: &Services,
-        analyses: &mut Analyses,
-    ) -> Arc<Analysis> {
-        if let Some(a) = analyses.cached(sql.as_str(), version) {
-            services.cypher.note_plan_reused();
-            return a;
-        }
-        if let Some(a) = services.cypher.shared_analysis(version, sql.as_str()) {
-            services.cypher.note_plan_reused();
-            analyses.keep(sql.as_str(), a.clone(), version);
-            return a;
-        }
-        services.cypher.note_plan_made();
-        let a = analyses.for_catalog(sql.as_str(), Some((version, catalog)));
-        services
-            .cypher
-            .share_analysis(version, sql.as_str(), a.clone());
-        a
-    }
-
     /// A statement whose calls were compiled (or declined) for the catalog.
     fn compiled(
         &mut self,
         msg: &Bytes,
         analysis: &Analysis,
         view: &SessionView,
+        verify_mode: bool,
         services: &Services,
         info: &SessionInfo,
     ) -> Route {
@@ -326,7 +393,7 @@ impl CypherSession {
                 Route::Forward
             }
             Rewrite::Rewritten(_)
-                if self.verify_mode && analysis.class.class != StatementClass::Read =>
+                if verify_mode && analysis.class.class != StatementClass::Read =>
             {
                 // Verify mode runs the statement twice: only a read may
                 // run twice.
@@ -335,7 +402,7 @@ impl CypherSession {
                     .note_fallback("cypher verify: skipped (not a read)");
                 Route::Forward
             }
-            Rewrite::Rewritten(new_sql) if self.verify_mode => {
+            Rewrite::Rewritten(new_sql) if verify_mode => {
                 if t != tag::QUERY || !quiet {
                     // Only a quiet simple Query can run twice unseen;
                     // otherwise AGE answers alone.
@@ -425,61 +492,6 @@ impl CypherSession {
         }
     }
 
-    /// An upstream message of the session's own Cypher query (the catalog
-    /// query, or the compiled statement in verify mode). Returns a message
-    /// to send upstream next (the client's own statement, in verify mode).
-    pub fn on_hidden_answer(&mut self, t: u8, msg: &Bytes, services: &Services) -> Option<Bytes> {
-        if let Some(v) = self.verify.as_mut() {
-            v.compiled.observe(t, msg);
-            if t == tag::READY_FOR_QUERY {
-                v.relaying = true;
-                return Some(v.original.clone());
-            }
-            return None;
-        }
-        self.on_fetch_answer(t, msg, services);
-        None
-    }
-
-    /// A message of the client's own statement in verify mode, on its way
-    /// to the client; at its end the two answers are compared.
-    pub fn observe_relayed(&mut self, t: u8, msg: &Bytes, services: &Services, info: &SessionInfo) {
-        let Some(v) = self.verify.as_mut().filter(|v| v.relaying) else {
-            return;
-        };
-        v.relayed.observe(t, msg);
-        if t != tag::READY_FOR_QUERY {
-            return;
-        }
-        let Some(mut v) = self.verify.take() else {
-            return;
-        };
-        let outcome = if v.compiled.bytes > MAX_VERIFY_BYTES || v.relayed.bytes > MAX_VERIFY_BYTES {
-            "cypher verify: too large to compare"
-        } else {
-            // Rows are compared as a multiset: without a total ORDER BY,
-            // both orders are correct answers.
-            v.compiled.rows.sort();
-            v.relayed.rows.sort();
-            if v.compiled.rows == v.relayed.rows && v.compiled.error == v.relayed.error {
-                "cypher verify: match"
-            } else {
-                Counters::add(&info.counters.fallbacks, 1);
-                let _in_session = self.span.enter();
-                tracing::warn!(
-                    sql = %frontend::query_text(&v.original).unwrap_or(""),
-                    age_rows = v.relayed.rows.len(),
-                    compiled_rows = v.compiled.rows.len(),
-                    age_error = ?v.relayed.error,
-                    compiled_error = ?v.compiled.error,
-                    "cypher verify: compiled SQL and AGE disagree"
-                );
-                "cypher verify: mismatch"
-            }
-        };
-        services.stats.note_fallback(outcome);
-    }
-
     /// An upstream message of our catalog query. Returns true when the
     /// fetch is complete.
     fn on_fetch_answer(&mut self, t: u8, msg: &[u8], services: &Services) -> bool {
@@ -529,20 +541,32 @@ impl CypherSession {
         }
         false
     }
+}
 
-    /// At each ReadyForQuery the client sees.
-    pub fn on_ready(&mut self, services: &Services) {
-        if std::mem::take(&mut self.invalidate_at_ready) {
-            services.cypher.invalidate(&self.database);
-        }
+/// The analysis of `sql` for `catalog`: the session's, another
+/// session's, or made now and shared.
+fn analysis(
+    version: u64,
+    sql: &Sql,
+    catalog: &Catalog,
+    services: &Services,
+    analyses: &mut Analyses,
+) -> Arc<Analysis> {
+    if let Some(a) = analyses.cached(sql.as_str(), version) {
+        services.cypher.note_plan_reused();
+        return a;
     }
-
-    /// The session ends: a fetch it owned must not leave others waiting.
-    pub fn close(&mut self, services: &Services) {
-        if self.loading {
-            services.cypher.abandon(&self.database);
-        }
+    if let Some(a) = services.cypher.shared_analysis(version, sql.as_str()) {
+        services.cypher.note_plan_reused();
+        analyses.keep(sql.as_str(), a.clone(), version);
+        return a;
     }
+    services.cypher.note_plan_made();
+    let a = analyses.for_catalog(sql.as_str(), Some((version, catalog)));
+    services
+        .cypher
+        .share_analysis(version, sql.as_str(), a.clone());
+    a
 }
 
 /// Could routing do anything but pass on a statement with these words

@@ -270,7 +270,7 @@ impl Protocol {
             services.config.transactions.lazy_reads,
         );
         let co = Coalescer::new(&services);
-        let cy = CypherSession::new(&services, &info.database);
+        let cy = CypherSession::new(&services);
         Self {
             services,
             info,

@@ -133,7 +133,8 @@ async fn nothing_is_answered_after_the_servers_fatal() {
         "57P01",
         "terminating connection due to administrator command",
     );
-    let mut bufs = crate::relay::Bufs::new(msg(tag::QUERY, b"BEGIN\0"), BytesMut::from(&fatal[..]));
+    let mut bufs =
+        crate::relay::Room::boxed(msg(tag::QUERY, b"BEGIN\0"), BytesMut::from(&fatal[..]));
     crate::relay::process(&mut h.p, &mut bufs).unwrap();
     assert!(h.p.fatal_relayed);
     assert!(bufs.to_up.is_empty(), "nothing goes to a closing server");

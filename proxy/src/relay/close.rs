@@ -26,7 +26,9 @@ pub(crate) struct Closer {
     /// Fired when the grace period is over (`Shared::closer`); `None` once
     /// it has (a oneshot must not be polled after it is done).
     forced: Option<oneshot::Receiver<()>>,
-    idle: Option<IdleWatch>,
+    /// Boxed: a timer is large, every session's loop holds its `Closer`,
+    /// and most deployments set no idle limit.
+    idle: Option<Box<IdleWatch>>,
 }
 
 struct IdleWatch {
@@ -45,11 +47,13 @@ impl Closer {
         info: Arc<SessionInfo>,
         idle_limit: Duration,
     ) -> Self {
-        let idle = (!idle_limit.is_zero()).then(|| IdleWatch {
-            next_look: timers::sleep_until(timers::after(step(idle_limit))),
-            info,
-            limit: idle_limit,
-            seen: None,
+        let idle = (!idle_limit.is_zero()).then(|| {
+            Box::new(IdleWatch {
+                next_look: timers::sleep_until(timers::after(step(idle_limit))),
+                info,
+                limit: idle_limit,
+                seen: None,
+            })
         });
         Self {
             forced: Some(forced),

@@ -40,22 +40,26 @@ pub(crate) enum End {
     Release,
 }
 
-/// A relaying session's read buffers and write queues.
-pub(crate) struct Bufs {
+/// A relaying session's read buffers and write queues, boxed: they go
+/// from stretch to stretch of the session's life by value, and each
+/// future that holds them would otherwise hold 256 bytes for them.
+pub(crate) type Bufs = Box<Room>;
+
+pub(crate) struct Room {
     pub cin: BytesMut,
     pub uin: BytesMut,
     pub to_client: WriteQueue,
     pub to_up: WriteQueue,
 }
 
-impl Bufs {
-    pub fn new(cin: BytesMut, uin: BytesMut) -> Self {
-        Self {
+impl Room {
+    pub fn boxed(cin: BytesMut, uin: BytesMut) -> Bufs {
+        Box::new(Self {
             cin,
             uin,
             to_client: WriteQueue::default(),
             to_up: WriteQueue::default(),
-        }
+        })
     }
 }
 
@@ -77,7 +81,7 @@ pub(crate) use close::Closer;
 /// may release input held back while it was awaited (a coalesced batch's
 /// outcome, the AGE catalog). On a protocol error the client's FATAL
 /// message is queued and the error returned.
-pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
+pub(crate) fn process(proto: &mut Protocol, b: &mut Room) -> Result<(), String> {
     let worked = proto
         .on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up)
         .and_then(|()| proto.on_client_bytes(&mut b.cin, &mut b.to_up, &mut b.to_client))
@@ -97,7 +101,7 @@ pub(crate) fn process(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> 
 
 /// What the upstream sent, alone: the client's bytes wait (a read to
 /// route once the proxy's own answers are in, `replica.rs`).
-pub(crate) fn process_upstream(proto: &mut Protocol, b: &mut Bufs) -> Result<(), String> {
+pub(crate) fn process_upstream(proto: &mut Protocol, b: &mut Room) -> Result<(), String> {
     let worked = proto.on_upstream_bytes(&mut b.uin, &mut b.to_client, &mut b.to_up);
     worked.map_err(|e| {
         let msg = write::error(Severity::Fatal, e.sqlstate(), &e.to_string());
@@ -111,14 +115,14 @@ pub(crate) fn process_upstream(proto: &mut Protocol, b: &mut Bufs) -> Result<(),
 /// written, and the server owes nothing it was asked to answer. A server
 /// reads a Terminate only after the query it runs, so a client whose
 /// goodbye came mid-query sees its connection close then, not at once.
-pub(crate) fn client_done(proto: &Protocol, b: &Bufs) -> bool {
+pub(crate) fn client_done(proto: &Protocol, b: &Room) -> bool {
     proto.flow == Flow::Terminated && !b.to_up.wants_write() && !proto.flight.awaiting_ready()
 }
 
 /// Whether to read the client and the upstream now: not while the other
 /// side's queue is over `limits.buffer_bytes` (backpressure), nor while
 /// the protocol holds that side back.
-pub(crate) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
+pub(crate) fn wants_reads(proto: &Protocol, b: &Room) -> (bool, bool) {
     let limit = proto.services.config.limits.buffer_bytes;
     let client = b.to_up.len() < limit && proto.flow != Flow::Terminated && !proto.client_paused();
     let upstream = b.to_client.len() < limit && proto.delay_until().is_none();
@@ -128,7 +132,7 @@ pub(crate) fn wants_reads(proto: &Protocol, b: &Bufs) -> (bool, bool) {
 /// The worker to move to now: nothing is held either way, and a session
 /// that has lasted finds a less busy worker. Asked first whether a look is
 /// due, so a settled session pays one test per turn.
-pub(crate) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<usize> {
+pub(crate) fn move_due(proto: &Protocol, b: &Room, seat: &mut Seat) -> Option<usize> {
     let c = &proto.info.counters;
     let round_trips = || c.upstream_round_trips.load(Relaxed);
     if seat.due(round_trips)
@@ -145,7 +149,7 @@ pub(crate) fn move_due(proto: &Protocol, b: &Bufs, seat: &mut Seat) -> Option<us
 
 /// Nothing is buffered for or from the server and the pooled session's
 /// protocol state is at a release point.
-fn at_release_point(proto: &Protocol, b: &Bufs) -> bool {
+fn at_release_point(proto: &Protocol, b: &Room) -> bool {
     proto.pooled
         && b.cin.is_empty()
         && b.uin.is_empty()
@@ -158,14 +162,14 @@ fn at_release_point(proto: &Protocol, b: &Bufs) -> bool {
 /// gives the connection back before writing that, since the write can
 /// wake the client's process ahead of the proxy's own, and the connection
 /// would idle meanwhile with clients in line for it.
-pub(crate) fn server_done(proto: &Protocol, b: &Bufs) -> bool {
+pub(crate) fn server_done(proto: &Protocol, b: &Room) -> bool {
     at_release_point(proto, b) && proto.flow != Flow::Terminated
 }
 
 /// A pooled session may give its server connection back now: nothing is
 /// buffered either way and its protocol state is at a release point. One
 /// test per turn for sessions that are not pooled.
-pub(crate) fn release_due(proto: &Protocol, b: &Bufs) -> bool {
+pub(crate) fn release_due(proto: &Protocol, b: &Room) -> bool {
     at_release_point(proto, b) && !b.to_client.wants_write()
 }
 

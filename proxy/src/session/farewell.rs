@@ -11,7 +11,7 @@ use crate::{
     net::Stream,
     protocol::{Flow, Protocol},
     relay::epoll as fast,
-    relay::{Bufs, End},
+    relay::{End, Room},
     shared::Shared,
     stats::Counters,
     timers::timeout,
@@ -22,7 +22,7 @@ use crate::{
 /// Logs how the session ended and queues each side's last words; what
 /// was queued for a side that is gone is dropped. True when the upstream
 /// connection is to be kept for the next client instead.
-pub(super) fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Shared) -> bool {
+pub(super) fn farewells(proto: &Protocol, end: End, bufs: &mut Room, shared: &Shared) -> bool {
     let c = &proto.info;
     let gone = WriteQueue::default;
     match end {
@@ -98,7 +98,7 @@ pub(super) fn farewells(proto: &Protocol, end: End, bufs: &mut Bufs, shared: &Sh
 /// sees its socket close now, not after the reset.
 pub(super) async fn write_farewells(
     streams: Streams,
-    bufs: &mut Bufs,
+    bufs: &mut Room,
     keep: bool,
     limit: Duration,
 ) -> Result<Option<Stream>, String> {

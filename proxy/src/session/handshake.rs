@@ -220,7 +220,9 @@ pub async fn relay_auth(
                 let guard = KeyGuard::issue(shared, Some(&msg[..]), pid);
                 let mine = guard.message();
                 registered = Some(guard);
-                key = Some(msg);
+                // A copy: a slice would keep the whole read buffer it lies
+                // in (8 kB) for as long as the connection lives.
+                key = Some(Bytes::copy_from_slice(&msg));
                 mine
             }
             tag::PARAMETER_STATUS => {

@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     net::{Pair, ServerSocket, Stream},
-    pooling::Pooled,
+    pooling::Held,
     protocol::Protocol,
     relay::{
         Bufs, Closer, End, Outcome,
@@ -61,9 +61,8 @@ pub fn run<'a>(
     run_on(login, startup_raw, worker, shared, span)
 }
 
-type Login<'a> = Pin<
-    Box<dyn Future<Output = Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>> + Send + 'a>,
->;
+type Login<'a> =
+    Pin<Box<dyn Future<Output = Option<(Box<Protocol>, Option<Ready>, Option<Held>)>> + Send + 'a>>;
 
 async fn run_on(
     login: Login<'_>,
@@ -124,7 +123,7 @@ fn relaying(
         Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
         None => return Err(proto),
     };
-    let mut bufs = Bufs::new(cin, uin);
+    let mut bufs = crate::relay::Room::boxed(cin, uin);
     match &streams {
         Streams::Waiting(_) => proto.start_later(),
         _ => proto.start(&mut bufs.to_up),
@@ -145,7 +144,9 @@ struct Session {
     span: Span,
     /// Transaction pooling: the session's pool and the slot of the
     /// connection it holds (dropped last, after the connection closed).
-    pooled: Option<Pooled>,
+    /// Boxed: it moves between this and the worker's table at every
+    /// stretch, and each keeps room for it.
+    pooled: Option<Held>,
 }
 
 type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
@@ -199,7 +200,7 @@ fn relay_to_the_end(
             // is held by every session for as long as it lives.
             let stretch =
                 match begin_stretch(streams, proto, bufs, seat, &mut away, &mut forced, &mut s) {
-                    Begun::Now(stretch) => Ok(stretch),
+                    Begun::Now(stretch) => Ok(*stretch),
                     Begun::Relaying(relaying) => Err(relaying.await),
                 };
             let stretch = stretch.unwrap_or_else(|(relayed, pooled)| {
@@ -253,13 +254,12 @@ fn relay_to_the_end(
 }
 
 /// A stretch of relaying begun: over at once, or relaying until it stops,
-/// with the session's hold on its pool handed back.
-// Made and taken apart at once, never held across an await: boxing the
-// larger variant would cost an allocation per stretch for nothing.
-#[allow(clippy::large_enum_variant)]
+/// with the session's hold on its pool handed back. Boxed either way: the
+/// session's loop awaits the relaying while the match on this is still in
+/// its state (the `Now` stretches are the runtime's, and rare).
 enum Begun<'a> {
-    Now(Stretch),
-    Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Pooled>)> + Send + 'a>>),
+    Now(Box<Stretch>),
+    Relaying(Pin<Box<dyn Future<Output = (Ended, Option<Held>)> + Send + 'a>>),
 }
 
 /// Where relaying ended (`None`: the session was lost).
@@ -283,7 +283,11 @@ fn begin_stretch<'a>(
         // for the client's first bytes (a client that stays in the runtime,
         // or no worker relay), it waits here.
         Streams::Waiting(c) if matches!(c, Client::Runtime(_)) || !fast::may_relay(&proto) => {
-            Begun::Now(Stretch::Between((Ok((c, None)), bufs, None), proto, seat))
+            Begun::Now(Box::new(Stretch::Between(
+                (Ok((c, None)), bufs, None),
+                proto,
+                seat,
+            )))
         }
         streams if fast::may_relay(&proto) => {
             let sockets = match streams {
@@ -300,10 +304,10 @@ fn begin_stretch<'a>(
                 }
                 Ok(Err(e)) => {
                     let why = format!("it could not leave the runtime: {e}");
-                    Begun::Now(released_or_over(
+                    Begun::Now(Box::new(released_or_over(
                         Some((Relayed::Lost(why), proto, seat)),
                         away,
-                    ))
+                    )))
                 }
                 Err(io) => runtime_stretch(Streams::Runtime(io), proto, bufs, seat, forced, s),
             }
@@ -647,15 +651,15 @@ fn relay_fast<'a>(
     proto: Box<Protocol>,
     bufs: Bufs,
     seat: Seat,
-    pooled: Option<Pooled>,
+    pooled: Option<Held>,
     forced: &'a mut Closer,
     s: &'a Session,
-) -> impl Future<Output = (Ended, Option<Pooled>)> + Send + 'a {
+) -> impl Future<Output = (Ended, Option<Held>)> + Send + 'a {
     let parts = fast::Parts {
         client,
         upstream,
         proto,
-        bufs,
+        bufs: fast::boxed(bufs),
         seat,
         pooled,
     };
@@ -673,7 +677,7 @@ async fn relay_fast_on(
     ),
     forced: &mut Closer,
     s: &Session,
-) -> (Ended, Option<Pooled>) {
+) -> (Ended, Option<Held>) {
     let (parts, stop, spot) = match entered {
         Ok(mut relaying) => {
             info.set_relay(Relay::Epoll);
@@ -708,6 +712,34 @@ async fn relay_fast_on(
             (parts, Some(fast::Stop::Fallback), None)
         }
     };
+    // What comes after is made by a plain function, so that none of the
+    // parts stays in this future's state while the runtime relays: an idle
+    // session waits in the select above, and the future is as large as its
+    // largest wait.
+    let (next, pooled) = after_fast(parts, stop, spot, forced, s);
+    let runtime = match next {
+        AfterFast::Now(ended) => return (ended, pooled),
+        AfterFast::Runtime(runtime) => runtime,
+    };
+    (Some(runtime.await), pooled)
+}
+
+/// What a session does once the worker's relay handed it back.
+enum AfterFast<'a> {
+    Now(Ended),
+    Runtime(Pin<Box<dyn Future<Output = RelayedWith> + Send + 'a>>),
+}
+
+/// How a relay ended, with the session's protocol state and seat.
+type RelayedWith = (Relayed, Box<Protocol>, Seat);
+
+fn after_fast<'a>(
+    parts: fast::Parts,
+    stop: Option<fast::Stop>,
+    spot: Option<fast::Spot>,
+    forced: &'a mut Closer,
+    s: &'a Session,
+) -> (AfterFast<'a>, Option<Held>) {
     let fast::Parts {
         client,
         upstream,
@@ -716,6 +748,7 @@ async fn relay_fast_on(
         seat,
         pooled,
     } = parts;
+    let bufs = fast::unboxed(bufs);
     let Some(upstream) = upstream else {
         // Gave its connection back and must wait for another.
         let end = match stop {
@@ -728,26 +761,26 @@ async fn relay_fast_on(
             end,
             spot,
         };
-        return (Some((released, proto, seat)), pooled);
+        return (AfterFast::Now(Some((released, proto, seat))), pooled);
     };
     let streams = Streams::Std(client, upstream);
-    // The runtime's relay is made before it is awaited, so that none of
-    // what it is handed stays in this future's state.
-    let runtime = match stop {
+    let next = match stop {
         Some(fast::Stop::End(End::Move(j))) => {
             streams.release();
-            return (Some((Relayed::Move(j, streams, bufs), proto, seat)), pooled);
+            AfterFast::Now(Some((Relayed::Move(j, streams, bufs), proto, seat)))
         }
         Some(fast::Stop::End(end)) => {
             let done = Relayed::Done(streams, Outcome { end, bufs });
-            return (Some((done, proto, seat)), pooled);
+            AfterFast::Now(Some((done, proto, seat)))
         }
         Some(fast::Stop::Fallback) | None => {
             streams.release();
-            Box::pin(relay_runtime(streams, proto, bufs, seat, forced, s))
+            AfterFast::Runtime(Box::pin(relay_runtime(
+                streams, proto, bufs, seat, forced, s,
+            )))
         }
     };
-    (Some(runtime.await), pooled)
+    (next, pooled)
 }
 
 /// Relays through this thread's runtime.

@@ -18,7 +18,7 @@ use crate::{
     cancel::Pid,
     config::PoolMode,
     net::{Pair, Stream},
-    pooling::{Pooled, startup::ClientStartup},
+    pooling::{Held, startup::ClientStartup},
     protocol::Protocol,
     shared::Shared,
     stats::{Counters, SessionState},
@@ -34,7 +34,7 @@ pub(super) async fn connect_and_authenticate(
     client: Stream,
     start: Start,
     shared: &Arc<Shared>,
-) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Held>)> {
     let Start {
         startup_raw,
         params,
@@ -195,7 +195,7 @@ async fn session_login(
     info: Arc<crate::stats::SessionInfo>,
     mut deadline: crate::timers::Sleep,
     shared: &Arc<Shared>,
-) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Held>)> {
     let client_tls = client.is_tls();
     let reuse = shared.config().upstream.reuse && shared.upstream_tls.is_none();
     let kept = match reuse {

@@ -11,6 +11,7 @@
 //! task relays on through tokio.
 
 mod pooled;
+mod spare;
 mod sweep;
 mod sys;
 mod table;
@@ -34,6 +35,7 @@ use self::{
     turn::{turns, woke_others},
 };
 
+pub(crate) use self::spare::{boxed, unboxed};
 pub use self::sweep::rooms_held;
 pub(crate) use self::table::{Parts, Stop};
 use super::line;

@@ -17,6 +17,7 @@ use std::{
 };
 
 use super::{
+    spare,
     sys::{read_into, wake},
     table::{Entry, InLine, Parts, Ready, SERVERS, Stop, TABLE, token, untoken},
 };
@@ -184,10 +185,11 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
     let Parts {
         client,
         proto,
-        bufs: b,
+        bufs,
         pooled,
         ..
     } = &mut e.parts;
+    let b = spare::ready(bufs);
     // Notifications for an idle client go out as a dedicated connection
     // sends them while it waits (`protocol::listen`).
     proto.deliver_notes(&mut b.to_client);
@@ -252,7 +254,7 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
         Waiting::InLine => {
             // It may wait long, beside thousands: what it read is kept at
             // its size, and the read room goes back.
-            keep_only_what_was_read(&mut e.parts.bufs.cin);
+            keep_only_what_was_read(&mut spare::ready(&mut e.parts.bufs).cin);
             // Its query is on its way: not idle (`client_idle_timeout`).
             e.parts.proto.info.set_state(SessionState::Active);
             let since = Instant::now();
@@ -268,14 +270,14 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
 /// `[limits] buffer_bytes`), and its end ends the session's wait.
 fn in_line(e: &mut Entry) -> Result<(), Stop> {
     let limit = e.parts.proto.services.config.limits.buffer_bytes;
-    while e.client.read && e.parts.bufs.cin.len() < limit {
+    while e.client.read && spare::ready(&mut e.parts.bufs).cin.len() < limit {
         let Parts {
             client,
             proto,
             bufs,
             ..
         } = &mut e.parts;
-        match read_into(client, &mut bufs.cin) {
+        match read_into(client, &mut spare::ready(bufs).cin) {
             Ok((0, _)) => {
                 leave_line(e);
                 return Err(Stop::End(End::ClientClosed));
@@ -310,10 +312,11 @@ fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Watched>) -> Result<(), St
     let Parts {
         upstream,
         proto,
-        bufs: b,
+        bufs,
         pooled,
         ..
     } = &mut e.parts;
+    let b = spare::ready(bufs);
     let Ok(kept) = kept else {
         if let Some(pooled) = pooled.as_mut() {
             pooled.give_back(ServerSocket::Plain(tcp), None, proto);

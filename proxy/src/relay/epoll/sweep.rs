@@ -9,7 +9,8 @@
 //! transaction. The same look has a quiet session give back the room of
 //! its empty lists (what is in flight, its write queues) and hand its
 //! round trips per statement to the shared statistics, once per quiet
-//! spell. The look is one deadline per worker, armed while sessions relay
+//! spell; and a session whose buffers hold nothing gives the buffers
+//! themselves back (`spare`). The look is one deadline per worker, armed while sessions relay
 //! here (as `line`'s).
 
 use std::{
@@ -22,7 +23,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::table::{Slot, TABLE};
+use super::{
+    spare,
+    table::{Slot, TABLE},
+};
 use crate::{relay, worker::deadlines};
 
 /// How often a worker looks for quiet sessions.
@@ -64,13 +68,14 @@ thread_local! {
     };
 }
 
-/// Each worker's sessions that held read room at its last look (taken
+/// Each worker's sessions that held buffers at its last look (taken
 /// once per worker thread, to register; read by `rooms_held`).
 static HELD: Mutex<Vec<Arc<AtomicUsize>>> = Mutex::new(Vec::new());
 
-/// Sessions of this process's workers holding read room, as each
-/// worker's last look found them (after the quiet ones gave theirs back):
-/// idle clients hold none. For reports and tests.
+/// Sessions of this process's workers holding buffers (read room, or
+/// their `Bufs` at all), as each worker's last look found them (after the
+/// quiet ones gave theirs back): idle clients hold none. For reports and
+/// tests.
 pub fn rooms_held() -> usize {
     HELD.lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -107,11 +112,15 @@ pub(super) fn check() -> usize {
             let bytes = c.bytes_from_client.load(Ordering::Relaxed)
                 + c.bytes_from_upstream.load(Ordering::Relaxed);
             let read = std::mem::replace(&mut e.read_at_sweep, bytes) != bytes;
-            let b = &mut e.parts.bufs;
+            let Some(b) = e.parts.bufs.as_mut() else {
+                // Gave its buffers back at an earlier look, and has read
+                // nothing since (a read takes them again).
+                continue;
+            };
             let holds = b.cin.capacity() > 0 || b.uin.capacity() > 0;
             if read || e.stop.is_some() || !b.cin.is_empty() || !b.uin.is_empty() {
                 e.compacted = false;
-                held += usize::from(holds);
+                held += 1;
                 continue;
             }
             // Quiet, and at a point where nothing is in flight: what the
@@ -129,12 +138,14 @@ pub(super) fn check() -> usize {
                 b.to_client.compact();
                 e.compacted = true;
             }
-            if !holds {
-                continue;
+            if holds {
+                relay::give_back_room(&mut b.cin);
+                relay::give_back_room(&mut b.uin);
+                gave += 1;
             }
-            relay::give_back_room(&mut b.cin);
-            relay::give_back_room(&mut b.uin);
-            gave += 1;
+            // With nothing in them, the buffers themselves go back too.
+            spare::give_back_if_empty(&mut e.parts.bufs);
+            held += usize::from(e.parts.bufs.is_some());
         }
         (gave, held, t.live)
     });

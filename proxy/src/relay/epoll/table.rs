@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use tracing::Span;
 
 use crate::{
-    pooling::Pooled,
+    pooling::Held,
     protocol::Protocol,
     relay::{Bufs, End},
     worker::{Watched, epoll::Event, seats::Seat},
@@ -22,10 +22,11 @@ pub(crate) struct Parts {
     /// takes another.
     pub upstream: Option<TcpStream>,
     pub proto: Box<Protocol>,
-    pub bufs: Bufs,
+    /// Given back to the worker while the session is at rest (`spare`).
+    pub bufs: Option<Bufs>,
     pub seat: Seat,
     /// Transaction pooling: the session's hold on its pool.
-    pub pooled: Option<Pooled>,
+    pub pooled: Option<Held>,
 }
 
 /// Why the worker's relay handed a session back.

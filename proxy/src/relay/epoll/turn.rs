@@ -5,6 +5,7 @@ use std::{cell::Cell, io, os::fd::AsRawFd, task::Waker};
 
 use super::{
     pooled::released,
+    spare,
     sys::read_into,
     table::{Entry, Parts, Ready, SERVERS, Stop},
 };
@@ -73,10 +74,11 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
         client,
         upstream: held,
         proto,
-        bufs: b,
+        bufs,
         seat,
         pooled,
     } = &mut e.parts;
+    let b = spare::ready(bufs);
     let Some(upstream) = held.as_ref() else {
         return released(e);
     };

@@ -20,7 +20,7 @@ use crate::{
     auth::Credential,
     cancel::Pid,
     net::{ServerSocket, Stream},
-    pooling::{Grant, Greeting, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
+    pooling::{Grant, Greeting, Held, Idle, Learned, Pool, Pooled, Wants, startup::ClientStartup},
     protocol::{Protocol, Residues},
     shared::Shared,
     stats::{Counters, SessionInfo, SessionState},
@@ -37,7 +37,7 @@ use crate::{
 #[allow(clippy::large_enum_variant)]
 pub(in crate::session) enum Outcome {
     /// The session is set up (or over, its client told why).
-    Done(Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)>),
+    Done(Option<(Box<Protocol>, Option<Ready>, Option<Held>)>),
     /// The server asks this user for a password onetrip does not have:
     /// the login is relayed to it, in session mode.
     SessionMode(Stream),
@@ -314,7 +314,7 @@ async fn greet_alone(
     pooled: Pooled,
     shared: &Shared,
     info: Arc<SessionInfo>,
-) -> Option<(Box<Protocol>, Option<Ready>, Option<Pooled>)> {
+) -> Option<(Box<Protocol>, Option<Ready>, Option<Held>)> {
     let mut proto = Box::new(Protocol::new(shared.services(), info.clone()));
     let params = greeting_for(&greeting, learned, &startup);
     let registered = KeyGuard::issue(shared, Some(&greeting.key), Pid::MadeUp);
@@ -364,5 +364,9 @@ async fn greet_alone(
     shared.stats.admit(&info);
     info.set_state(SessionState::Idle);
     debug!("pooled session greeted without a server connection");
-    Some((proto, Some(Ready::Waiting(client, unread)), Some(pooled)))
+    Some((
+        proto,
+        Some(Ready::Waiting(client, unread)),
+        Some(Box::new(pooled)),
+    ))
 }

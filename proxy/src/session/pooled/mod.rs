@@ -28,7 +28,7 @@ use crate::{
     net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::{Protocol, ServerConnection},
-    relay::{Bufs, Closer, End, give_back_room, reserve},
+    relay::{Closer, End, Room, give_back_room, reserve},
     shared::Shared,
     stats::Counters,
     wire::{
@@ -180,7 +180,9 @@ async fn open_now(
                 }
             }
             tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
-            tag::BACKEND_KEY_DATA => key = Some(msg),
+            // A copy: a slice would keep the whole read buffer it lies in
+            // for as long as the connection lives.
+            tag::BACKEND_KEY_DATA => key = Some(Bytes::copy_from_slice(&msg)),
             tag::ERROR_RESPONSE => return Err(PoolError::Refused(msg)),
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened {
@@ -348,7 +350,7 @@ pub async fn between(
     client: Client,
     upstream: Option<ServerSocket>,
     stopped: Option<End>,
-    b: &mut Bufs,
+    b: &mut Room,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
@@ -470,7 +472,7 @@ async fn unless_gone<F: std::future::Future>(
 /// the worker's relay answers it, and the wait goes on.
 async fn next_bytes(
     mut client: Client,
-    b: &mut Bufs,
+    b: &mut Room,
     proto: &mut Protocol,
     pooled: &mut Pooled,
     shared: &Arc<Shared>,

@@ -1,0 +1,91 @@
+//! A session's `Bufs` (its two read buffers and two write queues: 256
+//! bytes even when empty, boxed) are its own only while it has something
+//! in them.
+//! A session at rest gives them back to its worker (`sweep`), and takes a
+//! spare from the worker again with its next turn, as PgBouncer's clients
+//! take packet buffers: an idle client holds none.
+
+use std::cell::RefCell;
+
+use bytes::BytesMut;
+
+use crate::relay::{Bufs, Room};
+
+/// Most spares a worker keeps; more are freed.
+const MOST: usize = 256;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Bufs>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take() -> Bufs {
+    SPARE
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Room::boxed(BytesMut::new(), BytesMut::new()))
+}
+
+fn give(b: Bufs) {
+    let _ = SPARE.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < MOST {
+            s.push(b);
+        }
+    });
+}
+
+/// `bufs` as a session entering the relay keeps them.
+pub(crate) fn boxed(bufs: Bufs) -> Option<Bufs> {
+    Some(bufs)
+}
+
+/// What a session leaving the relay takes with it: its buffers, or a
+/// spare if it had given them back.
+pub(crate) fn unboxed(b: Option<Bufs>) -> Bufs {
+    b.unwrap_or_else(take)
+}
+
+/// The session's buffers, a spare if it had given its own back.
+pub(super) fn ready(b: &mut Option<Bufs>) -> &mut Room {
+    b.get_or_insert_with(take)
+}
+
+/// Gives the session's buffers back if nothing is in them and they hold
+/// no room (read room goes back first: `relay::give_back_room`).
+pub(super) fn give_back_if_empty(b: &mut Option<Bufs>) {
+    if b.as_ref().is_some_and(|b| {
+        b.cin.capacity() == 0
+            && b.uin.capacity() == 0
+            && !b.to_client.wants_write()
+            && !b.to_up.wants_write()
+            && b.to_client.is_empty()
+            && b.to_up.is_empty()
+    }) && let Some(b) = b.take()
+    {
+        give(b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn only_empty_buffers_go_back_and_spares_are_reused() {
+        let empty = || Room::boxed(BytesMut::new(), BytesMut::new());
+        let mut held = boxed(empty());
+        ready(&mut held).to_client.push(Bytes::from_static(b"Z"));
+        give_back_if_empty(&mut held);
+        assert!(held.is_some(), "buffers with bytes to write stay");
+        held = boxed(empty());
+        let first = ready(&mut held) as *const Room;
+        give_back_if_empty(&mut held);
+        assert!(held.is_none());
+        // The next session of the thread takes the spare, not a new box.
+        let again = ready(&mut held) as *const Room;
+        assert_eq!(again, first);
+    }
+}
