@@ -44,6 +44,9 @@ pub(super) struct Floor {
     group_open: bool,
     /// An LSN query goes right behind the message being forwarded.
     due: bool,
+    /// The session's named statements on its replica connection
+    /// (`replica_group.rs`).
+    pub(super) named: super::replica_group::ReplicaNamed,
 }
 
 /// The LSN query, built once.
@@ -119,29 +122,30 @@ impl Protocol {
     /// Whether the simple Query `msg` is a pure read the coalescer would
     /// take for one (no writes, locks, side effects, sequences), of no
     /// `cypher()` call, and so may run on a replica.
-    pub fn replica_read(&mut self, msg: &Bytes) -> bool {
-        let Some(text) = frontend::query_text(msg) else {
-            return false;
-        };
+    pub fn replica_read(&mut self, msg: &[u8]) -> bool {
+        frontend::query_text(msg).is_some_and(|text| self.replica_text(text))
+    }
+
+    /// Whether the statement `text` may run on a replica (`replica_read`).
+    pub(super) fn replica_text(&mut self, text: &str) -> bool {
         let words = Words::scan(text);
         // currval and lastval read the session's own sequence state, which
         // a replica connection lacks.
         if words.any(Words::CYPHER) || mentions(text, b"currval") || mentions(text, b"lastval") {
             return false;
         }
-        let sql = Sql::within(msg, text, Some(words));
-        let a = self.coalescer.analyses.of(&sql);
+        let a = self.coalescer.analyses.for_catalog(text, None);
         a.class.class == StatementClass::Read
             && !a.class.copy
             && a.class.statement_count > 0
             && a.pins.pin.is_none()
     }
 
-    /// A Query the relay ran on a replica, as the upstream would have:
-    /// counted as a statement, a round trip and a transaction.
-    pub fn on_detoured(&mut self, to_client_bytes: u64) {
+    /// A Query or group the relay ran on a replica, as the upstream would
+    /// have: counted as its statements, a round trip and a transaction.
+    pub fn on_detoured(&mut self, to_client_bytes: u64, statements: u64) {
         let c = &self.info.counters;
-        Counters::add(&c.statements, 1);
+        Counters::add(&c.statements, statements);
         Counters::add(&c.client_round_trips, 1);
         Counters::add(&c.transactions, 1);
         Counters::add(&c.replica_reads, 1);
@@ -176,7 +180,9 @@ impl Protocol {
                 if let Some(why) = a.pins.pin {
                     self.replica.barred.get_or_insert(why);
                 }
-                if t != tag::PARSE {
+                if t == tag::PARSE {
+                    self.note_replica_parse(msg);
+                } else {
                     self.note_replica_statement(Some((
                         a.class.class,
                         a.class.transaction,
@@ -185,6 +191,7 @@ impl Protocol {
                 }
             }
             tag::FUNCTION_CALL => self.note_replica_statement(None),
+            tag::CLOSE => self.note_replica_close(msg),
             _ => {}
         }
         if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {

@@ -1,22 +1,27 @@
 //! A session's reads on a replica (`[replicas]`, session mode, this
-//! task's relay): at a quiet moment, a simple Query at the head of the
-//! client's bytes that the planner proves a pure read goes to a replica
-//! that has replayed the client's floor (`protocol/replica.rs`), on the
-//! session's own replica connection, opened at its first such read and
-//! kept. The read waits for its whole answer there (the session has
-//! nothing else in flight), with `SELECT pg_last_wal_replay_lsn(),
-//! pg_is_in_recovery()` in the same write behind it: what the client saw
-//! raises its floor, so it never reads older data again, and an answer
-//! from a replica promoted since its watcher looked is dropped. A replica that refuses the read (25006,
-//! a recovery conflict, a shutdown) or whose connection fails has the
-//! read run again on the primary before the client hears of it.
+//! task's relay): at a quiet moment, a simple Query, or a whole group of
+//! extended-protocol messages up to its Sync, at the head of the client's
+//! bytes that the planner proves pure reads (`protocol/replica.rs`,
+//! `protocol/replica_group.rs`) goes to a replica that has replayed the
+//! client's floor, on the session's own replica connection, opened at its
+//! first such read and kept. Named statements a group binds are made there
+//! from the client's own Parse, sent ahead in the same write on their
+//! first use on that connection. The read waits for its whole answer there
+//! (the session has nothing else in flight), with `SELECT
+//! pg_last_wal_replay_lsn(), pg_is_in_recovery()` in the same write
+//! behind it: what the client saw raises its floor, so it never reads
+//! older data again, and an answer from a replica promoted since its
+//! watcher looked is dropped. A replica that refuses the read (25006, a
+//! recovery conflict, a shutdown, a statement it could not make) or whose
+//! connection fails has the read run again on the primary before the
+//! client hears of it.
 
 use std::{
     sync::{Arc, atomic::Ordering::Relaxed},
     time::{Duration, Instant},
 };
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -52,6 +57,8 @@ pub(crate) struct Detour {
     max_held: usize,
     retry_at: Option<Instant>,
     replay_query: Bytes,
+    /// What goes to the replica in one write, its room reused.
+    out: BytesMut,
 }
 
 struct Conn {
@@ -104,6 +111,7 @@ impl Detour {
             replay_query: replicas::query_message(
                 "SELECT pg_catalog.pg_last_wal_replay_lsn(), pg_catalog.pg_is_in_recovery()",
             ),
+            out: BytesMut::new(),
         })
     }
 
@@ -119,16 +127,21 @@ impl Detour {
             return Detoured::No;
         }
         let max = proto.services.config.limits.max_message_bytes;
-        let len = match frame::peek_header(&b.cin, max) {
-            Ok(Some(h)) if h.tag == tag::QUERY && b.cin.len() >= h.wire_len => h.wire_len,
+        let (len, group) = match frame::peek_header(&b.cin, max) {
+            Ok(Some(h)) if h.tag == tag::QUERY && b.cin.len() >= h.wire_len => {
+                if !proto.replica_read(&b.cin[..h.wire_len]) {
+                    return Detoured::No;
+                }
+                (h.wire_len, None)
+            }
+            Ok(Some(h)) if h.tag == tag::PARSE || h.tag == tag::BIND => {
+                match proto.replica_group(&b.cin) {
+                    Some(g) => (g.len, Some(g)),
+                    None => return Detoured::No,
+                }
+            }
             _ => return Detoured::No,
         };
-        // A copy: the read may still go to the upstream, from `cin`.
-        let msg = Bytes::copy_from_slice(&b.cin[..len]);
-        if !proto.replica_read(&msg) {
-            return Detoured::No;
-        }
-        let counters = &proto.info.counters;
         if proto.own_in_flight() {
             // The session's settings, or the position of its last write,
             // on their way: the read waits for them (a moment: they were
@@ -141,39 +154,55 @@ impl Detour {
         }
         let Some(floor) = proto.replica_floor() else {
             if self.replicas.any_up() {
-                Counters::add(&counters.fresh_reads, 1);
+                Counters::add(&proto.info.counters.fresh_reads, 1);
             }
             return Detoured::No;
         };
         let Some(i) = self.choose(floor) else {
             if self.replicas.any_up() {
-                Counters::add(&counters.fresh_reads, 1);
+                Counters::add(&proto.info.counters.fresh_reads, 1);
             }
             return Detoured::No;
         };
-        if !self.connect(i).await {
+        if !self.connect(i, proto).await {
             return Detoured::No;
         }
+        // One write: what the connection needs first, the client's bytes
+        // (still in `cin`: refused, they go to the primary from there), the
+        // replay query.
+        self.out.clear();
+        let ahead = match group {
+            Some(_) => proto.replica_ahead(&b.cin[..len], &mut self.out),
+            None => 0,
+        };
+        self.out.extend_from_slice(&b.cin[..len]);
+        self.out.extend_from_slice(&self.replay_query);
         let run = tokio::select! {
             biased;
             end = &mut *forced => return Detoured::End(end),
-            run = self.run(&msg, io) => run,
+            run = self.run(ahead, io) => run,
         };
         match run {
             Ran::Answered(answer, replay, streamed) => {
-                b.cin.advance(len);
+                let head = b.cin.split_to(len).freeze();
                 let n = answer.len() as u64 + streamed;
                 if !answer.is_empty() {
                     b.to_client.push(answer);
                 }
-                proto.on_detoured(n);
+                proto.on_detoured(n, group.map_or(1, |g| g.executes));
+                if let Some(g) = group {
+                    proto.on_detoured_group(g, &head);
+                }
                 proto.raise_floor(replay);
                 self.replicas.list[i].reads.fetch_add(1, Relaxed);
                 Detoured::Served
             }
             Ran::Refused(why) => {
+                if group.is_some() {
+                    proto.replica_ahead_failed();
+                }
                 debug!(replica = %self.replicas.list[i].address, "read run on the primary: {why}");
-                Counters::add(&counters.replica_reruns, 1);
+                Counters::add(&proto.info.counters.replica_reruns, 1);
                 Detoured::No
             }
             Ran::Lost(why) => Detoured::End(End::Error(why)),
@@ -193,7 +222,7 @@ impl Detour {
 
     /// The session's connection to replica `i`, opened if it has none
     /// there (a connection to another is closed).
-    async fn connect(&mut self, i: usize) -> bool {
+    async fn connect(&mut self, i: usize, proto: &mut Protocol) -> bool {
         if self.conn.as_ref().is_some_and(|c| c.replica == i) {
             return true;
         }
@@ -209,6 +238,7 @@ impl Detour {
         let addr = &self.replicas.list[i].address;
         match replicas::open(addr, &params, self.connect_timeout).await {
             Ok((tcp, buf)) => {
+                proto.replica_connection_new();
                 self.conn = Some(Conn {
                     replica: i,
                     tcp,
@@ -225,13 +255,14 @@ impl Detour {
         }
     }
 
-    /// Sends `msg` and the replay query; reads both answers.
-    async fn run(&mut self, msg: &Bytes, io: &mut Pair) -> Ran {
+    /// Sends `out` (`ahead` messages of the proxy's own, the client's,
+    /// the replay query); reads all their answers.
+    async fn run(&mut self, ahead: usize, io: &mut Pair) -> Ran {
         let Some(conn) = self.conn.as_mut() else {
             return Ran::Refused("no connection".into());
         };
         let mut sent = 0;
-        let ran = exchange(conn, msg, &self.replay_query, io, self.max_held, &mut sent).await;
+        let ran = exchange(conn, &self.out, ahead, io, self.max_held, &mut sent).await;
         match ran {
             Exchange::Done(answer, Some(replay)) => Ran::Answered(answer, replay, sent),
             Exchange::Done(_, None) => {
@@ -274,23 +305,30 @@ enum Exchange {
 /// write after all (25006), a recovery conflict (40001), shutdowns and
 /// lost connections.
 fn replica_refusal(code: &str) -> bool {
-    code == "25006" || code == "40001" || code.starts_with("57P") || code.starts_with("08")
+    // 26000: a statement the connection should hold and does not; the
+    // primary answers for it.
+    code == "25006"
+        || code == "40001"
+        || code == "26000"
+        || code.starts_with("57P")
+        || code.starts_with("08")
 }
 
+/// Writes `out` and reads the answers: the first `ahead` completions (of
+/// the proxy's own messages) swallowed, then the client's, up to its
+/// ReadyForQuery, then the replay query's.
 async fn exchange(
     conn: &mut Conn,
-    msg: &Bytes,
-    replay_query: &Bytes,
+    out: &[u8],
+    ahead: usize,
     io: &mut Pair,
     max_held: usize,
     sent: &mut u64,
 ) -> Exchange {
-    let mut out = BytesMut::with_capacity(msg.len() + replay_query.len());
-    out.extend_from_slice(msg);
-    out.extend_from_slice(replay_query);
-    if let Err(e) = conn.tcp.write_all(&out).await {
+    if let Err(e) = conn.tcp.write_all(out).await {
         return Exchange::Refused(format!("replica write: {e}"), false);
     }
+    let mut swallow = ahead;
     let mut answer = BytesMut::new();
     let mut streamed = false;
     let mut refused: Option<String> = None;
@@ -328,6 +366,18 @@ async fn exchange(
                 }
                 tag::READY_FOR_QUERY => break,
                 _ => {}
+            }
+            continue;
+        }
+        if swallow > 0 && refused.is_none() {
+            match h.tag {
+                tag::PARSE_COMPLETE | tag::CLOSE_COMPLETE => swallow -= 1,
+                // The statement could not be made there: the server skips
+                // the client's messages, which run on the primary.
+                tag::ERROR_RESPONSE => refused = Some(replicas::why(&m)),
+                // A notice or a report: not the client's.
+                tag::NOTICE_RESPONSE | tag::PARAMETER_STATUS => {}
+                _ => refused = Some("unexpected answer ahead of a read".into()),
             }
             continue;
         }

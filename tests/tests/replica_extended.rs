@@ -1,0 +1,192 @@
+//! Extended-protocol reads on replicas (session mode): groups of Parse,
+//! Bind, Describe, Execute and Sync the planner proves pure reads go to a
+//! real streaming replica, named statements made there from the client's
+//! own Parse; the client sees the messages PostgreSQL itself sends, in
+//! the same order.
+
+use onetrip_tests::{
+    connect,
+    replica::{stat, wait_replayed, with_replica},
+    script::{CHECK, Script, Setup, Target, compare},
+};
+
+/// The same message sequences straight to the primary and through
+/// onetrip, whose reads go to the replica: the same answers, in the same
+/// order, at the same points; and the groups that may run there did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_reads_on_the_replica_answer_as_the_primary() {
+    let (env, replica) = with_replica(None, |_| {}).await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int); \
+             INSERT INTO t SELECT g, g * 10 FROM generate_series(1, 5) g",
+        )
+        .await
+        .unwrap();
+    wait_replayed(&env.pg, &replica).await;
+    let targets = [
+        Target::new("PostgreSQL", env.pg.port()),
+        Target::new("onetrip", env.proxy_port()),
+    ];
+    // No writes: each run starts with the floor at nothing, so every read
+    // may go to the replica.
+    let setup = Setup {
+        params: vec![],
+        reset: String::new(),
+        check: CHECK.into(),
+    };
+    // Each script, and how many of its groups a replica must serve.
+    let scripts: Vec<(Script, u64, &str)> = vec![
+        (
+            Script::new()
+                .read("select v from t where id = 2")
+                .sync()
+                .wait(),
+            1,
+            "1 2 T D C ZI",
+        ),
+        (
+            // Two groups in one write, then one with a Describe of its
+            // statement and a parameter.
+            Script::new()
+                .read("select v from t where id = 1")
+                .sync()
+                .read("select count(*) from t")
+                .sync()
+                .wait()
+                .parse("", "select $1::int + 1")
+                .describe_statement("")
+                .bind("", "", &[Some("41")])
+                .execute("", 0)
+                .sync()
+                .wait(),
+            3,
+            "1 2 T D C ZI 1 2 T D C ZI | 1 t T 2 D C ZI",
+        ),
+        (
+            // A named statement prepared on the primary, bound twice (made
+            // on the replica connection once), closed, bound again (an
+            // error on both), made again with another text.
+            Script::new()
+                .parse("s1", "select v from t where id = $1")
+                .describe_statement("s1")
+                .sync()
+                .wait()
+                .bind("", "s1", &[Some("3")])
+                .execute("", 0)
+                .sync()
+                .wait()
+                .bind("", "s1", &[Some("4")])
+                .describe_portal("")
+                .execute("", 0)
+                .sync()
+                .wait()
+                .close_statement("s1")
+                .sync()
+                .wait()
+                .bind("", "s1", &[Some("5")])
+                .execute("", 0)
+                .sync()
+                .wait()
+                .parse("s1", "select v * 2 from t where id = $1")
+                .sync()
+                .wait()
+                .bind("", "s1", &[Some("5")])
+                .execute("", 0)
+                .sync()
+                .wait(),
+            3,
+            "1 t T ZI | 2 D C ZI | 2 T D C ZI | 3 ZI | E26000 ZI | 1 ZI | 2 D C ZI",
+        ),
+        (
+            // The unnamed statement parsed by a read on the replica, bound
+            // again alone: the primary is made to hold it first.
+            Script::new()
+                .read("select 7")
+                .sync()
+                .wait()
+                .bind("", "", &[])
+                .execute("", 0)
+                .sync()
+                .wait(),
+            1,
+            "1 2 T D C ZI | 2 D C ZI",
+        ),
+        (
+            // An error on the replica is the client's, as on the primary.
+            Script::new().read("select 1/0").sync().wait(),
+            1,
+            "1 E22012 ZI",
+        ),
+        (
+            // A portal left open, a Describe alone, a write: the primary.
+            Script::new()
+                .parse("", "select id from t order by id")
+                .bind("", "", &[])
+                .execute("", 2)
+                .sync()
+                .wait()
+                .parse("", "select 1")
+                .describe_statement("")
+                .sync()
+                .wait()
+                .parse("", "update t set v = v where id = 1")
+                .bind("", "", &[])
+                .execute("", 0)
+                .sync()
+                .wait(),
+            0,
+            "1 2 D D s ZI | 1 t T ZI | 1 2 C ZI",
+        ),
+    ];
+    for (script, served, want) in scripts {
+        let before = stat(&env, "replica_reads").await;
+        let t = match compare(&targets, &setup, &script).await {
+            Ok(t) => t.to_string(),
+            Err(m) => panic!("{m}"),
+        };
+        assert_eq!(t, want, "{script}");
+        // The check after the script is a read too, and may go there.
+        let after = stat(&env, "replica_reads").await;
+        assert!(
+            (served..=served + 1).contains(&(after - before)),
+            "{script}: the replica served {} reads, {served} of the script's",
+            after - before
+        );
+    }
+}
+
+/// tokio-postgres prepares on the primary and runs each prepared read on
+/// the replica, where the statement is made once per connection; a
+/// statement it drops is closed there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_reads_run_on_the_replica() {
+    let (env, _replica) = with_replica(None, |_| {}).await;
+    let c = connect(&env.proxy_dsn()).await;
+    let sql = "SELECT pg_is_in_recovery(), count(*) FROM pg_prepared_statements";
+    let s = c.prepare(sql).await.unwrap();
+    let before = stat(&env, "replica_reads").await;
+    for _ in 0..5 {
+        let row = c.query_one(&s, &[]).await.unwrap();
+        // On the replica, whose connection holds that one statement.
+        assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (true, 1));
+    }
+    assert_eq!(stat(&env, "replica_reads").await, before + 5);
+    drop(s);
+    // A new statement: the dropped one is closed on the replica ahead of
+    // it, so the connection holds only the new one.
+    let row = c.query_one(sql, &[]).await.unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (true, 1));
+    // With parameters, typed by the primary's Describe.
+    let row = c
+        .query_one("SELECT pg_is_in_recovery(), $1::text || 'x'", &[&"a"])
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0));
+    assert_eq!(row.get::<_, String>(1), "ax");
+    // A prepared write stays on the primary.
+    c.batch_execute("CREATE TABLE w (v int)").await.unwrap();
+    let n = c.execute("INSERT INTO w VALUES ($1)", &[&1]).await.unwrap();
+    assert_eq!(n, 1);
+}
