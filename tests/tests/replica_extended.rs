@@ -4,10 +4,14 @@
 //! own Parse; the client sees the messages PostgreSQL itself sends, in
 //! the same order.
 
+use std::time::Duration;
+
 use onetrip_tests::{
-    connect,
+    connect, python_with_psycopg,
     replica::{stat, wait_replayed, with_replica},
+    run_py,
     script::{CHECK, Script, Setup, Target, compare},
+    skip,
 };
 
 /// The same message sequences straight to the primary and through
@@ -120,10 +124,25 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
             "1 E22012 ZI",
         ),
         (
-            // A portal left open, a Describe alone, a write: the primary.
+            // A row limit: the Sync closes the portal.
             Script::new()
                 .parse("", "select id from t order by id")
                 .bind("", "", &[])
+                .execute("", 2)
+                .sync()
+                .wait(),
+            1,
+            "1 2 D D s ZI",
+        ),
+        (
+            // A portal left open (the client waits for its rows before it
+            // sends the Sync), a Describe alone, a write: the primary.
+            Script::new()
+                .parse("", "select id from t order by id")
+                .bind("", "", &[])
+                .execute("", 2)
+                .flush()
+                .wait()
                 .execute("", 2)
                 .sync()
                 .wait()
@@ -137,7 +156,7 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
                 .sync()
                 .wait(),
             0,
-            "1 2 D D s ZI | 1 t T ZI | 1 2 C ZI",
+            "1 2 D D s | D D s ZI | 1 t T ZI | 1 2 C ZI",
         ),
     ];
     for (script, served, want) in scripts {
@@ -189,4 +208,55 @@ async fn prepared_reads_run_on_the_replica() {
     c.batch_execute("CREATE TABLE w (v int)").await.unwrap();
     let n = c.execute("INSERT INTO w VALUES ($1)", &[&1]).await.unwrap();
     assert_eq!(n, 1);
+}
+
+/// Python with psycopg and `module`, or `None` (a skip line printed).
+fn python_with(module: &str) -> Option<std::path::PathBuf> {
+    let py = python_with_psycopg()?;
+    let ok = std::process::Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(py)
+}
+
+/// 1,000 write-then-read sequences from `client` (`tests/py/replica_clients.py`)
+/// against a replica that applies each commit 20 ms late, every query with
+/// parameters: no read misses its write, the replica serves reads once it
+/// has caught up, and every read that follows no write.
+async fn client_reads_its_own_writes(client: &str, module: &str) {
+    let Some(py) = python_with(module) else {
+        return skip(&format!("python module {module} not installed"));
+    };
+    let (env, _replica) = with_replica(Some(Duration::from_millis(20)), |_| {}).await;
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute("CREATE TABLE rw (id int PRIMARY KEY, v int); INSERT INTO rw VALUES (1, -1)")
+        .await
+        .unwrap();
+    wait_replayed(&env.pg, &_replica).await;
+    let dsn = env.proxy_dsn();
+    let out =
+        tokio::task::block_in_place(|| run_py(&py, "replica_clients.py", &[client, &dsn, "1000"]));
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["stale"], 0, "{client}: {j}");
+    assert_eq!(j["fresh_on_replica"], j["fresh"], "{client}: {j}");
+    assert!(
+        stat(&env, "fresh_reads").await > 0,
+        "reads held to the primary"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_extended_reads_its_own_writes() {
+    client_reads_its_own_writes("psycopg", "psycopg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asyncpg_reads_its_own_writes() {
+    client_reads_its_own_writes("asyncpg", "asyncpg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlalchemy_reads_its_own_writes() {
+    client_reads_its_own_writes("sqlalchemy", "sqlalchemy").await;
 }

@@ -45,9 +45,10 @@ impl Protocol {
     /// of pure reads (`replica_text`); its Binds to the unnamed portal, of
     /// a statement parsed in the group or a named one of the client's
     /// that is a pure read; at least one Execute, each of the unnamed
-    /// portal bound in the group and without a row limit (no portal is
-    /// left open). Anything else, or anything unclear, is `None`: the
-    /// group goes to the primary.
+    /// portal bound in the group. With no transaction open, its Sync
+    /// closes every portal: none is left open for a later message.
+    /// Anything else, or anything unclear, is `None`: the group goes to
+    /// the primary.
     pub fn replica_group(&mut self, cin: &[u8]) -> Option<ReadGroup> {
         let max = self.services.config.limits.max_message_bytes;
         let mut at = 0;
@@ -89,7 +90,10 @@ impl Protocol {
                     }
                 }
                 tag::EXECUTE => {
-                    if frontend::execute(msg)? != ("", 0) || !bound {
+                    // A row limit leaves nothing open: the group's Sync
+                    // ends its implicit transaction, and the portal with it
+                    // (asyncpg's fetchrow asks for one row).
+                    if frontend::execute(msg)?.0 != "" || !bound {
                         return None;
                     }
                     executes += 1;
@@ -299,6 +303,9 @@ mod tests {
         // Whatever follows the Sync is not the group's.
         let more = msgs(&[g.clone(), parse("", "select 2")]);
         assert_eq!(p.replica_group(&more).map(|f| f.len), Some(g.len()));
+        // A row limit, the portal closed by the Sync.
+        let limited = msgs(&[parse("", "select 1"), bind(""), execute(1), sync()]);
+        assert!(p.replica_group(&limited).is_some());
     }
 
     #[test]
@@ -311,8 +318,12 @@ mod tests {
             msgs(&[parse("", "delete from t"), bind(""), execute(0), sync()]),
             // Describe only: a driver preparing.
             msgs(&[parse("", "select 1"), describe(b'S', ""), sync()]),
-            // A portal left open.
-            msgs(&[parse("", "select 1"), bind(""), execute(5), sync()]),
+            // A portal left open: no Sync behind its Execute yet.
+            msgs(&[parse("", "select 1"), bind(""), execute(5), {
+                let mut f = BytesMut::new();
+                wire::write::message(&mut f, tag::FLUSH, |_| {});
+                f.freeze()
+            }]),
             // A named Parse: the primary must hold it.
             msgs(&[parse("s", "select 1"), bind("s"), execute(0), sync()]),
             // The unnamed statement of an earlier group.
