@@ -24,7 +24,7 @@ FRESH = 20
 TRACE = []
 
 
-def result(stale, on_replica, fresh_on_replica):
+def result(stale, on_replica, fresh_on_replica, read_only):
     print(
         json.dumps(
             {
@@ -32,6 +32,7 @@ def result(stale, on_replica, fresh_on_replica):
                 "on_replica": on_replica,
                 "fresh": 2 * FRESH,
                 "fresh_on_replica": fresh_on_replica,
+                "read_only": read_only,
                 "trace": "".join("r" if r else "p" for r in TRACE),
             }
         )
@@ -59,14 +60,18 @@ def run_psycopg():
             v, r = conn.execute(READ, (1,)).fetchone()
             stale += v != n - 1
             fresh += r
-        TRACE.append(r)
+            TRACE.append(r)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(FRESH):
             v, r = conn.execute(READ, (1,)).fetchone()
             stale += v != n - 1
             fresh += r
-        TRACE.append(r)
-    result(stale, on_replica, fresh)
+            TRACE.append(r)
+        # A read only transaction: both reads where it runs.
+        conn.read_only = True
+        with conn.transaction():
+            ro = [conn.execute(READ, (1,)).fetchone() for _ in range(2)]
+    result(stale, on_replica, fresh, [r for _, r in ro])
 
 
 async def run_asyncpg():
@@ -102,8 +107,10 @@ async def run_asyncpg():
         stale += v != n - 1
         fresh += r
         TRACE.append(r)
+    async with conn.transaction(readonly=True):
+        ro = [await conn.fetchrow(read, 1) for _ in range(2)]
     await conn.close()
-    result(stale, on_replica, fresh)
+    result(stale, on_replica, fresh, [r for _, r in ro])
 
 
 def run_sqlalchemy():
@@ -138,16 +145,22 @@ def run_sqlalchemy():
             v, r = s.execute(read).one()
             stale += v != n - 1
             fresh += r
-        TRACE.append(r)
+            TRACE.append(r)
     engine.dispose()
     with engine.connect() as conn:
         for _ in range(FRESH):
             v, r = conn.execute(read).one()
             stale += v != n - 1
             fresh += r
-        TRACE.append(r)
+            TRACE.append(r)
     engine.dispose()
-    result(stale, on_replica, fresh)
+    # A read only transaction, begun by the driver.
+    engine = create_engine(url.replace("postgresql:", "postgresql+psycopg:"))
+    with engine.connect().execution_options(postgresql_readonly=True) as conn:
+        ro = [conn.execute(read).one() for _ in range(2)]
+        conn.commit()
+    engine.dispose()
+    result(stale, on_replica, fresh, [r for _, r in ro])
 
 
 if client == "psycopg":

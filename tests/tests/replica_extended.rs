@@ -17,8 +17,16 @@ use onetrip_tests::{
 /// The same message sequences straight to the primary and through
 /// onetrip, whose reads go to the replica: the same answers, in the same
 /// order, at the same points; and the groups that may run there did.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extended_reads_on_the_replica_answer_as_the_primary() {
+/// A primary with `t(id, v)` holding rows 1 to 5, replayed by its
+/// replica; the primary and onetrip as the targets of a transcript; a
+/// setup that writes nothing, so that every run starts with the floor at
+/// nothing and every read may go to the replica.
+async fn sides() -> (
+    onetrip_tests::Env,
+    onetrip_tests::PgServer,
+    [Target; 2],
+    Setup,
+) {
     let (env, replica) = with_replica(None, |_| {}).await;
     let direct = connect(&env.direct_dsn()).await;
     direct
@@ -33,13 +41,45 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
         Target::new("PostgreSQL", env.pg.port()),
         Target::new("onetrip", env.proxy_port()),
     ];
-    // No writes: each run starts with the floor at nothing, so every read
-    // may go to the replica.
     let setup = Setup {
         params: vec![],
         reset: String::new(),
         check: CHECK.into(),
     };
+    (env, replica, targets, setup)
+}
+
+/// Runs each script on both targets: the same transcript, the one given;
+/// the replica served as many of its reads as given (and maybe the check
+/// that follows each run).
+async fn same_with_reads(
+    env: &onetrip_tests::Env,
+    targets: &[Target],
+    setup: &Setup,
+    scripts: Vec<(Script, u64, &str)>,
+) {
+    for (script, served, want) in scripts {
+        let before = stat(env, "replica_reads").await;
+        let t = match compare(targets, setup, &script).await {
+            Ok(t) => t.to_string(),
+            Err(m) => panic!("{m}"),
+        };
+        assert_eq!(t, want, "{script}");
+        let after = stat(env, "replica_reads").await;
+        assert!(
+            (served..=served + 1).contains(&(after - before)),
+            "{script}: the replica served {} reads, {served} of the script's",
+            after - before
+        );
+    }
+}
+
+/// The same message sequences straight to the primary and through
+/// onetrip, whose reads go to the replica: the same answers, in the same
+/// order, at the same points; and the groups that may run there did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_reads_on_the_replica_answer_as_the_primary() {
+    let (env, _replica, targets, setup) = sides().await;
     // Each script, and how many of its groups a replica must serve.
     let scripts: Vec<(Script, u64, &str)> = vec![
         (
@@ -159,21 +199,110 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
             "1 2 D D s | D D s ZI | 1 t T ZI | 1 2 C ZI",
         ),
     ];
-    for (script, served, want) in scripts {
-        let before = stat(&env, "replica_reads").await;
-        let t = match compare(&targets, &setup, &script).await {
-            Ok(t) => t.to_string(),
-            Err(m) => panic!("{m}"),
-        };
-        assert_eq!(t, want, "{script}");
-        // The check after the script is a read too, and may go there.
-        let after = stat(&env, "replica_reads").await;
-        assert!(
-            (served..=served + 1).contains(&(after - before)),
-            "{script}: the replica served {} reads, {served} of the script's",
-            after - before
-        );
-    }
+    same_with_reads(&env, &targets, &setup, scripts).await;
+}
+
+/// Read only transactions run whole on the replica, as the primary would
+/// run them; one that does what a read doesn't goes on on the primary,
+/// which answers as if it had run it all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_transactions_run_on_the_replica() {
+    let (env, _replica, targets, setup) = sides().await;
+    let scripts: Vec<(Script, u64, &str)> = vec![
+        (
+            Script::new()
+                .queries(&[
+                    "begin read only",
+                    "select v from t where id = 1",
+                    "show transaction_read_only",
+                ])
+                .read("select count(*) from t")
+                .sync()
+                .wait()
+                .query("commit")
+                .wait(),
+            4,
+            "C ZT | T D C ZT | T D C ZT | 1 2 T D C ZT | C ZI",
+        ),
+        (
+            Script::new().queries(&[
+                "BEGIN",
+                "SET TRANSACTION READ ONLY",
+                "select sum(v) from t",
+                "rollback",
+            ]),
+            3,
+            "C ZT | C ZT | T D C ZT | C ZI",
+        ),
+        (
+            // A failed statement, then what the server answers in a
+            // failed transaction, all on the replica.
+            Script::new().queries(&[
+                "start transaction read only",
+                "select 1/0",
+                "select 1",
+                "commit",
+            ]),
+            3,
+            "C ZT | E22012 ZE | E25P02 ZE | C ZI",
+        ),
+        (
+            // A write: the primary refuses it in its own read only
+            // transaction, and what follows fails there.
+            Script::new().queries(&[
+                "begin read only",
+                "select v from t where id = 2",
+                "insert into t values (9, 90)",
+                "select 1",
+                "rollback",
+            ]),
+            1,
+            "C ZT | T D C ZT | E25006 ZE | E25P02 ZE | C ZI",
+        ),
+        (
+            // A setting and a savepoint go on on the primary.
+            Script::new().queries(&[
+                "begin read only",
+                "select v from t where id = 3",
+                "set local work_mem = '8MB'",
+                "show work_mem",
+                "savepoint a",
+                "select v from t where id = 4",
+                "release a",
+                "commit",
+            ]),
+            1,
+            "C ZT | T D C ZT | C ZT | T D C ZT | C ZT | T D C ZT | C ZT | C ZI",
+        ),
+        (
+            // Failed on the replica, then something it must not run: the
+            // primary's transaction is made to fail as well.
+            Script::new().queries(&["begin read only", "select 1/0", "savepoint a", "rollback"]),
+            1,
+            "C ZT | E22012 ZE | E25P02 ZE | C ZI",
+        ),
+        (
+            // Read write, or at another isolation level: the primary.
+            Script::new().queries(&[
+                "begin read write",
+                "select 1",
+                "commit",
+                "begin isolation level repeatable read read only",
+                "select 1",
+                "commit",
+            ]),
+            0,
+            "C ZT | T D C ZT | C ZI | C ZT | T D C ZT | C ZI",
+        ),
+    ];
+    same_with_reads(&env, &targets, &setup, scripts).await;
+    // The whole transaction ran on the replica, the server it reports.
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute("BEGIN READ ONLY").await.unwrap();
+    let rows =
+        onetrip_tests::simple_rows(&c.simple_query("SELECT pg_is_in_recovery()").await.unwrap());
+    assert_eq!(rows[0][0].as_deref(), Some("t"));
+    c.batch_execute("COMMIT").await.unwrap();
 }
 
 /// tokio-postgres prepares on the primary and runs each prepared read on
@@ -223,7 +352,8 @@ fn python_with(module: &str) -> Option<std::path::PathBuf> {
 /// 1,000 write-then-read sequences from `client` (`tests/py/replica_clients.py`)
 /// against a replica that applies each commit 20 ms late, every query with
 /// parameters: no read misses its write, the replica serves reads once it
-/// has caught up, and every read that follows no write.
+/// has caught up, and every read that follows no write; and a read only
+/// transaction the driver begins runs there whole.
 async fn client_reads_its_own_writes(client: &str, module: &str) {
     let Some(py) = python_with(module) else {
         return skip(&format!("python module {module} not installed"));
@@ -240,6 +370,11 @@ async fn client_reads_its_own_writes(client: &str, module: &str) {
     let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(j["stale"], 0, "{client}: {j}");
     assert_eq!(j["fresh_on_replica"], j["fresh"], "{client}: {j}");
+    assert_eq!(
+        j["read_only"],
+        serde_json::json!([true, true]),
+        "{client}: {j}"
+    );
     assert!(
         stat(&env, "fresh_reads").await > 0,
         "reads held to the primary"

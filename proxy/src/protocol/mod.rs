@@ -15,6 +15,7 @@ mod pooled;
 mod replay;
 mod replica;
 mod replica_group;
+mod replica_txn;
 mod server_conn;
 mod server_statements;
 pub use listen::{Inbox, listen_answer, notification_channel};

@@ -1,5 +1,5 @@
 //! What routing reads to replicas needs of a session's protocol state
-//! (the routing itself is the relay's, `relay/replica.rs`): the client's
+//! (the routing itself is the relay's, `relay/replica/`): the client's
 //! floor, the primary's WAL position after its last write, learned in the
 //! same write as that write (`SELECT pg_current_wal_insert_lsn()` sent
 //! right behind it, its answer swallowed); whether the session has set up
@@ -102,11 +102,15 @@ impl Protocol {
     /// transaction open or held here. Answers to the proxy's own queries
     /// may still be on their way (`own_in_flight`).
     pub fn may_detour(&self) -> bool {
+        self.txn.held.is_none() && self.detour_ok()
+    }
+
+    /// What `may_detour` asks but for a held BEGIN.
+    pub(super) fn detour_ok(&self) -> bool {
         self.replica.enabled
             && self.replica.barred.is_none()
             && self.flow == Flow::Open
             && self.quiet()
-            && self.txn.held.is_none()
             && !self.client_paused()
             && self.prep_due.is_none()
             && !self.fatal_relayed
@@ -142,15 +146,22 @@ impl Protocol {
     }
 
     /// A Query or group the relay ran on a replica, as the upstream would
-    /// have: counted as its statements, a round trip and a transaction.
-    pub fn on_detoured(&mut self, to_client_bytes: u64, statements: u64) {
+    /// have: counted as its statements and a round trip, and a
+    /// transaction when the client's status after it (`status`) is idle.
+    pub fn on_detoured(&mut self, to_client_bytes: u64, statements: u64, status: u8) {
         let c = &self.info.counters;
         Counters::add(&c.statements, statements);
         Counters::add(&c.client_round_trips, 1);
-        Counters::add(&c.transactions, 1);
         Counters::add(&c.replica_reads, 1);
         Counters::add(&c.bytes_to_client, to_client_bytes);
-        self.info.set_state(SessionState::Idle);
+        match status {
+            b'I' => {
+                Counters::add(&c.transactions, 1);
+                self.info.set_state(SessionState::Idle);
+            }
+            b'E' => self.info.set_state(SessionState::FailedTransaction),
+            _ => self.info.set_state(SessionState::InTransaction),
+        }
     }
 
     /// What a client message on its way to the upstream tells routing:

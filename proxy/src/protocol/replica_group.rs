@@ -5,7 +5,7 @@
 //! lacks, made from the client's own Parse; Closes of those the client
 //! closed since), and what the primary's unnamed statement must become
 //! after a group that parsed one on the replica. No I/O: the relay sends
-//! (`relay/replica.rs`).
+//! (`relay/replica/`).
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
@@ -93,7 +93,7 @@ impl Protocol {
                     // A row limit leaves nothing open: the group's Sync
                     // ends its implicit transaction, and the portal with it
                     // (asyncpg's fetchrow asks for one row).
-                    if frontend::execute(msg)?.0 != "" || !bound {
+                    if !frontend::execute(msg)?.0.is_empty() || !bound {
                         return None;
                     }
                     executes += 1;
