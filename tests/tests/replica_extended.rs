@@ -275,6 +275,18 @@ async fn read_only_transactions_run_on_the_replica() {
             "C ZT | T D C ZT | C ZT | T D C ZT | C ZT | T D C ZT | C ZT | C ZI",
         ),
         (
+            // A cursor lives where it was declared: the primary.
+            Script::new().queries(&[
+                "begin read only",
+                "select v from t where id = 5",
+                "declare c cursor for select id from t order by id",
+                "fetch 2 from c",
+                "commit",
+            ]),
+            1,
+            "C ZT | T D C ZT | C ZT | T D D C ZT | C ZI",
+        ),
+        (
             // Failed on the replica, then something it must not run: the
             // primary's transaction is made to fail as well.
             Script::new().queries(&["begin read only", "select 1/0", "savepoint a", "rollback"]),
