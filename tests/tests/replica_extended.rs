@@ -144,6 +144,34 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
             "1 t T ZI | 2 D C ZI | 2 T D C ZI | 3 ZI | E26000 ZI | 1 ZI | 2 D C ZI",
         ),
         (
+            // SQL's DEALLOCATE: the session's reads stay on the primary
+            // from then on (SQL's prepared statements are what a replica
+            // connection would lack), which answers for the name.
+            Script::new()
+                .parse("s2", "select v from t where id = $1")
+                .sync()
+                .wait()
+                .bind("", "s2", &[Some("1")])
+                .execute("", 0)
+                .sync()
+                .wait()
+                .query("deallocate s2")
+                .wait()
+                .bind("", "s2", &[Some("1")])
+                .execute("", 0)
+                .sync()
+                .wait()
+                .parse("s2", "select v + 1 from t where id = $1")
+                .sync()
+                .wait()
+                .bind("", "s2", &[Some("1")])
+                .execute("", 0)
+                .sync()
+                .wait(),
+            1,
+            "1 ZI | 2 D C ZI | C ZI | E26000 ZI | 1 ZI | 2 D C ZI",
+        ),
+        (
             // The unnamed statement parsed by a read on the replica, bound
             // again alone: the primary is made to hold it first.
             Script::new()

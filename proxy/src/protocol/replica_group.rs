@@ -156,6 +156,27 @@ impl Protocol {
         }
     }
 
+    /// SQL's DEALLOCATE dropped the client's statement `name` (`None`:
+    /// all of them): its Parse is no longer kept, and the replica
+    /// connection's copy is closed ahead of its next read.
+    pub(super) fn replica_forget(&mut self, name: Option<&str>) {
+        let named = &mut self.replica.named;
+        match name {
+            Some(name) => {
+                named.client.remove(name);
+                if named.on_replica.remove(name).is_some() {
+                    named.to_close.push(name.to_owned());
+                }
+            }
+            None => {
+                named.client.clear();
+                named
+                    .to_close
+                    .extend(named.on_replica.drain().map(|(n, _)| n));
+            }
+        }
+    }
+
     /// The session's replica connection is a new one (or none): it holds
     /// none of the client's statements.
     pub fn replica_connection_new(&mut self) {
