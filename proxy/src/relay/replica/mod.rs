@@ -231,6 +231,12 @@ impl Detour {
                 if group.is_some() {
                     proto.replica_ahead_failed();
                 }
+                if held.is_some() {
+                    // The BEGIN may have run there: the held one goes to
+                    // the primary with the statement, and the replica's
+                    // is rolled back.
+                    self.rollback_due = self.conn.is_some();
+                }
                 debug!(replica = %self.replicas.list[i].address, "read run on the primary: {why}");
                 Counters::add(&proto.info.counters.replica_reruns, 1);
                 Detoured::No
