@@ -435,3 +435,42 @@ async fn asyncpg_reads_its_own_writes() {
 async fn sqlalchemy_reads_its_own_writes() {
     client_reads_its_own_writes("sqlalchemy", "sqlalchemy").await;
 }
+
+/// A read only transaction whose first statement the replica refuses (a
+/// function the configuration calls read-only, and isn't) begins again on
+/// the primary, which refuses the write in its own read only transaction;
+/// the replica's BEGIN is rolled back before the connection serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_transaction_refused_at_its_start_goes_on_on_the_primary() {
+    let (env, replica) = with_replica(None, |c| {
+        c.coalesce.read_only_functions = vec!["add_one".into()];
+    })
+    .await;
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute(
+        "CREATE TABLE w (v int); \
+         CREATE FUNCTION add_one() RETURNS bigint LANGUAGE sql \
+         AS 'INSERT INTO w VALUES (1); SELECT count(*) FROM w'",
+    )
+    .await
+    .unwrap();
+    wait_replayed(&env.pg, &replica).await;
+    let reruns = stat(&env, "replica_reruns").await;
+    c.batch_execute("BEGIN READ ONLY").await.unwrap();
+    let e = c.simple_query("SELECT add_one()").await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("25006"), "{e}");
+    assert_eq!(stat(&env, "replica_reruns").await, reruns + 1);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // The replica connection serves reads again, outside any transaction.
+    let rows = onetrip_tests::simple_rows(
+        &c.simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(rows[0][0].as_deref(), Some("t"));
+    // A read write transaction runs the function on the primary.
+    c.batch_execute("BEGIN").await.unwrap();
+    let rows = onetrip_tests::simple_rows(&c.simple_query("SELECT add_one()").await.unwrap());
+    assert_eq!(rows[0][0].as_deref(), Some("1"));
+    c.batch_execute("COMMIT").await.unwrap();
+}
