@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use onetrip_tests::{
     connect, python_with_psycopg,
-    replica::{stat, wait_replayed, with_replica},
+    replica::{in_recovery, stat, wait_replayed, with_replica},
     run_py,
     script::{CHECK, Script, Setup, Target, compare},
     skip,
@@ -303,6 +303,21 @@ async fn read_only_transactions_run_on_the_replica() {
             "C ZT | T D C ZT | C ZT | T D C ZT | C ZT | T D C ZT | C ZT | C ZI",
         ),
         (
+            // A group the client waits on before its Sync (a Flush): the
+            // primary, where the transaction goes on.
+            Script::new()
+                .queries(&["begin read only", "select 1"])
+                .read("select v from t where id = 1")
+                .flush()
+                .wait()
+                .sync()
+                .wait()
+                .query("commit")
+                .wait(),
+            1,
+            "C ZT | T D C ZT | 1 2 T D C | ZT | C ZI",
+        ),
+        (
             // A cursor lives where it was declared: the primary.
             Script::new().queries(&[
                 "begin read only",
@@ -455,6 +470,14 @@ async fn a_read_only_transaction_refused_at_its_start_goes_on_on_the_primary() {
     .await
     .unwrap();
     wait_replayed(&env.pg, &replica).await;
+    // Until the proxy's watcher has seen the replica replay this client's
+    // write, its reads stay on the primary.
+    for _ in 0..500 {
+        if in_recovery(&c).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let reruns = stat(&env, "replica_reruns").await;
     c.batch_execute("BEGIN READ ONLY").await.unwrap();
     let e = c.simple_query("SELECT add_one()").await.unwrap_err();

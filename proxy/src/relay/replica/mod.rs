@@ -492,12 +492,13 @@ fn first_message(cin: &[u8]) -> &[u8] {
 
 /// `cin` holds enough to decide where its head goes: a whole message that
 /// is not of the extended protocol, or a whole run of them up to the
-/// first message that is not (a Sync, say).
+/// first message that is not (a Sync; a Flush, after which the client
+/// may wait, and which goes to the primary).
 fn whole_head(cin: &[u8]) -> bool {
     frame::messages(cin).any(|(t, _)| {
         !matches!(
             t,
-            tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE | tag::FLUSH
+            tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
         )
     })
 }
