@@ -65,8 +65,18 @@ impl Proxy {
         config.check_admin_exposure()?;
         let embedded = match &config.upstream.address {
             UpstreamAddress::Embedded => {
+                // With replicas, each commit's WAL is written, and so
+                // streamed, as it commits: asynchronous commit leaves it
+                // to the WAL writer, up to three wal_writer_delays (600
+                // ms) later, and a client's reads would wait for their
+                // floor on the primary that long.
+                let conf = match config.replicas.embedded {
+                    0 => Vec::new(),
+                    _ => vec!["synchronous_commit = on".into()],
+                };
                 let opts = PgOptions {
                     data_dir: config.upstream.embedded_data_dir.clone(),
+                    conf,
                     ..Default::default()
                 };
                 Some(

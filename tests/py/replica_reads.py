@@ -17,7 +17,7 @@ with psycopg.connect(dsn, autocommit=True) as conn:
         # Simple protocol (no parameters): may go to a replica.
         (v,) = conn.execute("SELECT v FROM rw WHERE id = 1").fetchone()
         stale += v != i
-        # Extended protocol: stays on the primary, must agree.
+        # Extended protocol: may go to a replica too, and must agree.
         (v,) = conn.execute("SELECT v FROM rw WHERE id = %s", (1,)).fetchone()
         stale += v != i
         if i % 100 == 99:

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use onetrip_embedded::{PgOptions, PgServer};
 
-use crate::{Env, connect, data_parent, start_pg};
+use crate::{Env, connect, data_parent, simple_rows, start_pg};
 
 /// A replica of `primary` that applies each commit `delay` after the
 /// primary made it (none: as soon as it streams in). Blocks while the
@@ -82,5 +82,62 @@ pub async fn wait_replica_state(env: &Env, role: &str) {
             "replicas never became {role}: {rows:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The proxy's admin console.
+pub fn admin_dsn(env: &Env) -> String {
+    format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    )
+}
+
+/// SHOW STATS' total row, by column name.
+pub async fn stat(env: &Env, column: &str) -> u64 {
+    let admin = connect(&admin_dsn(env)).await;
+    let msgs = admin.simple_query("SHOW STATS").await.unwrap();
+    let names: Vec<String> = msgs
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::RowDescription(cols) => {
+                Some(cols.iter().map(|c| c.name().to_owned()).collect())
+            }
+            _ => None,
+        })
+        .expect("columns");
+    let i = names.iter().position(|n| n == column).expect(column);
+    let rows = simple_rows(&msgs);
+    let total = rows.last().expect("total row");
+    total[i].as_deref().unwrap().parse().unwrap()
+}
+
+/// Whether a simple read through `c` was served by a replica.
+pub async fn in_recovery(c: &tokio_postgres::Client) -> bool {
+    let rows = simple_rows(&c.simple_query("SELECT pg_is_in_recovery()").await.unwrap());
+    rows[0][0].as_deref() == Some("t")
+}
+
+/// Waits (up to 60 s) until `replica` has replayed everything the primary
+/// `pg` has written so far.
+pub async fn wait_replayed(pg: &PgServer, replica: &PgServer) {
+    let p = connect(&pg.dsn("postgres")).await;
+    let r = connect(&replica.dsn("postgres")).await;
+    let lsn = simple_rows(
+        &p.simple_query("SELECT pg_current_wal_insert_lsn()")
+            .await
+            .unwrap(),
+    )[0][0]
+        .clone()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let q = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
+        let rows = simple_rows(&r.simple_query(&q).await.unwrap());
+        if rows[0][0].as_deref() == Some("t") {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never replayed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

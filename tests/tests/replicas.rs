@@ -6,41 +6,10 @@ use std::time::Duration;
 
 use onetrip::config::Consistency;
 use onetrip_tests::{
-    Env, connect, python_with_psycopg,
-    replica::{wait_replica_state, with_replica},
+    connect, python_with_psycopg,
+    replica::{admin_dsn, in_recovery, stat, wait_replica_state, with_replica},
     run_py, simple_rows, skip,
 };
-
-fn admin_dsn(env: &Env) -> String {
-    format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    )
-}
-
-/// SHOW STATS' total row, by column name.
-async fn stat(env: &Env, column: &str) -> u64 {
-    let admin = connect(&admin_dsn(env)).await;
-    let msgs = admin.simple_query("SHOW STATS").await.unwrap();
-    let names: Vec<String> = msgs
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::RowDescription(cols) => {
-                Some(cols.iter().map(|c| c.name().to_owned()).collect())
-            }
-            _ => None,
-        })
-        .expect("columns");
-    let i = names.iter().position(|n| n == column).expect(column);
-    let rows = simple_rows(&msgs);
-    let total = rows.last().expect("total row");
-    total[i].as_deref().unwrap().parse().unwrap()
-}
-
-async fn in_recovery(c: &tokio_postgres::Client) -> bool {
-    let rows = simple_rows(&c.simple_query("SELECT pg_is_in_recovery()").await.unwrap());
-    rows[0][0].as_deref() == Some("t")
-}
 
 /// The watcher finds the replica in recovery, with a replay position, and
 /// SHOW REPLICAS says so; stopped, it is out; restarted, back.

@@ -435,8 +435,14 @@ impl Protocol {
         for op in prepared_ops(sql.as_str()) {
             match op {
                 PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
-                PreparedOp::Deallocate(name) => self.flight.forget(&name),
-                PreparedOp::DeallocateAll | PreparedOp::Unknown => self.flight.forget_all(),
+                PreparedOp::Deallocate(name) => {
+                    self.flight.forget(&name);
+                    self.replica_forget(Some(&name));
+                }
+                PreparedOp::DeallocateAll | PreparedOp::Unknown => {
+                    self.flight.forget_all();
+                    self.replica_forget(None);
+                }
                 PreparedOp::Execute { .. } => {}
             }
         }

@@ -1,5 +1,5 @@
 //! What routing reads to replicas needs of a session's protocol state
-//! (the routing itself is the relay's, `relay/replica.rs`): the client's
+//! (the routing itself is the relay's, `relay/replica/`): the client's
 //! floor, the primary's WAL position after its last write, learned in the
 //! same write as that write (`SELECT pg_current_wal_insert_lsn()` sent
 //! right behind it, its answer swallowed); whether the session has set up
@@ -44,6 +44,9 @@ pub(super) struct Floor {
     group_open: bool,
     /// An LSN query goes right behind the message being forwarded.
     due: bool,
+    /// The session's named statements on its replica connection
+    /// (`replica_group.rs`).
+    pub(super) named: super::replica_group::ReplicaNamed,
 }
 
 /// The LSN query, built once.
@@ -99,11 +102,15 @@ impl Protocol {
     /// transaction open or held here. Answers to the proxy's own queries
     /// may still be on their way (`own_in_flight`).
     pub fn may_detour(&self) -> bool {
+        self.txn.held.is_none() && self.detour_ok()
+    }
+
+    /// What `may_detour` asks but for a held BEGIN.
+    pub(super) fn detour_ok(&self) -> bool {
         self.replica.enabled
             && self.replica.barred.is_none()
             && self.flow == Flow::Open
             && self.quiet()
-            && self.txn.held.is_none()
             && !self.client_paused()
             && self.prep_due.is_none()
             && !self.fatal_relayed
@@ -119,34 +126,42 @@ impl Protocol {
     /// Whether the simple Query `msg` is a pure read the coalescer would
     /// take for one (no writes, locks, side effects, sequences), of no
     /// `cypher()` call, and so may run on a replica.
-    pub fn replica_read(&mut self, msg: &Bytes) -> bool {
-        let Some(text) = frontend::query_text(msg) else {
-            return false;
-        };
+    pub fn replica_read(&mut self, msg: &[u8]) -> bool {
+        frontend::query_text(msg).is_some_and(|text| self.replica_text(text))
+    }
+
+    /// Whether the statement `text` may run on a replica (`replica_read`).
+    pub(super) fn replica_text(&mut self, text: &str) -> bool {
         let words = Words::scan(text);
         // currval and lastval read the session's own sequence state, which
         // a replica connection lacks.
         if words.any(Words::CYPHER) || mentions(text, b"currval") || mentions(text, b"lastval") {
             return false;
         }
-        let sql = Sql::within(msg, text, Some(words));
-        let a = self.coalescer.analyses.of(&sql);
+        let a = self.coalescer.analyses.for_catalog(text, None);
         a.class.class == StatementClass::Read
             && !a.class.copy
             && a.class.statement_count > 0
             && a.pins.pin.is_none()
     }
 
-    /// A Query the relay ran on a replica, as the upstream would have:
-    /// counted as a statement, a round trip and a transaction.
-    pub fn on_detoured(&mut self, to_client_bytes: u64) {
+    /// A Query or group the relay ran on a replica, as the upstream would
+    /// have: counted as its statements and a round trip, and a
+    /// transaction when the client's status after it (`status`) is idle.
+    pub fn on_detoured(&mut self, to_client_bytes: u64, statements: u64, status: u8) {
         let c = &self.info.counters;
-        Counters::add(&c.statements, 1);
+        Counters::add(&c.statements, statements);
         Counters::add(&c.client_round_trips, 1);
-        Counters::add(&c.transactions, 1);
         Counters::add(&c.replica_reads, 1);
         Counters::add(&c.bytes_to_client, to_client_bytes);
-        self.info.set_state(SessionState::Idle);
+        match status {
+            b'I' => {
+                Counters::add(&c.transactions, 1);
+                self.info.set_state(SessionState::Idle);
+            }
+            b'E' => self.info.set_state(SessionState::FailedTransaction),
+            _ => self.info.set_state(SessionState::InTransaction),
+        }
     }
 
     /// What a client message on its way to the upstream tells routing:
@@ -176,7 +191,9 @@ impl Protocol {
                 if let Some(why) = a.pins.pin {
                     self.replica.barred.get_or_insert(why);
                 }
-                if t != tag::PARSE {
+                if t == tag::PARSE {
+                    self.note_replica_parse(msg);
+                } else {
                     self.note_replica_statement(Some((
                         a.class.class,
                         a.class.transaction,
@@ -185,6 +202,7 @@ impl Protocol {
                 }
             }
             tag::FUNCTION_CALL => self.note_replica_statement(None),
+            tag::CLOSE => self.note_replica_close(msg),
             _ => {}
         }
         if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {

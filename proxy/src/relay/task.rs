@@ -98,6 +98,8 @@ pub(crate) async fn relay(
                 Ok(()) if !proto.own_in_flight() => continue,
                 done => done,
             },
+            // Only the upstream's bytes (unasked for): the client's wait.
+            Detoured::Hold => super::process_upstream(proto, &mut b),
             Detoured::End(end) => break end,
         };
         if let Err(e) = processed {

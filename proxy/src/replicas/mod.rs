@@ -2,7 +2,7 @@
 //! replay position and state, polled by a watcher task of its own
 //! (`monitor.rs`) and read by sessions with plain atomic loads, so routing
 //! a read takes no lock. A session's own replica connection is in
-//! `relay/replica.rs`.
+//! `relay/replica/`.
 
 mod conn;
 mod monitor;

@@ -99,7 +99,7 @@ pub(crate) fn may_relay(proto: &Protocol) -> bool {
     let config = &proto.services.config;
     let up = &config.upstream;
     // Reads routed to replicas wait for their answer in the session's task
-    // (`relay/replica.rs`).
+    // (`relay/replica/`).
     let routes_reads = config.replicas.any() && !proto.pooled;
     worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero() && !routes_reads
 }
