@@ -150,8 +150,28 @@ pub(super) fn check() -> usize {
         (gave, held, t.live)
     });
     let _ = HELD_HERE.try_with(|h| h.store(held, Ordering::Relaxed));
+    if gave >= TRIM_AFTER {
+        trim();
+    }
     if live > 0 {
         arm();
     }
     gave
+}
+
+/// Rooms given back in one look after which the allocator is asked to
+/// hand free memory back to the system.
+const TRIM_AFTER: usize = 32;
+
+/// Room freed in the middle of the C library's heaps stays resident
+/// until something reuses it: after a burst of clients went quiet, the
+/// process would keep the peak's memory for good. `malloc_trim` returns
+/// free pages anywhere in the heaps (a walk over them: at most once per
+/// look, and only after a burst).
+fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases memory the allocator holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
