@@ -320,7 +320,7 @@ impl Protocol {
             startup_told: Vec::new(),
             told: replay::Told::default(),
             lacking: Vec::new(),
-            loads: Residues::default(),
+            loads: replay::no_residue(),
             set_group: None,
             set_op: None,
             prep_due: None,

@@ -113,9 +113,17 @@ impl Residue {
 /// A client's residue, shared with the connections it leaves.
 pub type Residues = Arc<Residue>;
 
+/// The empty residue, one for the process: every session and connection
+/// starts with it (a fresh `Arc` each was 64 bytes twice per client), and
+/// one that loads a library makes its own (`Arc::make_mut`).
+pub fn no_residue() -> Residues {
+    static NONE: std::sync::LazyLock<Residues> = std::sync::LazyLock::new(Residues::default);
+    NONE.clone()
+}
+
 /// What a server connection holds of its clients' session state, as far
 /// as onetrip made or saw it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ServerState {
     /// The settings its last client left in it.
     pub sets: SessionSets,
@@ -123,6 +131,16 @@ pub struct ServerState {
     pub residue: Residues,
     /// What it needs before another client may use it, and why.
     pub reset: Reset,
+}
+
+impl Default for ServerState {
+    fn default() -> Self {
+        Self {
+            sets: SessionSets::new(),
+            residue: no_residue(),
+            reset: Reset::default(),
+        }
+    }
 }
 
 /// How a connection becomes a client's.
