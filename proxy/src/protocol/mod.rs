@@ -246,7 +246,7 @@ pub struct Protocol {
     /// first one the session takes (`start_if_due`).
     start_due: bool,
     /// Routing reads to replicas: the client's floor (`replica.rs`).
-    replica: replica::Floor,
+    replica: Option<Box<replica::Floor>>,
     /// What the pool's listening connection leaves for the session, once
     /// it has listened there (`listen.rs`).
     notes: Option<Arc<listen::Inbox>>,
@@ -330,7 +330,7 @@ impl Protocol {
             passwords_changed: Vec::new(),
             taint: Default::default(),
             start_due: false,
-            replica: Default::default(),
+            replica: None,
             notes: None,
             listen_on_server: false,
             told_here: told::Told::default(),

@@ -13,11 +13,10 @@ use onetrip_planner::classify::{StatementClass, TransactionStatement};
 
 use super::*;
 
-/// A session's part in routing reads.
+/// A session's part in routing reads: made when its reads may be routed
+/// (session mode, replicas configured), boxed (most sessions have none).
 #[derive(Default)]
 pub(super) struct Floor {
-    /// Reads may be routed (session mode, replicas configured).
-    enabled: bool,
     /// `consistency = "read-your-writes"`.
     ryw: bool,
     /// The primary's WAL position after the client's last write learned,
@@ -63,25 +62,29 @@ fn lsn_query() -> Bytes {
 impl Protocol {
     /// Reads of this session may go to replicas from now on.
     pub fn route_reads(&mut self, read_your_writes: bool) {
-        let f = &mut self.replica;
-        if !f.enabled {
-            f.enabled = true;
-            f.idle_after = self.txn_status == b'I';
-            f.group_ok = true;
-        }
+        let idle = self.txn_status == b'I';
+        let f = self.replica.get_or_insert_with(|| {
+            Box::new(Floor {
+                idle_after: idle,
+                group_ok: true,
+                ..Floor::default()
+            })
+        });
         f.ryw = read_your_writes;
     }
 
     /// Why the session's reads stay on the primary, if they do for good.
     pub fn replicas_barred(&self) -> Option<&'static str> {
-        self.replica.barred
+        self.replica.as_ref().and_then(|f| f.barred)
     }
 
     /// The floor a replica must have replayed to serve the client's next
     /// read; `None` while it is not known (a write's position is on its
     /// way, or was never asked for): then only the primary may serve it.
     pub fn replica_floor(&self) -> Option<u64> {
-        let f = &self.replica;
+        let Some(f) = self.replica.as_deref() else {
+            return Some(0);
+        };
         match (f.ryw, f.writes_known == f.writes_sent) {
             (false, _) => Some(0),
             (true, true) => Some(f.floor),
@@ -92,8 +95,10 @@ impl Protocol {
     /// The client read what a replica had replayed up to `lsn`: it never
     /// reads older data again.
     pub fn raise_floor(&mut self, lsn: u64) {
-        if self.replica.ryw {
-            self.replica.floor = self.replica.floor.max(lsn);
+        if let Some(f) = self.replica.as_deref_mut()
+            && f.ryw
+        {
+            f.floor = f.floor.max(lsn);
         }
     }
 
@@ -107,8 +112,7 @@ impl Protocol {
 
     /// What `may_detour` asks but for a held BEGIN.
     pub(super) fn detour_ok(&self) -> bool {
-        self.replica.enabled
-            && self.replica.barred.is_none()
+        self.replica.as_ref().is_some_and(|f| f.barred.is_none())
             && self.flow == Flow::Open
             && self.quiet()
             && !self.client_paused()
@@ -168,12 +172,12 @@ impl Protocol {
     /// whether it may write, what it leaves in the session, whether the
     /// server is idle after it.
     pub(super) fn watch_for_replicas(&mut self, t: u8, msg: &Bytes, sql: Option<&Sql>) {
-        if !self.replica.enabled {
+        let Some(f) = self.replica.as_deref_mut() else {
             return;
-        }
-        if !self.replica.group_open {
-            self.replica.group_open = true;
-            self.replica.group_ok = true;
+        };
+        if !f.group_open {
+            f.group_open = true;
+            f.group_ok = true;
         }
         match t {
             tag::QUERY | tag::PARSE | tag::EXECUTE => {
@@ -188,8 +192,8 @@ impl Protocol {
                     return;
                 };
                 let a = self.coalescer.analyses.of(&sql);
-                if let Some(why) = a.pins.pin {
-                    self.replica.barred.get_or_insert(why);
+                if let (Some(why), Some(f)) = (a.pins.pin, self.replica.as_deref_mut()) {
+                    f.barred.get_or_insert(why);
                 }
                 if t == tag::PARSE {
                     self.note_replica_parse(msg);
@@ -205,8 +209,9 @@ impl Protocol {
             tag::CLOSE => self.note_replica_close(msg),
             _ => {}
         }
-        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL) {
-            let f = &mut self.replica;
+        if matches!(t, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL)
+            && let Some(f) = self.replica.as_deref_mut()
+        {
             f.group_open = false;
             f.due =
                 f.ryw && f.group_ok && f.writes_known != f.writes_sent && t != tag::FUNCTION_CALL;
@@ -219,9 +224,12 @@ impl Protocol {
         &mut self,
         what: Option<(StatementClass, Option<TransactionStatement>, bool)>,
     ) {
-        let idle_before =
-            self.replica.idle_after && self.txn.held.is_none() && !self.flight.begin_on_its_way();
-        let f = &mut self.replica;
+        let idle_before = self.replica.as_ref().is_some_and(|f| f.idle_after)
+            && self.txn.held.is_none()
+            && !self.flight.begin_on_its_way();
+        let Some(f) = self.replica.as_deref_mut() else {
+            return;
+        };
         let Some((class, txn, copy)) = what else {
             f.writes_sent += 1;
             f.group_ok = false;
@@ -248,10 +256,13 @@ impl Protocol {
     /// Sync the coalescer answered has none: the query must never land
     /// inside the next group).
     pub(super) fn send_lsn_if_due(&mut self, to_up: &mut WriteQueue, forwarded: bool) {
-        if !std::mem::take(&mut self.replica.due) || !forwarded {
+        let Some(f) = self.replica.as_deref_mut() else {
+            return;
+        };
+        if !std::mem::take(&mut f.due) || !forwarded {
             return;
         }
-        self.replica.asked.push_back(self.replica.writes_sent);
+        f.asked.push_back(f.writes_sent);
         self.send_own_up(to_up, lsn_query(), Own::Lsn, false);
     }
 
@@ -261,19 +272,26 @@ impl Protocol {
     pub(super) fn on_lsn_answer(&mut self, t: u8, msg: &[u8]) {
         match t {
             tag::DATA_ROW => {
-                self.replica.pending = backend::data_row_column(msg, 0)
-                    .flatten()
-                    .and_then(|s| crate::replicas::parse_lsn(&s));
+                if let Some(f) = self.replica.as_deref_mut() {
+                    f.pending = backend::data_row_column(msg, 0)
+                        .flatten()
+                        .and_then(|s| crate::replicas::parse_lsn(&s));
+                }
             }
-            tag::ERROR_RESPONSE => self.replica.pending = None,
+            tag::ERROR_RESPONSE => {
+                if let Some(f) = self.replica.as_deref_mut() {
+                    f.pending = None;
+                }
+            }
             tag::READY_FOR_QUERY => {
                 let status = backend::ready_status(msg);
                 self.txn_status = status;
-                let f = &mut self.replica;
-                let asked = f.asked.pop_front();
-                if let (b'I', Some(lsn), Some(asked)) = (status, f.pending.take(), asked) {
-                    f.floor = f.floor.max(lsn);
-                    f.writes_known = f.writes_known.max(asked);
+                if let Some(f) = self.replica.as_deref_mut() {
+                    let asked = f.asked.pop_front();
+                    if let (b'I', Some(lsn), Some(asked)) = (status, f.pending.take(), asked) {
+                        f.floor = f.floor.max(lsn);
+                        f.writes_known = f.writes_known.max(asked);
+                    }
                 }
                 self.after_ready(status);
             }
@@ -284,8 +302,11 @@ impl Protocol {
     /// A ReadyForQuery with nothing more in flight tells the status for
     /// sure.
     pub(super) fn after_ready(&mut self, status: u8) {
-        if self.replica.enabled && !self.flight.awaiting_ready() {
-            self.replica.idle_after = status == b'I';
+        let settled = !self.flight.awaiting_ready();
+        if let Some(f) = self.replica.as_deref_mut()
+            && settled
+        {
+            f.idle_after = status == b'I';
         }
     }
 }

@@ -117,7 +117,10 @@ impl Protocol {
     /// (nothing is in flight while a read may be routed), and it is a pure
     /// read.
     fn replica_statement(&mut self, name: &str) -> bool {
-        let Some(parse) = self.replica.named.client.get(name).cloned() else {
+        let Some(f) = self.replica.as_deref() else {
+            return false;
+        };
+        let Some(parse) = f.named.client.get(name).cloned() else {
             return false;
         };
         let Some((_, text)) = frontend::parse(&parse) else {
@@ -137,9 +140,11 @@ impl Protocol {
         let Some(name) = frontend::parse_name(msg).filter(|n| !n.is_empty()) else {
             return;
         };
-        if self.flight.statement(name).is_none() {
+        if self.flight.statement(name).is_none()
+            && let Some(f) = self.replica.as_deref_mut()
+        {
             let parse = Bytes::copy_from_slice(msg);
-            self.replica.named.client.insert(name.to_owned(), parse);
+            f.named.client.insert(name.to_owned(), parse);
         }
     }
 
@@ -149,7 +154,10 @@ impl Protocol {
         let Some((b'S', name)) = frontend::target(msg) else {
             return;
         };
-        let named = &mut self.replica.named;
+        let Some(f) = self.replica.as_deref_mut() else {
+            return;
+        };
+        let named = &mut f.named;
         named.client.remove(name);
         if named.on_replica.remove(name).is_some() {
             named.to_close.push(name.to_owned());
@@ -160,7 +168,10 @@ impl Protocol {
     /// all of them): its Parse is no longer kept, and the replica
     /// connection's copy is closed ahead of its next read.
     pub(super) fn replica_forget(&mut self, name: Option<&str>) {
-        let named = &mut self.replica.named;
+        let Some(f) = self.replica.as_deref_mut() else {
+            return;
+        };
+        let named = &mut f.named;
         match name {
             Some(name) => {
                 named.client.remove(name);
@@ -180,7 +191,10 @@ impl Protocol {
     /// The session's replica connection is a new one (or none): it holds
     /// none of the client's statements.
     pub fn replica_connection_new(&mut self) {
-        let named = &mut self.replica.named;
+        let Some(f) = self.replica.as_deref_mut() else {
+            return;
+        };
+        let named = &mut f.named;
         named.on_replica.clear();
         named.to_close.clear();
     }
@@ -193,7 +207,10 @@ impl Protocol {
     /// owing one completion. Recorded as held at once: a failure among
     /// them must be told (`replica_ahead_failed`).
     pub fn replica_ahead(&mut self, group: &[u8], out: &mut BytesMut) -> usize {
-        let named = &mut self.replica.named;
+        let Some(f) = self.replica.as_deref_mut() else {
+            return 0;
+        };
+        let named = &mut f.named;
         let mut n = 0;
         for name in named.to_close.drain(..) {
             wire::write::close(out, b'S', &name);
@@ -229,7 +246,9 @@ impl Protocol {
     /// the replica connection is taken to hold none of the client's
     /// statements (each is closed before it is made again).
     pub fn replica_ahead_failed(&mut self) {
-        self.replica.named.on_replica.clear();
+        if let Some(f) = self.replica.as_deref_mut() {
+            f.named.on_replica.clear();
+        }
     }
 
     /// The relay ran `group` (the client's bytes, `len` of them) on a
