@@ -451,6 +451,31 @@ async fn sqlalchemy_reads_its_own_writes() {
     client_reads_its_own_writes("sqlalchemy", "sqlalchemy").await;
 }
 
+/// LangGraph's checkpoint saver (`tests/py/replica_langgraph.py`) against a
+/// replica that applies each commit 20 ms late: every get_tuple after a put
+/// finds that put, both by its id and as the thread's latest; once the
+/// replica has caught up, the thread's checkpoints read back are all there,
+/// and the replica served reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraph_saver_reads_its_own_puts() {
+    let Some(py) = python_with("langgraph.checkpoint.postgres") else {
+        return skip("langgraph-checkpoint-postgres not installed");
+    };
+    let (env, _replica) = with_replica(Some(Duration::from_millis(20)), |_| {}).await;
+    let before = stat(&env, "replica_reads").await;
+    let dsn = env.proxy_dsn();
+    let out = tokio::task::block_in_place(|| run_py(&py, "replica_langgraph.py", &[&dsn, "200"]));
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["stale"], 0, "{j}");
+    assert_eq!(j["listed"], 200, "{j}");
+    assert_eq!(j["read_back"], 200, "{j}");
+    assert_eq!(j["newest_first"], true, "{j}");
+    assert!(
+        stat(&env, "replica_reads").await > before,
+        "the replica served none of the saver's reads"
+    );
+}
+
 /// A read only transaction whose first statement the replica refuses (a
 /// function the configuration calls read-only, and isn't) begins again on
 /// the primary, which refuses the write in its own read only transaction;
