@@ -20,11 +20,10 @@ dsn, n = sys.argv[1], int(sys.argv[2])
 thread = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 stale = 0
 ids = []
-# The tables are made on a connection of their own, as an application
-# migrates before it serves.
 with PostgresSaver.from_conn_string(dsn) as saver:
+    # Its DDL has psycopg send DEALLOCATE ALL, which must not keep the
+    # session's reads on the primary.
     saver.setup()
-with PostgresSaver.from_conn_string(dsn) as saver:
     for i in range(n):
         cp = empty_checkpoint()
         cp["channel_values"] = {"step": i}

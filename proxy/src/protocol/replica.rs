@@ -192,7 +192,14 @@ impl Protocol {
                     return;
                 };
                 let a = self.coalescer.analyses.of(&sql);
-                if let (Some(why), Some(f)) = (a.pins.pin, self.replica.as_deref_mut()) {
+                // A DEALLOCATE alone leaves nothing a replica connection
+                // lacks: the statements it drops are dropped there too
+                // (`replica_forget`). psycopg sends DEALLOCATE ALL after
+                // any DDL.
+                let dealloc = a.pins.pin == Some("SQL DEALLOCATE") && a.class.statement_count == 1;
+                if let (Some(why), Some(f), false) =
+                    (a.pins.pin, self.replica.as_deref_mut(), dealloc)
+                {
                     f.barred.get_or_insert(why);
                 }
                 if t == tag::PARSE {
