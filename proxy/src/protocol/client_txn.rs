@@ -470,18 +470,27 @@ fn ends(a: &Analysis) -> Option<TransactionStatement> {
 /// `transaction_read_only`), so any other text, comments included, gets
 /// none.
 fn begins_plainly(text: &str) -> bool {
+    begin_modes(text, &[';'])
+        .is_some_and(|rest| rest.is_empty() || rest == ["isolation", "level", "read", "committed"])
+}
+
+/// The words after `BEGIN [TRANSACTION | WORK]` or `START TRANSACTION`,
+/// lowercased, split at whitespace and at `separators`; `None` when
+/// `text` begins no transaction.
+pub(super) fn begin_modes(text: &str, separators: &[char]) -> Option<Vec<String>> {
     let mut words = text
-        .split(|c: char| c.is_ascii_whitespace() || c == ';')
+        .split(|c: char| c.is_ascii_whitespace() || separators.contains(&c))
         .filter(|w| !w.is_empty())
         .map(str::to_ascii_lowercase);
-    let rest: Vec<String> = match words.next().as_deref() {
-        Some("begin") => words
-            .skip_while(|w| w == "transaction" || w == "work")
-            .collect(),
-        Some("start") if words.next().as_deref() == Some("transaction") => words.collect(),
-        _ => return false,
-    };
-    rest.is_empty() || rest == ["isolation", "level", "read", "committed"]
+    match words.next().as_deref() {
+        Some("begin") => Some(
+            words
+                .skip_while(|w| w == "transaction" || w == "work")
+                .collect(),
+        ),
+        Some("start") if words.next().as_deref() == Some("transaction") => Some(words.collect()),
+        _ => None,
+    }
 }
 
 /// The group's Parse makes the unnamed statement.

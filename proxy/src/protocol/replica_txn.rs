@@ -88,17 +88,7 @@ impl Protocol {
 /// COMMITTED and [NOT] DEFERRABLE (which only SERIALIZABLE heeds); `None`
 /// for any other.
 fn begin_mode(text: &str) -> Option<bool> {
-    let mut words = text
-        .split(|c: char| c.is_ascii_whitespace() || c == ';' || c == ',')
-        .filter(|w| !w.is_empty())
-        .map(str::to_ascii_lowercase);
-    let rest: Vec<String> = match words.next().as_deref() {
-        Some("begin") => words
-            .skip_while(|w| w == "transaction" || w == "work")
-            .collect(),
-        Some("start") if words.next().as_deref() == Some("transaction") => words.collect(),
-        _ => return None,
-    };
+    let rest = super::client_txn::begin_modes(text, &[';', ','])?;
     let mut rest = rest.iter().map(String::as_str);
     let mut read_only = false;
     while let Some(w) = rest.next() {
