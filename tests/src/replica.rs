@@ -59,6 +59,26 @@ pub async fn with_replica(
     (env, replica)
 }
 
+/// `with_replica`, with a function `add_one()` the configuration calls
+/// read-only that isn't (it inserts into `w`): a read the planner takes for
+/// one that the replica refuses. Returns a client of the proxy that made
+/// them.
+pub async fn with_lying_function() -> (Env, PgServer, tokio_postgres::Client) {
+    let (env, replica) = with_replica(None, |c| {
+        c.coalesce.read_only_functions = vec!["add_one".into()];
+    })
+    .await;
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute(
+        "CREATE TABLE w (v int); \
+         CREATE FUNCTION add_one() RETURNS bigint LANGUAGE sql \
+         AS 'INSERT INTO w VALUES (1); SELECT count(*) FROM w'",
+    )
+    .await
+    .unwrap();
+    (env, replica, c)
+}
+
 /// Waits (up to 60 s) until SHOW REPLICAS gives every replica `role`.
 pub async fn wait_replica_state(env: &Env, role: &str) {
     let dsn = format!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use onetrip_tests::{
     connect, python_with_psycopg,
-    replica::{in_recovery, stat, wait_replayed, with_replica},
+    replica::{in_recovery, stat, wait_replayed, with_lying_function, with_replica},
     run_py,
     script::{CHECK, Script, Setup, Target, compare},
     skip,
@@ -483,18 +483,7 @@ async fn langgraph_saver_reads_its_own_puts() {
 /// the replica's BEGIN is rolled back before the connection serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_transaction_refused_at_its_start_goes_on_on_the_primary() {
-    let (env, replica) = with_replica(None, |c| {
-        c.coalesce.read_only_functions = vec!["add_one".into()];
-    })
-    .await;
-    let c = connect(&env.proxy_dsn()).await;
-    c.batch_execute(
-        "CREATE TABLE w (v int); \
-         CREATE FUNCTION add_one() RETURNS bigint LANGUAGE sql \
-         AS 'INSERT INTO w VALUES (1); SELECT count(*) FROM w'",
-    )
-    .await
-    .unwrap();
+    let (env, replica, c) = with_lying_function().await;
     wait_replayed(&env.pg, &replica).await;
     // Until the proxy's watcher has seen the replica replay this client's
     // write, its reads stay on the primary.

@@ -7,7 +7,9 @@ use std::time::Duration;
 use onetrip::config::Consistency;
 use onetrip_tests::{
     connect, python_with_psycopg,
-    replica::{admin_dsn, in_recovery, stat, wait_replica_state, with_replica},
+    replica::{
+        admin_dsn, in_recovery, stat, wait_replica_state, with_lying_function, with_replica,
+    },
     run_py, simple_rows, skip,
 };
 
@@ -251,18 +253,7 @@ static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
 /// with 25006 and run again on the primary: the client gets its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_the_replica_refuses_runs_on_the_primary() {
-    let (env, _replica) = with_replica(None, |c| {
-        c.coalesce.read_only_functions = vec!["add_one".into()];
-    })
-    .await;
-    let c = connect(&env.proxy_dsn()).await;
-    c.batch_execute(
-        "CREATE TABLE w (v int); \
-         CREATE FUNCTION add_one() RETURNS bigint LANGUAGE sql \
-         AS 'INSERT INTO w VALUES (1); SELECT count(*) FROM w'",
-    )
-    .await
-    .unwrap();
+    let (env, _replica, c) = with_lying_function().await;
     // The function on the replica first, so the read is tried there.
     for _ in 0..500 {
         if in_recovery(&c).await {
