@@ -659,7 +659,7 @@ fn relay_fast<'a>(
         client,
         upstream,
         proto,
-        bufs: fast::boxed(bufs),
+        bufs: Some(bufs),
         seat,
         pooled,
     };

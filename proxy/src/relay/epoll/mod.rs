@@ -35,7 +35,7 @@ use self::{
     turn::{turns, woke_others},
 };
 
-pub(crate) use self::spare::{boxed, unboxed};
+pub(crate) use self::spare::unboxed;
 pub use self::sweep::rooms_held;
 pub(crate) use self::table::{Parts, Stop};
 use super::line;

@@ -35,11 +35,6 @@ fn give(b: Bufs) {
     });
 }
 
-/// `bufs` as a session entering the relay keeps them.
-pub(crate) fn boxed(bufs: Bufs) -> Option<Bufs> {
-    Some(bufs)
-}
-
 /// What a session leaving the relay takes with it: its buffers, or a
 /// spare if it had given them back.
 pub(crate) fn unboxed(b: Option<Bufs>) -> Bufs {
@@ -76,11 +71,11 @@ mod tests {
     #[test]
     fn only_empty_buffers_go_back_and_spares_are_reused() {
         let empty = || Room::boxed(BytesMut::new(), BytesMut::new());
-        let mut held = boxed(empty());
+        let mut held = Some(empty());
         ready(&mut held).to_client.push(Bytes::from_static(b"Z"));
         give_back_if_empty(&mut held);
         assert!(held.is_some(), "buffers with bytes to write stay");
-        held = boxed(empty());
+        held = Some(empty());
         let first = ready(&mut held) as *const Room;
         give_back_if_empty(&mut held);
         assert!(held.is_none());
