@@ -1,7 +1,7 @@
 //! Fingerprints never panic, stay short, and ignore literal values and spacing.
 
 use onetrip_planner::classify::classify;
-use onetrip_planner::fingerprint::{MAX_FINGERPRINT_LEN, fingerprint, same_but_literals};
+use onetrip_planner::fingerprint::{Literals, MAX_FINGERPRINT_LEN, fingerprint, same_but_literals};
 use proptest::prelude::*;
 
 /// SQL-ish fragments, so that generated strings hit quotes, comments and dollar quotes often.
@@ -80,6 +80,10 @@ proptest! {
         if same_but_literals(&a, &b) {
             prop_assert_eq!(fingerprint(&a), fingerprint(&b));
         }
+        // The segment-wise comparison answers as the walk over both does.
+        let mut lits = Literals::default();
+        lits.find(&a);
+        prop_assert_eq!(lits.same_shape(&a, &b), same_but_literals(&a, &b), "{:?} {:?}", a, b);
         let base = format!("{a} {n}{b}");
         let other = format!("{a} {m}{b}");
         if same_but_literals(&base, &other) {
@@ -89,6 +93,11 @@ proptest! {
         let x = format!("select f(x) from t where a = {n} and b = '{q}'");
         let y = format!("select f(x) from t where a = {m} and b = 'z'");
         prop_assert!(same_but_literals(&x, &y), "{} {}", x, y);
+        lits.find(&x);
+        prop_assert!(lits.same_shape(&x, &y), "{} {}", x, y);
+        prop_assert!(lits.same_shape(&y, &x), "{} {}", y, x);
+        lits.find(&base);
+        prop_assert_eq!(lits.same_shape(&base, &other), same_but_literals(&base, &other));
         prop_assert_eq!(fingerprint(&x), fingerprint(&y));
     }
 }

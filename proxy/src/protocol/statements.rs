@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use onetrip_planner::fingerprint::{fingerprint, fingerprint_into, same_but_literals};
+use onetrip_planner::fingerprint::{Literals, fingerprint, fingerprint_into};
 
 use super::text::Sql;
 use crate::stats::StatementCounts;
@@ -39,6 +39,8 @@ pub struct Statements {
     /// of such queries allocates nothing here.
     last_at: Option<usize>,
     last_query: String,
+    /// Where `last_query`'s literals are.
+    last_literals: Literals,
     last_print: String,
     /// The fingerprint being made.
     print: String,
@@ -68,12 +70,13 @@ impl Statements {
 
     fn find_query(&mut self, text: &str) -> Option<usize> {
         // The same statement again, with other literals most often: its
-        // fingerprint is the last one, told by a walk over the two texts.
+        // fingerprint is the last one, told by comparing the bytes between
+        // their literals.
         if self.last_at.is_some() {
             if self.last_query == text {
                 return self.last_at;
             }
-            if same_but_literals(&self.last_query, text) {
+            if self.last_literals.same_shape(&self.last_query, text) {
                 self.last_query.clear();
                 self.last_query.push_str(text);
                 return self.last_at;
@@ -87,6 +90,7 @@ impl Statements {
         }
         self.last_query.clear();
         self.last_query.push_str(text);
+        self.last_literals.find(text);
         self.last_at
     }
 
