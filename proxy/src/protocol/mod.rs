@@ -464,7 +464,7 @@ impl Protocol {
             _ => self.unsynced = true,
         }
         if flush && self.up_rt_start.is_none() {
-            self.up_rt_start = Some(Instant::now());
+            self.up_rt_start = Some(crate::worker::deadlines::now());
         }
     }
 

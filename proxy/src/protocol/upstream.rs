@@ -27,7 +27,10 @@ impl Protocol {
             self.rt_delayed = false;
             self.up_rt_start = None;
             Counters::add(&self.info.counters.upstream_round_trips, 1);
-            self.info.counters.record_latency(start.elapsed());
+            let now = crate::worker::deadlines::now();
+            self.info
+                .counters
+                .record_latency(now.saturating_duration_since(start));
             if let Some(c) = self.statements.current() {
                 c.upstream_round_trips += 1;
             }

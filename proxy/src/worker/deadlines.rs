@@ -20,6 +20,25 @@ thread_local! {
     /// no task: the relay looks at what it was for in its own turn).
     static ARMED: RefCell<Option<Armed>> = const { RefCell::new(None) };
     static NEXT_ID: Cell<u64> = const { Cell::new(0) };
+    /// The time read once when the worker's turn began (`turn_begins`),
+    /// until it ends: what happens in one turn happens within microseconds.
+    static TURN: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Now: within a worker's turn, the time its turn began, so a turn reads
+/// the clock once however many messages it times; elsewhere the clock.
+pub fn now() -> Instant {
+    TURN.with(Cell::get).unwrap_or_else(Instant::now)
+}
+
+/// A worker's turn begins, after its wait: the clock is read for it.
+pub(super) fn turn_begins() {
+    TURN.with(|t| t.set(Some(Instant::now())));
+}
+
+/// The turn is over: the runtime's tasks read the clock themselves.
+pub(super) fn turn_ends() {
+    TURN.with(|t| t.set(None));
 }
 
 /// Makes this thread keep deadlines (once, when a worker starts).
@@ -111,7 +130,9 @@ pub fn wait_ms() -> i32 {
         let Some((&(at, _), _)) = a.as_ref().and_then(|m| m.first_key_value()) else {
             return -1;
         };
-        let left = at.saturating_duration_since(Instant::now());
+        // The last turn's time: later by what the turn took (microseconds),
+        // so at worst the wait rounds up to a millisecond more.
+        let left = at.saturating_duration_since(now());
         let ms = left.as_nanos().div_ceil(1_000_000);
         ms.min(i32::MAX as u128) as i32
     })
@@ -128,7 +149,7 @@ pub fn fire() -> bool {
         let Some((&(first, _), _)) = m.first_key_value() else {
             return Vec::new();
         };
-        let now = Instant::now();
+        let now = now();
         if first > now {
             return Vec::new();
         }

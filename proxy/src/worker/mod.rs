@@ -343,10 +343,12 @@ impl Reactor {
                 tracing::error!(
                     "worker epoll wait failed: {e}; its sessions relay through the runtime from now on"
                 );
+                deadlines::turn_ends();
                 self.failed.set(true);
                 (relay.give_back_all)();
                 return;
             }
+            deadlines::turn_begins();
             let mut runtime_has_work = deadlines::fire();
             for i in 0..events.len() {
                 let Some(ev) = events.get(i) else { break };
@@ -362,6 +364,7 @@ impl Reactor {
             runtime_has_work |= (relay.run_pending)();
             runtime_has_work |= take_woken();
             if runtime_has_work || !park {
+                deadlines::turn_ends();
                 return;
             }
         }
