@@ -313,6 +313,9 @@ impl Protocol {
     /// This runs on every statement: only one that may change a password
     /// (`may_change_password`) is read further.
     fn watch_for_password_change(&mut self, t: u8, msg: &[u8]) {
+        if !frontend::statement_bytes_loose(t, msg).is_some_and(may_change_password) {
+            return;
+        }
         let Some(text) = frontend::statement_bytes(t, msg) else {
             return;
         };

@@ -70,7 +70,7 @@ impl Protocol {
         }
         // Nearly every statement is looked at here: its first word first,
         // on the bytes.
-        if !frontend::statement_bytes(t, &chunk[at..end])
+        if !frontend::statement_bytes_loose(t, &chunk[at..end])
             .is_some_and(|b| first_word_is(b, &["begin", "start"]))
         {
             return TxnStep::Go;

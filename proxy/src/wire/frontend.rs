@@ -46,6 +46,20 @@ pub fn statement_bytes(t: u8, msg: &[u8]) -> Option<&[u8]> {
     Some(&b[..memchr::memchr(0, b)?])
 }
 
+/// [`statement_bytes`] for a first look that may only say "no": a Query's
+/// body but its final NUL, found without a search for an earlier one, which
+/// would end the text sooner (a malformed message; the server refuses it).
+/// A word or a byte the text holds is here too, at the same place.
+pub fn statement_bytes_loose(t: u8, msg: &[u8]) -> Option<&[u8]> {
+    match t {
+        super::tag::QUERY => {
+            let b = body(msg);
+            Some(b.strip_suffix(&[0]).unwrap_or(b))
+        }
+        _ => statement_bytes(t, msg),
+    }
+}
+
 /// Parse: the statement name only (its text is not checked).
 pub fn parse_name(msg: &[u8]) -> Option<&str> {
     cstr(body(msg)).map(|(name, _)| name)
