@@ -104,7 +104,7 @@ impl Sql {
     }
 
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.text).unwrap_or_default()
+        crate::wire::utf8(&self.text).unwrap_or_default()
     }
 
     pub fn words(&self) -> Words {

@@ -5,7 +5,7 @@ use super::body;
 
 fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
     let nul = memchr::memchr(0, buf)?;
-    let s = std::str::from_utf8(&buf[..nul]).ok()?;
+    let s = super::utf8(&buf[..nul])?;
     Some((s, &buf[nul + 1..]))
 }
 

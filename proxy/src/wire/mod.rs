@@ -9,6 +9,16 @@ pub mod read;
 pub mod startup;
 pub mod write;
 
+/// `b` as text when it is UTF-8. Statement text is nearly always ASCII,
+/// which a word-at-a-time look confirms for less than the full check.
+pub fn utf8(b: &[u8]) -> Option<&str> {
+    if b.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(b) });
+    }
+    std::str::from_utf8(b).ok()
+}
+
 /// Message tags the proxy cares about, named as in the protocol docs.
 pub mod tag {
     // Frontend.
