@@ -94,12 +94,21 @@ struct Batch {
 impl Batch {
     /// Starts a new batch, keeping the frame list's room for the next one.
     fn clear(&mut self) {
-        let mut frames = std::mem::take(&mut self.frames);
-        frames.clear();
-        *self = Batch {
+        let Batch {
+            binds,
+            executes,
+            others,
+            after_query,
+            unlimited,
+            statement,
             frames,
-            ..Batch::default()
-        };
+        } = self;
+        (*binds, *executes) = (0, 0);
+        (*others, *after_query, *unlimited) = (false, false, false);
+        if statement.is_some() {
+            *statement = None;
+        }
+        frames.clear();
     }
 }
 

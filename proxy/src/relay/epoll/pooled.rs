@@ -84,18 +84,23 @@ thread_local! {
 /// The grants left for this worker's sessions since the last look; the
 /// list goes back with `recycle_mail`.
 fn take_mail() -> Vec<(u64, Grant)> {
-    let Ok(Some(mb)) = MAIL.try_with(|m| m.get().cloned().flatten()) else {
-        return Vec::new();
-    };
-    if !mb.has_mail.swap(false, Ordering::Acquire) {
-        return Vec::new();
-    }
-    let mut mail = SPARE_MAIL.take();
-    std::mem::swap(
-        &mut mail,
-        &mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()),
-    );
-    mail
+    // Looked at on every turn: a load, and no count taken on the mailbox,
+    // when there is nothing.
+    MAIL.try_with(|m| {
+        let Some(Some(mb)) = m.get() else {
+            return Vec::new();
+        };
+        if !mb.has_mail.load(Ordering::Relaxed) || !mb.has_mail.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut mail = SPARE_MAIL.take();
+        std::mem::swap(
+            &mut mail,
+            &mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()),
+        );
+        mail
+    })
+    .unwrap_or_default()
 }
 
 fn recycle_mail(mut mail: Vec<(u64, Grant)>) {
