@@ -3,7 +3,7 @@
 //! text usually carries its literals and is seldom sent again: it is
 //! counted under its fingerprint at once.
 
-use std::collections::HashMap;
+use std::{cell::RefCell, collections::HashMap};
 
 use rustc_hash::FxHashMap;
 
@@ -82,7 +82,7 @@ impl Statements {
                 return self.last_at;
             }
         }
-        fingerprint_into(text, &mut self.print);
+        print_into(text, &mut self.print);
         if self.last_at.is_none() || self.print != self.last_print {
             let i = self.find(Some(Sql::owned(self.print.clone())), true)?;
             self.last_at = Some(i);
@@ -151,6 +151,52 @@ impl Statements {
     }
 }
 
+/// Longest text whose fingerprint the thread keeps for its next session.
+const MAX_KEPT_TEXT: usize = 1024;
+
+thread_local! {
+    /// The last text this thread fingerprinted, where its literals are, and
+    /// its fingerprint: a session's first statement is most often the one
+    /// the thread's sessions before it began with (a client that connects
+    /// per request).
+    static LAST_PRINTED: RefCell<(String, Literals, String)> = RefCell::default();
+}
+
+/// `text`'s fingerprint into `out`, taken from the thread's last one when
+/// `text` is that one's text but for its literals.
+fn print_into(text: &str, out: &mut String) {
+    let kept = LAST_PRINTED.try_with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else {
+            return false;
+        };
+        let (was, literals, print) = &mut *last;
+        if was != text && !literals.same_shape(was, text) {
+            return false;
+        }
+        was.clear();
+        was.push_str(text);
+        out.clear();
+        out.push_str(print);
+        true
+    });
+    if kept == Ok(true) {
+        return;
+    }
+    fingerprint_into(text, out);
+    if text.len() <= MAX_KEPT_TEXT {
+        let _ = LAST_PRINTED.try_with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
+                let (was, literals, print) = &mut *last;
+                was.clear();
+                was.push_str(text);
+                literals.find(text);
+                print.clear();
+                print.push_str(out);
+            }
+        });
+    }
+}
+
 fn by_fingerprint(texts: Vec<(Sql, bool, StatementCounts)>) -> HashMap<String, StatementCounts> {
     let mut out: HashMap<String, StatementCounts> = HashMap::new();
     for (sql, printed, c) in texts {
@@ -176,6 +222,30 @@ mod tests {
         let msg = Bytes::from(text);
         let text = std::str::from_utf8(&msg).unwrap();
         Some(Sql::within(&msg, text, None))
+    }
+
+    /// The thread's kept fingerprint serves only texts that differ from its
+    /// text in literals.
+    #[test]
+    fn the_threads_last_fingerprint_serves_the_same_statement() {
+        let long = format!("select {} from t", "a, ".repeat(600));
+        let texts = [
+            "select * from t where id = 1",
+            "select * from t where id = 22",
+            "select * from u where id = 22",
+            "select * from u where id = 'x'",
+            long.as_str(),
+            "select * from u where id = 3 -- c",
+            "select * from u where id = 3",
+            "SELECT * FROM u WHERE id = 3",
+        ];
+        let mut out = String::new();
+        for _ in 0..2 {
+            for text in texts {
+                print_into(text, &mut out);
+                assert_eq!(out, fingerprint(text), "{text:?}");
+            }
+        }
     }
 
     /// A quiet session hands its counts over merged and holds none; one
