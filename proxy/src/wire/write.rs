@@ -208,10 +208,22 @@ pub fn auth_request(out: &mut BytesMut, code: i32, extra: &[u8]) {
 }
 
 pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
-    message(out, b'S', |b| {
-        cstr(b, name);
-        cstr(b, value);
-    });
+    let (n, v) = (name.as_bytes(), value.as_bytes());
+    if memchr::memchr(0, n).is_some() || memchr::memchr(0, v).is_some() {
+        return message(out, b'S', |b| {
+            cstr(b, name);
+            cstr(b, value);
+        });
+    }
+    // A login's greeting holds a dozen of these: one reservation each.
+    let len = 4 + n.len() + 1 + v.len() + 1;
+    out.reserve(1 + len);
+    out.put_u8(b'S');
+    out.put_u32(len as u32);
+    out.put_slice(n);
+    out.put_u8(0);
+    out.put_slice(v);
+    out.put_u8(0);
 }
 
 /// A ParameterStatus message of its own.
@@ -304,6 +316,14 @@ mod tests {
         assert_eq!(&out[5..], b"a b\0plain\0");
         let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
         assert_eq!(len, out.len() - 1);
+        let mut plain = BytesMut::new();
+        parameter_status(&mut plain, "TimeZone", "UTC");
+        let mut framed = BytesMut::new();
+        message(&mut framed, b'S', |b| {
+            cstr(b, "TimeZone");
+            cstr(b, "UTC");
+        });
+        assert_eq!(plain, framed);
     }
 
     #[test]
