@@ -205,6 +205,9 @@ pub struct Pool {
     limits: limit::Limits,
     /// Its listening connection's state (`listen.rs`).
     pub listener: listen::Listener,
+    /// Its connections to the replicas, leased for a read
+    /// (`relay/replica/`).
+    pub replicas: Arc<crate::replicas::spare::Spare>,
 }
 
 /// What a server makes of a set of startup parameters: the values it
@@ -353,6 +356,7 @@ impl Pool {
             resets: Default::default(),
             limits,
             listener: Default::default(),
+            replicas: crate::replicas::spare::Spare::new(size),
         }
     }
 

@@ -78,6 +78,12 @@ impl Protocol {
         self.replica.as_ref().and_then(|f| f.barred)
     }
 
+    /// Reads of this session may go to replicas now (`route_reads`, and
+    /// nothing set up that bars them).
+    pub fn routes_reads(&self) -> bool {
+        self.replica.as_ref().is_some_and(|f| f.barred.is_none())
+    }
+
     /// The floor a replica must have replayed to serve the client's next
     /// read; `None` while it is not known (a write's position is on its
     /// way, or was never asked for): then only the primary may serve it.

@@ -242,6 +242,26 @@ impl Protocol {
         n
     }
 
+    /// A pooled replica connection is leased: what it holds (`held`)
+    /// becomes the session's view of it.
+    pub fn replica_connection_leased(&mut self, held: crate::replicas::spare::Statements) {
+        if let Some(f) = self.replica.as_deref_mut() {
+            f.named.on_replica = held;
+            f.named.to_close.clear();
+        }
+    }
+
+    /// A pooled replica connection goes back to its pool, with what it
+    /// holds: the next client to lease it judges by the Parses themselves,
+    /// so closes still due are not needed there.
+    pub fn replica_connection_given_back(&mut self) -> crate::replicas::spare::Statements {
+        let Some(f) = self.replica.as_deref_mut() else {
+            return Default::default();
+        };
+        f.named.to_close.clear();
+        std::mem::take(&mut f.named.on_replica)
+    }
+
     /// What was sent ahead of a read failed, or its outcome is unknown:
     /// the replica connection is taken to hold none of the client's
     /// statements (each is closed before it is made again).
@@ -258,6 +278,12 @@ impl Protocol {
         if let Some((s, e)) = g.unnamed_parse {
             self.unnamed_fix = Some(UnnamedFix::Reparse(group.slice(s..e)));
             self.flight.forget("");
+            if self.pooled {
+                // What a later connection is to make again, once the fix
+                // has made it on one (`switched_upstream`).
+                self.unnamed_parse.clear();
+                self.unnamed_parse.extend_from_slice(&group[s..e]);
+            }
         }
     }
 }

@@ -84,7 +84,7 @@ pub(crate) async fn relay(
     let mut turns = 0u32;
     let end = loop {
         let detoured = match detour.as_mut() {
-            Some(d) => d.route(io, proto, &mut b, forced).await,
+            Some(d) => d.route(&mut io.client, proto, &mut b, forced).await,
             None => Detoured::No,
         };
         let processed = match detoured {

@@ -23,12 +23,13 @@ mod auth_query;
 mod listen;
 pub(super) mod login;
 pub(super) mod password;
+mod replica;
 use crate::{
     auth::{Credential, scram::ScramError},
     net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::{Protocol, ServerConnection},
-    relay::{Closer, End, Room, give_back_room, reserve},
+    relay::{Closer, End, Room, give_back_room, replica::Detour, reserve},
     shared::Shared,
     stats::Counters,
     wire::{
@@ -344,7 +345,8 @@ pub async fn answer_first(
 /// client in the runtime has them read into it here). Plain sockets enter
 /// the runtime only to be waited on (the client's first bytes, a settings
 /// replay), so a session that only waits for a connection goes back to
-/// the worker's epoll without two more registrations each.
+/// the worker's epoll without two more registrations each. With
+/// `detour`, reads go to replicas from here (`replica.rs`).
 #[allow(clippy::too_many_arguments)]
 pub async fn between(
     client: Client,
@@ -355,6 +357,7 @@ pub async fn between(
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
     forced: &mut Closer,
+    detour: Option<&mut Detour>,
 ) -> Next {
     let info = proto.info.clone();
     if let Some(upstream) = upstream {
@@ -373,7 +376,7 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    let mut client = match next_bytes(client, b, proto, pooled, shared, forced).await {
+    let mut client = match next_bytes(client, b, proto, pooled, shared, forced, detour).await {
         Some(Needs::Go(c)) => c,
         Some(Needs::Answered(c)) => return Next::Wait(c),
         None => return Next::End,
@@ -469,7 +472,8 @@ async fn unless_gone<F: std::future::Future>(
 /// left, said goodbye, or the session was closed and its client told
 /// why). What a client in the runtime sends that needs no connection (a
 /// BEGIN the session holds, its end, Closes alone) is answered here, as
-/// the worker's relay answers it, and the wait goes on.
+/// the worker's relay answers it, and the wait goes on; so is a read a
+/// replica runs (`detour`), for which a plain client enters the runtime.
 async fn next_bytes(
     mut client: Client,
     b: &mut Room,
@@ -477,8 +481,19 @@ async fn next_bytes(
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
     forced: &mut Closer,
+    mut detour: Option<&mut Detour>,
 ) -> Option<Needs> {
     loop {
+        let routes = detour.is_some() && proto.routes_reads();
+        if routes && let Client::Plain(c) = client {
+            client = match Client::Plain(c).into_stream() {
+                Ok(s) => Client::Runtime(s),
+                Err(e) => {
+                    warn!("session closed: its client socket could not wait: {e}");
+                    return None;
+                }
+            };
+        }
         if b.cin.is_empty() {
             client = wait_for_client(client, &mut b.cin, proto, forced).await?;
         }
@@ -497,10 +512,23 @@ async fn next_bytes(
             if matches!(client, Client::Plain(_)) {
                 return Some(Needs::Answered(client));
             }
-        } else if !matches!(client, Client::Runtime(_))
-            || !proto.answer_alone(&mut b.cin, &mut b.to_client)
-        {
-            return Some(Needs::Go(client));
+        } else {
+            let routed = match detour.as_deref_mut() {
+                Some(d) if routes => replica::route(client, b, proto, d, forced).await,
+                _ => replica::Routed::No(client),
+            };
+            client = match routed {
+                replica::Routed::Served(c) => c,
+                replica::Routed::No(c) => {
+                    if !matches!(c, Client::Runtime(_))
+                        || !proto.answer_alone(&mut b.cin, &mut b.to_client)
+                    {
+                        return Some(Needs::Go(c));
+                    }
+                    c
+                }
+                replica::Routed::End => return None,
+            };
         }
         let limit = proto.services.config.limits.client_write_timeout;
         client = match client.write(&mut b.to_client, limit).await {
