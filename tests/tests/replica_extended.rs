@@ -483,7 +483,7 @@ async fn langgraph_saver_reads_its_own_puts() {
 /// the replica's BEGIN is rolled back before the connection serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_transaction_refused_at_its_start_goes_on_on_the_primary() {
-    let (env, replica, c) = with_lying_function().await;
+    let (env, replica, c) = with_lying_function(|_| {}).await;
     wait_replayed(&env.pg, &replica).await;
     // Until the proxy's watcher has seen the replica replay this client's
     // write, its reads stay on the primary.
