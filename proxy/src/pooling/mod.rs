@@ -360,6 +360,15 @@ impl Pool {
         }
     }
 
+    /// The session defaults an idle connection's last client learned
+    /// (`ServerConnection::settings`): one pool is one role and database,
+    /// so a session that has had no connection yet may go by them (a read
+    /// only transaction on a replica needs its default isolation).
+    pub fn idle_settings(&self) -> Option<crate::protocol::settings::Settings> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.idle.iter().find_map(|i| i.conn.settings.clone())
+    }
+
     /// What the server reports for a login's startup parameters, once
     /// learned (`key`: `ClientStartup::learn`).
     pub fn learned(&self, key: &[(String, String)]) -> Option<Learned> {

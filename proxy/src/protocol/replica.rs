@@ -43,6 +43,9 @@ pub(super) struct Floor {
     group_open: bool,
     /// An LSN query goes right behind the message being forwarded.
     due: bool,
+    /// A pooled session's default isolation before it has had a
+    /// connection (`note_pool_isolation`).
+    pub(super) pool_isolation: Option<onetrip_planner::classify::IsolationLevel>,
     /// The session's named statements on its replica connection
     /// (`replica_group.rs`).
     pub(super) named: super::replica_group::ReplicaNamed,

@@ -99,13 +99,15 @@ pub(crate) enum Detoured {
 
 impl Detour {
     /// The session's detour, if its reads may go to replicas: some are
-    /// configured, it is not pooled, and it is no replication connection.
+    /// configured, it is no replication connection, and it is not pooled
+    /// or is pinned (it then keeps its connection as in session mode, and
+    /// its own replica connection with it).
     pub(crate) fn new(
         replicas: &Arc<Replicas>,
         proto: &mut Protocol,
         startup_raw: &Bytes,
     ) -> Option<Detour> {
-        if proto.pooled {
+        if proto.pooled && !proto.pinned() {
             return None;
         }
         Self::make(replicas, proto, startup_raw, None)

@@ -514,7 +514,7 @@ async fn next_bytes(
             }
         } else {
             let routed = match detour.as_deref_mut() {
-                Some(d) if routes => replica::route(client, b, proto, d, forced).await,
+                Some(d) if routes => replica::route(client, b, proto, d, &pooled.pool, forced).await,
                 _ => replica::Routed::No(client),
             };
             client = match routed {

@@ -8,6 +8,7 @@ use tracing::debug;
 
 use super::{Client, farewell, read_from_client};
 use crate::{
+    pooling::Pool,
     protocol::Protocol,
     relay::{
         Closer, End, Room,
@@ -33,9 +34,16 @@ pub(super) async fn route(
     b: &mut Room,
     proto: &mut Protocol,
     detour: &mut Detour,
+    pool: &Pool,
     forced: &mut Closer,
 ) -> Routed {
     let limit = proto.services.config.limits.buffer_bytes;
+    // A client that has had no connection yet goes by its pool's default
+    // isolation, as it would once it took one.
+    if !proto.settings.asked() && !proto.own_defaults {
+        let isolation = pool.idle_settings().and_then(|s| s.default_isolation());
+        proto.note_pool_isolation(isolation);
+    }
     loop {
         let Client::Runtime(stream) = &mut client else {
             return Routed::No(client);
