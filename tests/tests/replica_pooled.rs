@@ -110,7 +110,10 @@ async fn reads_go_to_the_replica_and_read_write_transactions_never() {
     assert!(on_replica, "the read only transaction ran on the replica");
 
     // Prepared reads (tokio-postgres names its statements) go there too.
-    let s = c.prepare("SELECT pg_is_in_recovery(), $1::int + 1").await.unwrap();
+    let s = c
+        .prepare("SELECT pg_is_in_recovery(), $1::int + 1")
+        .await
+        .unwrap();
     let served = stat(&env, "replica_reads").await;
     for i in 0..5 {
         let row = c.query_one(&s, &[&i]).await.unwrap();
@@ -130,7 +133,9 @@ async fn reads_go_to_the_replica_and_read_write_transactions_never() {
     let p = connect(&env.proxy_dsn()).await;
     p.simple_query("SELECT pg_advisory_lock(1)").await.unwrap();
     assert!(!in_recovery(&p).await);
-    p.simple_query("SELECT pg_advisory_unlock(1)").await.unwrap();
+    p.simple_query("SELECT pg_advisory_unlock(1)")
+        .await
+        .unwrap();
 }
 
 /// Many clients read through a pool of two: they share at most two
@@ -191,7 +196,10 @@ async fn a_pooled_client_always_reads_its_own_writes() {
     busy.await.unwrap();
     assert_eq!(stale, 0, "stale reads with read-your-writes");
     assert!(on_replica > 0, "the replica served reads once it caught up");
-    assert!(stat(&env, "fresh_reads").await > 0, "reads held to the primary");
+    assert!(
+        stat(&env, "fresh_reads").await > 0,
+        "reads held to the primary"
+    );
 }
 
 /// The same from psycopg 3, by both protocols (its fifth run of a
@@ -255,7 +263,10 @@ async fn a_replica_that_stops_costs_no_pooled_client_an_error() {
                         .expect("no error"),
                 );
                 assert_eq!(rows[0][0], Some((41 + k).to_string()));
-                let row = c.query_one("SELECT $1::int * 2", &[&k]).await.expect("no error");
+                let row = c
+                    .query_one("SELECT $1::int * 2", &[&k])
+                    .await
+                    .expect("no error");
                 assert_eq!(row.get::<_, i32>(0), k * 2);
                 n += 1;
                 if n > 100 && stop.load(std::sync::atomic::Ordering::Relaxed) {
