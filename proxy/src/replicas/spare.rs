@@ -137,3 +137,64 @@ impl Spare {
             .count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected socket (to a listener of the test's own).
+    fn socket(l: &std::net::TcpListener) -> std::net::TcpStream {
+        std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap()
+    }
+
+    fn idle(
+        replica: usize,
+        params: &Arc<[(String, String)]>,
+        place: Place,
+        l: &std::net::TcpListener,
+    ) -> Idle {
+        Idle {
+            replica,
+            params: params.clone(),
+            tcp: socket(l),
+            buf: BytesMut::new(),
+            statements: Statements::default(),
+            place,
+        }
+    }
+
+    #[test]
+    fn at_most_the_pools_size_per_replica_and_only_the_clients_own() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let spare = Spare::new(2);
+        let a: Arc<[(String, String)]> = vec![("user".to_owned(), "a".to_owned())].into();
+        let b: Arc<[(String, String)]> = vec![("user".to_owned(), "b".to_owned())].into();
+        let (Lease::Open(p1), Lease::Open(p2)) = (spare.lease(0, &a), spare.lease(0, &a)) else {
+            panic!("two places");
+        };
+        assert!(matches!(spare.lease(0, &a), Lease::Full), "the cap");
+        // Another replica has places of its own.
+        let Lease::Open(other) = spare.lease(1, &a) else {
+            panic!("a place on replica 1");
+        };
+        drop(other);
+        spare.give_back(idle(0, &a, p1, &l));
+        assert_eq!(spare.idle(0), 1);
+        assert!(matches!(spare.lease(0, &a), Lease::Idle(_)), "its own kind");
+        // At the cap, a client with other parameters closes an idle one to
+        // open its own; one given back that holds too much is closed.
+        let mut full = idle(0, &a, p2, &l);
+        full.statements = (0..=MAX_STATEMENTS)
+            .map(|i| (i.to_string(), Bytes::new()))
+            .collect();
+        spare.give_back(full);
+        assert_eq!(spare.idle(0), 0);
+        let (Lease::Open(p3), Lease::Open(p4)) = (spare.lease(0, &b), spare.lease(0, &b)) else {
+            panic!("the places freed");
+        };
+        spare.give_back(idle(0, &b, p3, &l));
+        spare.give_back(idle(0, &b, p4, &l));
+        assert!(matches!(spare.lease(0, &a), Lease::Open(_)), "b's closed for a");
+        assert_eq!(spare.idle(0), 1);
+    }
+}
