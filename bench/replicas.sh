@@ -10,8 +10,10 @@
 # (bench/replicas.py): operations per second and their ratio to the
 # primary alone, the share of reads a replica served, and stale reads (a
 # client reading its own row back sees less than its last write).
+# BENCH_MODE=transaction runs onetrip in transaction pooling ([pool] mode,
+# its pool_size as configured, 20 by default) instead of session mode.
 #
-#   bash bench/replicas.sh    # BENCH_CLIENTS=50 BENCH_SECONDS=10 BENCH_DELAYS="0 10 100"
+#   bash bench/replicas.sh    # BENCH_CLIENTS=50 BENCH_SECONDS=10 BENCH_DELAYS="0 10 100" BENCH_MODE=session
 #
 # Not a test: it takes the machine for a minute or two. Needs PostgreSQL's
 # server binaries (pg_basebackup too), python3 with asyncpg, and cargo (it
@@ -23,6 +25,11 @@ cd "$(dirname "$0")/.."
 CLIENTS=${BENCH_CLIENTS:-50}
 SECS=${BENCH_SECONDS:-10}
 read -r -a delays <<<"${BENCH_DELAYS:-0 10 100}"
+MODE=${BENCH_MODE:-session}
+case "$MODE" in
+session | transaction) ;;
+*) echo "BENCH_MODE is session or transaction, not $MODE" >&2; exit 2 ;;
+esac
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 . bench/common.sh
@@ -44,9 +51,10 @@ trap cleanup EXIT
 # REPLICAS embedded replicas, on $PORT; waits until it serves.
 start_onetrip() {
     PORT=$(free_port)
-    say "onetrip on 127.0.0.1:$PORT: embedded primary, $1 replica(s), $2"
+    say "onetrip on 127.0.0.1:$PORT: embedded primary, $1 replica(s), $2, $MODE mode"
     ONETRIP_LISTEN_ADDRESS=127.0.0.1:$PORT ONETRIP_UPSTREAM_ADDRESS=embedded \
-        ONETRIP_REPLICAS_EMBEDDED=$1 ONETRIP_REPLICAS_CONSISTENCY=$2 "$ONETRIP" >>"$LOG" 2>&1 &
+        ONETRIP_REPLICAS_EMBEDDED=$1 ONETRIP_REPLICAS_CONSISTENCY=$2 \
+        ONETRIP_POOL_MODE=$MODE "$ONETRIP" >>"$LOG" 2>&1 &
     OT=$!
     for _ in $(seq 1200); do
         "$BIN/psql" -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "select 1" \

@@ -61,11 +61,14 @@ pub async fn with_replica(
 
 /// `with_replica`, with a function `add_one()` the configuration calls
 /// read-only that isn't (it inserts into `w`): a read the planner takes for
-/// one that the replica refuses. Returns a client of the proxy that made
-/// them.
-pub async fn with_lying_function() -> (Env, PgServer, tokio_postgres::Client) {
+/// one that the replica refuses; the proxy's config `tweak` may change
+/// further. Returns a client of the proxy that made them.
+pub async fn with_lying_function(
+    tweak: impl FnOnce(&mut onetrip::Config),
+) -> (Env, PgServer, tokio_postgres::Client) {
     let (env, replica) = with_replica(None, |c| {
         c.coalesce.read_only_functions = vec!["add_one".into()];
+        tweak(c);
     })
     .await;
     let c = connect(&env.proxy_dsn()).await;
@@ -160,4 +163,60 @@ pub async fn wait_replayed(pg: &PgServer, replica: &PgServer) {
         assert!(start.elapsed() < Duration::from_secs(60), "never replayed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Writes `i` to `rw` (id 1) each way a client may send a write, reads
+/// it back; every 100, waits for the replica and reads
+/// once more. Returns (stale reads, reads the replica served).
+pub async fn write_then_read(c: &tokio_postgres::Client, n: i32) -> (u32, u32) {
+    let (mut stale, mut on_replica) = (0, 0);
+    for i in 0..n {
+        // Each way a write reaches the primary: autocommit by either
+        // protocol, a COMMIT of its own, one Query with the whole block.
+        let update = format!("UPDATE rw SET v = {i} WHERE id = 1");
+        match i % 4 {
+            0 => {
+                c.simple_query(&update).await.unwrap();
+            }
+            1 => {
+                c.execute("UPDATE rw SET v = $1 WHERE id = 1", &[&i])
+                    .await
+                    .unwrap();
+            }
+            2 => {
+                c.simple_query("BEGIN").await.unwrap();
+                c.simple_query(&update).await.unwrap();
+                c.simple_query("COMMIT").await.unwrap();
+            }
+            _ => {
+                let block = format!("BEGIN; {update}; COMMIT");
+                c.simple_query(&block).await.unwrap();
+            }
+        }
+        let rows = simple_rows(
+            &c.simple_query("SELECT v, pg_is_in_recovery() FROM rw WHERE id = 1")
+                .await
+                .unwrap(),
+        );
+        stale += u32::from(rows[0][0].as_deref() != Some(&i.to_string()));
+        on_replica += u32::from(rows[0][1].as_deref() == Some("t"));
+        if i % 100 == 99 {
+            // Until the replica has replayed the write and serves the
+            // read (at most 5 s), every read still sees it.
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let rows = simple_rows(
+                    &c.simple_query("SELECT v, pg_is_in_recovery() FROM rw WHERE id = 1")
+                        .await
+                        .unwrap(),
+                );
+                stale += u32::from(rows[0][0].as_deref() != Some(&i.to_string()));
+                if rows[0][1].as_deref() == Some("t") {
+                    on_replica += 1;
+                    break;
+                }
+            }
+        }
+    }
+    (stale, on_replica)
 }

@@ -1,4 +1,4 @@
-//! Extended-protocol reads on replicas (session mode): groups of Parse,
+//! Extended-protocol reads on replicas (in both pool modes): groups of Parse,
 //! Bind, Describe, Execute and Sync the planner proves pure reads go to a
 //! real streaming replica, named statements made there from the client's
 //! own Parse; the client sees the messages PostgreSQL itself sends, in
@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use onetrip::config::PoolMode;
 use onetrip_tests::{
     connect, python_with_psycopg,
     replica::{in_recovery, stat, wait_replayed, with_lying_function, with_replica},
@@ -21,13 +22,15 @@ use onetrip_tests::{
 /// replica; the primary and onetrip as the targets of a transcript; a
 /// setup that writes nothing, so that every run starts with the floor at
 /// nothing and every read may go to the replica.
-async fn sides() -> (
+async fn sides(
+    mode: PoolMode,
+) -> (
     onetrip_tests::Env,
     onetrip_tests::PgServer,
     [Target; 2],
     Setup,
 ) {
-    let (env, replica) = with_replica(None, |_| {}).await;
+    let (env, replica) = with_replica(None, |c| c.pool.mode = mode).await;
     let direct = connect(&env.direct_dsn()).await;
     direct
         .batch_execute(
@@ -37,6 +40,15 @@ async fn sides() -> (
         .await
         .unwrap();
     wait_replayed(&env.pg, &replica).await;
+    if mode == PoolMode::Transaction {
+        // A transaction on the primary: the pool's connections learn the
+        // default isolation, which a client with no connection yet goes by
+        // to run a read only transaction on the replica.
+        let c = connect(&env.proxy_dsn()).await;
+        for q in ["BEGIN", "SELECT 1", "COMMIT"] {
+            c.simple_query(q).await.unwrap();
+        }
+    }
     let targets = [
         Target::new("PostgreSQL", env.pg.port()),
         Target::new("onetrip", env.proxy_port()),
@@ -79,9 +91,22 @@ async fn same_with_reads(
 /// order, at the same points; and the groups that may run there did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_reads_on_the_replica_answer_as_the_primary() {
-    let (env, _replica, targets, setup) = sides().await;
-    // Each script, and how many of its groups a replica must serve.
-    let scripts: Vec<(Script, u64, &str)> = vec![
+    let (env, _replica, targets, setup) = sides(PoolMode::Session).await;
+    same_with_reads(&env, &targets, &setup, extended_scripts(false)).await;
+}
+
+/// The same in transaction pooling, each group on whichever connection
+/// the client gets, the replica's shared with the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_extended_reads_on_the_replica_answer_as_the_primary() {
+    let (env, _replica, targets, setup) = sides(PoolMode::Transaction).await;
+    same_with_reads(&env, &targets, &setup, extended_scripts(true)).await;
+}
+
+/// Each script, and how many of its groups a replica must serve (`pooled`:
+/// in transaction pooling).
+fn extended_scripts(pooled: bool) -> Vec<(Script, u64, &'static str)> {
+    vec![
         (
             Script::new()
                 .read("select v from t where id = 2")
@@ -169,7 +194,11 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
                 .execute("", 0)
                 .sync()
                 .wait(),
-            2,
+            // Pooled, the first Parse is answered from the pool's
+            // descriptions (the text was described before), so its first
+            // use is checked on the primary; SQL's DEALLOCATE pins the
+            // session, whose later reads go to a replica as in session mode.
+            if pooled { 1 } else { 2 },
             "1 ZI | 2 D C ZI | C ZI | E26000 ZI | 1 ZI | 2 D C ZI",
         ),
         (
@@ -227,8 +256,7 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
             0,
             "1 2 D D s | D D s ZI | 1 t T ZI | 1 2 C ZI",
         ),
-    ];
-    same_with_reads(&env, &targets, &setup, scripts).await;
+    ]
 }
 
 /// Read only transactions run whole on the replica, as the primary would
@@ -236,8 +264,33 @@ async fn extended_reads_on_the_replica_answer_as_the_primary() {
 /// which answers as if it had run it all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_transactions_run_on_the_replica() {
-    let (env, _replica, targets, setup) = sides().await;
-    let scripts: Vec<(Script, u64, &str)> = vec![
+    let (env, _replica, targets, setup) = sides(PoolMode::Session).await;
+    same_with_reads(&env, &targets, &setup, read_only_scripts()).await;
+    whole_on_the_replica(&env).await;
+}
+
+/// The same in transaction pooling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_read_only_transactions_run_on_the_replica() {
+    let (env, _replica, targets, setup) = sides(PoolMode::Transaction).await;
+    same_with_reads(&env, &targets, &setup, read_only_scripts()).await;
+    whole_on_the_replica(&env).await;
+}
+
+/// The whole transaction runs on the replica, the server it reports.
+async fn whole_on_the_replica(env: &onetrip_tests::Env) {
+    let c = connect(&env.proxy_dsn()).await;
+    c.batch_execute("BEGIN READ ONLY").await.unwrap();
+    let rows =
+        onetrip_tests::simple_rows(&c.simple_query("SELECT pg_is_in_recovery()").await.unwrap());
+    assert_eq!(rows[0][0].as_deref(), Some("t"));
+    c.batch_execute("COMMIT").await.unwrap();
+}
+
+/// Read only transactions, and how many of their statements a replica
+/// must serve.
+fn read_only_scripts() -> Vec<(Script, u64, &'static str)> {
+    vec![
         (
             Script::new()
                 .queries(&[
@@ -350,15 +403,7 @@ async fn read_only_transactions_run_on_the_replica() {
             0,
             "C ZT | T D C ZT | C ZI | C ZT | T D C ZT | C ZI",
         ),
-    ];
-    same_with_reads(&env, &targets, &setup, scripts).await;
-    // The whole transaction ran on the replica, the server it reports.
-    let c = connect(&env.proxy_dsn()).await;
-    c.batch_execute("BEGIN READ ONLY").await.unwrap();
-    let rows =
-        onetrip_tests::simple_rows(&c.simple_query("SELECT pg_is_in_recovery()").await.unwrap());
-    assert_eq!(rows[0][0].as_deref(), Some("t"));
-    c.batch_execute("COMMIT").await.unwrap();
+    ]
 }
 
 /// tokio-postgres prepares on the primary and runs each prepared read on
@@ -483,7 +528,7 @@ async fn langgraph_saver_reads_its_own_puts() {
 /// the replica's BEGIN is rolled back before the connection serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_transaction_refused_at_its_start_goes_on_on_the_primary() {
-    let (env, replica, c) = with_lying_function().await;
+    let (env, replica, c) = with_lying_function(|_| {}).await;
     wait_replayed(&env.pg, &replica).await;
     // Until the proxy's watcher has seen the replica replay this client's
     // write, its reads stay on the primary.

@@ -9,6 +9,7 @@ use onetrip_tests::{
     connect, python_with_psycopg,
     replica::{
         admin_dsn, in_recovery, stat, wait_replica_state, with_lying_function, with_replica,
+        write_then_read,
     },
     run_py, simple_rows, skip,
 };
@@ -127,61 +128,6 @@ async fn a_client_always_reads_its_own_writes() {
     eventual.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Writes `i`, reads it back; every 100, waits for the replica and reads
-/// once more. Returns (stale reads, reads the replica served).
-async fn write_then_read(c: &tokio_postgres::Client, n: i32) -> (u32, u32) {
-    let (mut stale, mut on_replica) = (0, 0);
-    for i in 0..n {
-        // Each way a write reaches the primary: autocommit by either
-        // protocol, a COMMIT of its own, one Query with the whole block.
-        let update = format!("UPDATE rw SET v = {i} WHERE id = 1");
-        match i % 4 {
-            0 => {
-                c.simple_query(&update).await.unwrap();
-            }
-            1 => {
-                c.execute("UPDATE rw SET v = $1 WHERE id = 1", &[&i])
-                    .await
-                    .unwrap();
-            }
-            2 => {
-                c.simple_query("BEGIN").await.unwrap();
-                c.simple_query(&update).await.unwrap();
-                c.simple_query("COMMIT").await.unwrap();
-            }
-            _ => {
-                let block = format!("BEGIN; {update}; COMMIT");
-                c.simple_query(&block).await.unwrap();
-            }
-        }
-        let rows = simple_rows(
-            &c.simple_query("SELECT v, pg_is_in_recovery() FROM rw WHERE id = 1")
-                .await
-                .unwrap(),
-        );
-        stale += u32::from(rows[0][0].as_deref() != Some(&i.to_string()));
-        on_replica += u32::from(rows[0][1].as_deref() == Some("t"));
-        if i % 100 == 99 {
-            // Until the replica has replayed the write and serves the
-            // read (at most 5 s), every read still sees it.
-            for _ in 0..100 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let rows = simple_rows(
-                    &c.simple_query("SELECT v, pg_is_in_recovery() FROM rw WHERE id = 1")
-                        .await
-                        .unwrap(),
-                );
-                stale += u32::from(rows[0][0].as_deref() != Some(&i.to_string()));
-                if rows[0][1].as_deref() == Some("t") {
-                    on_replica += 1;
-                    break;
-                }
-            }
-        }
-    }
-    (stale, on_replica)
-}
-
 /// The same 1,000 sequences from psycopg 3, by both protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_reads_its_own_writes() {
@@ -253,7 +199,7 @@ static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
 /// with 25006 and run again on the primary: the client gets its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_the_replica_refuses_runs_on_the_primary() {
-    let (env, _replica, c) = with_lying_function().await;
+    let (env, _replica, c) = with_lying_function(|_| {}).await;
     // The function on the replica first, so the read is tried there.
     for _ in 0..500 {
         if in_recovery(&c).await {

@@ -205,6 +205,9 @@ pub struct Pool {
     limits: limit::Limits,
     /// Its listening connection's state (`listen.rs`).
     pub listener: listen::Listener,
+    /// Its connections to the replicas, leased for a read
+    /// (`relay/replica/`).
+    pub replicas: Arc<crate::replicas::spare::Spare>,
 }
 
 /// What a server makes of a set of startup parameters: the values it
@@ -353,7 +356,17 @@ impl Pool {
             resets: Default::default(),
             limits,
             listener: Default::default(),
+            replicas: crate::replicas::spare::Spare::new(size),
         }
+    }
+
+    /// The session defaults an idle connection's last client learned
+    /// (`ServerConnection::settings`): one pool is one role and database,
+    /// so a session that has had no connection yet may go by them (a read
+    /// only transaction on a replica needs its default isolation).
+    pub fn idle_settings(&self) -> Option<crate::protocol::settings::Settings> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.idle.iter().find_map(|i| i.conn.settings.clone())
     }
 
     /// What the server reports for a login's startup parameters, once

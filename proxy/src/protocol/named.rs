@@ -20,6 +20,13 @@ pub struct Named {
     client: FxHashMap<String, Bytes>,
 }
 
+impl Named {
+    /// The Parse that made the client's statement `name`.
+    pub(super) fn parse_of(&self, name: &str) -> Option<&Bytes> {
+        self.client.get(name)
+    }
+}
+
 impl Protocol {
     /// Before a client's Parse, Bind, Describe or Close of a named
     /// statement goes upstream: the server's statement under that name is

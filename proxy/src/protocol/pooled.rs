@@ -268,6 +268,11 @@ impl Protocol {
         answered
     }
 
+    /// The session is pinned to its server connection.
+    pub fn pinned(&self) -> bool {
+        self.pin.is_some()
+    }
+
     /// The session keeps its server connection until it ends.
     pub fn pin_session(&mut self, why: &'static str) {
         if self.pin.is_some() {

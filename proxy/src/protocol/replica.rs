@@ -43,6 +43,9 @@ pub(super) struct Floor {
     group_open: bool,
     /// An LSN query goes right behind the message being forwarded.
     due: bool,
+    /// A pooled session's default isolation before it has had a
+    /// connection (`note_pool_isolation`).
+    pub(super) pool_isolation: Option<onetrip_planner::classify::IsolationLevel>,
     /// The session's named statements on its replica connection
     /// (`replica_group.rs`).
     pub(super) named: super::replica_group::ReplicaNamed,
@@ -76,6 +79,12 @@ impl Protocol {
     /// Why the session's reads stay on the primary, if they do for good.
     pub fn replicas_barred(&self) -> Option<&'static str> {
         self.replica.as_ref().and_then(|f| f.barred)
+    }
+
+    /// Reads of this session may go to replicas now (`route_reads`, and
+    /// nothing set up that bars them).
+    pub fn routes_reads(&self) -> bool {
+        self.replica.as_ref().is_some_and(|f| f.barred.is_none())
     }
 
     /// The floor a replica must have replayed to serve the client's next

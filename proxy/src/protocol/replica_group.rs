@@ -117,10 +117,16 @@ impl Protocol {
     /// (nothing is in flight while a read may be routed), and it is a pure
     /// read.
     fn replica_statement(&mut self, name: &str) -> bool {
+        // Answered from the pool's descriptions: checked on the primary
+        // first (`told/`), where its first use goes.
+        if self.unchecked_told(name) {
+            return false;
+        }
         let Some(f) = self.replica.as_deref() else {
             return false;
         };
-        let Some(parse) = f.named.client.get(name).cloned() else {
+        let pooled = self.pooled.then_some(&self.named);
+        let Some(parse) = client_parse(&f.named, pooled, name).cloned() else {
             return false;
         };
         let Some((_, text)) = frontend::parse(&parse) else {
@@ -207,6 +213,7 @@ impl Protocol {
     /// owing one completion. Recorded as held at once: a failure among
     /// them must be told (`replica_ahead_failed`).
     pub fn replica_ahead(&mut self, group: &[u8], out: &mut BytesMut) -> usize {
+        let pooled = self.pooled.then_some(&self.named);
         let Some(f) = self.replica.as_deref_mut() else {
             return 0;
         };
@@ -228,7 +235,7 @@ impl Protocol {
             let Some(name) = name.filter(|s| !s.is_empty()) else {
                 continue;
             };
-            let Some(parse) = named.client.get(name) else {
+            let Some(parse) = client_parse(named, pooled, name) else {
                 continue;
             };
             if named.on_replica.get(name) == Some(parse) {
@@ -240,6 +247,26 @@ impl Protocol {
             named.on_replica.insert(name.to_owned(), parse.clone());
         }
         n
+    }
+
+    /// A pooled replica connection is leased: what it holds (`held`)
+    /// becomes the session's view of it.
+    pub fn replica_connection_leased(&mut self, held: crate::replicas::spare::Statements) {
+        if let Some(f) = self.replica.as_deref_mut() {
+            f.named.on_replica = held;
+            f.named.to_close.clear();
+        }
+    }
+
+    /// A pooled replica connection goes back to its pool, with what it
+    /// holds: the next client to lease it judges by the Parses themselves,
+    /// so closes still due are not needed there.
+    pub fn replica_connection_given_back(&mut self) -> crate::replicas::spare::Statements {
+        let Some(f) = self.replica.as_deref_mut() else {
+            return Default::default();
+        };
+        f.named.to_close.clear();
+        std::mem::take(&mut f.named.on_replica)
     }
 
     /// What was sent ahead of a read failed, or its outcome is unknown:
@@ -258,8 +285,28 @@ impl Protocol {
         if let Some((s, e)) = g.unnamed_parse {
             self.unnamed_fix = Some(UnnamedFix::Reparse(group.slice(s..e)));
             self.flight.forget("");
+            if self.pooled {
+                // What a later connection is to make again, once the fix
+                // has made it on one (`switched_upstream`).
+                self.unnamed_parse.clear();
+                self.unnamed_parse.extend_from_slice(&group[s..e]);
+            }
         }
     }
+}
+
+/// The Parse of the client's statement `name`: kept as it went to the
+/// primary, or, pooled, as the session keeps it to make it on any
+/// connection (answered from the pool's descriptions included).
+fn client_parse<'a>(
+    named: &'a ReplicaNamed,
+    pooled: Option<&'a super::named::Named>,
+    name: &str,
+) -> Option<&'a Bytes> {
+    named
+        .client
+        .get(name)
+        .or_else(|| pooled.and_then(|p| p.parse_of(name)))
 }
 
 #[cfg(test)]

@@ -28,9 +28,13 @@ impl Protocol {
     /// read only already (else a plain BEGIN).
     pub fn held_begin_for_replica(&self) -> Option<(Bytes, bool)> {
         let held = self.txn.held.as_ref()?;
-        if held.parse.is_some()
-            || self.settings.default_isolation() != Some(IsolationLevel::ReadCommitted)
-        {
+        // A pooled session that has had no connection yet goes by the
+        // default its pool's connections were found to have.
+        let isolation = match self.settings.asked() || self.own_defaults {
+            true => self.settings.default_isolation(),
+            false => self.replica.as_ref().and_then(|f| f.pool_isolation),
+        };
+        if held.parse.is_some() || isolation != Some(IsolationLevel::ReadCommitted) {
             return None;
         }
         let h = frame::peek_header(&held.frames, usize::MAX).ok()??;
@@ -39,6 +43,15 @@ impl Protocol {
         }
         let read_only = begin_mode(frontend::query_text(&held.frames)?)?;
         Some((held.frames.clone(), read_only))
+    }
+
+    /// The default isolation of the pool's connections, as an idle one's
+    /// last client learned it (`Pool::idle_settings`): one pool is one
+    /// role and database, so the same default.
+    pub fn note_pool_isolation(&mut self, isolation: Option<IsolationLevel>) {
+        if let Some(f) = self.replica.as_deref_mut() {
+            f.pool_isolation = isolation;
+        }
     }
 
     /// The simple Query `msg` is `SET TRANSACTION READ ONLY` alone.

@@ -72,9 +72,12 @@ pub(crate) async fn relay(
     startup_raw: &bytes::Bytes,
 ) -> Outcome {
     let mut b = bufs;
-    // Reads routed to replicas, for a session in session mode; its replica
-    // connection lasts as long as this loop.
+    // Reads routed to replicas, for a session in session mode, or a pooled
+    // one once it is pinned (its reads go to replicas between transactions
+    // until then: `session::pooled`); its replica connection lasts as long
+    // as this loop.
     let mut detour = Detour::new(&shared.replicas, proto, startup_raw);
+    let mut may_pin = proto.pooled && detour.is_none() && proto.routes_reads();
     let c = proto.info.clone();
     // Kept across loop turns: a simulated delay must not restart.
     let mut timer: Option<(Instant, Sleep)> = None;
@@ -83,8 +86,12 @@ pub(crate) async fn relay(
     let wakers = Wakers::new();
     let mut turns = 0u32;
     let end = loop {
+        if may_pin && proto.pinned() {
+            may_pin = false;
+            detour = Detour::new(&shared.replicas, proto, startup_raw);
+        }
         let detoured = match detour.as_mut() {
-            Some(d) => d.route(io, proto, &mut b, forced).await,
+            Some(d) => d.route(&mut io.client, proto, &mut b, forced).await,
             None => Detoured::No,
         };
         let processed = match detoured {

@@ -2,10 +2,12 @@
 //! replay position and state, polled by a watcher task of its own
 //! (`monitor.rs`) and read by sessions with plain atomic loads, so routing
 //! a read takes no lock. A session's own replica connection is in
-//! `relay/replica/`.
+//! `relay/replica/`; a transaction pool's, shared by its clients, in
+//! `spare.rs`.
 
 mod conn;
 mod monitor;
+pub mod spare;
 
 use std::{
     sync::{

@@ -38,6 +38,7 @@ use crate::{
         Bufs, Closer, End, Outcome,
         epoll::{self as fast},
         give_back_room,
+        replica::Detour,
         task::relay,
     },
     shared::Shared,
@@ -75,15 +76,21 @@ async fn run_on(
     // What the login gives is handed on in a block of its own, so that
     // none of it stays in this future's state while the session relays.
     let (info, relaying) = {
-        let Some((proto, ready, pooled)) = login.await else {
+        let Some((mut proto, ready, pooled)) = login.await else {
             return;
         };
         let info = proto.info.clone();
+        // Made before the first statement: the floor counts every write.
+        let detour = pooled.as_ref().and_then(|p| {
+            let spare = p.pool.replicas.clone();
+            Detour::pooled(&shared.replicas, &mut proto, &startup_raw, spare)
+        });
         let session = Session {
             startup_raw,
             shared: shared.clone(),
             span: span.clone(),
             pooled,
+            detour,
         };
         (info, relaying(proto, ready, session, worker))
     };
@@ -147,6 +154,8 @@ struct Session {
     /// Boxed: it moves between this and the worker's table at every
     /// stretch, and each keeps room for it.
     pooled: Option<Held>,
+    /// A pooled session's reads routed to replicas, between transactions.
+    detour: Option<Box<Detour>>,
 }
 
 type Lived = Pin<Box<dyn Future<Output = Option<Box<Protocol>>> + Send>>;
@@ -442,10 +451,11 @@ async fn between_transactions(
     let next = match (s.pooled.as_mut(), sockets) {
         (Some(pooled), Ok((c, u))) => {
             let shared = &s.shared;
+            let detour = s.detour.as_deref_mut();
             // Boxed, as the rarer awaits below: what the session holds while
             // it relays stays small.
             Box::pin(
-                pooled::between(c, u, stopped, &mut b, proto, pooled, shared, forced)
+                pooled::between(c, u, stopped, &mut b, proto, pooled, shared, forced, detour)
                     .instrument(s.span.clone()),
             )
             .await

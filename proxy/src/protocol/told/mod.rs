@@ -370,6 +370,12 @@ impl Protocol {
         }
     }
 
+    /// The client's statement `name` was answered here and not yet
+    /// checked on a server.
+    pub(super) fn unchecked_told(&self, name: &str) -> bool {
+        self.told_here.told.contains_key(name)
+    }
+
     /// An answer to a check of a told statement; true when it goes to the
     /// client (an error: the server's own answer for the message that used
     /// the statement, which it then skips).

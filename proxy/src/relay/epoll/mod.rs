@@ -99,8 +99,11 @@ pub(crate) fn may_relay(proto: &Protocol) -> bool {
     let config = &proto.services.config;
     let up = &config.upstream;
     // Reads routed to replicas wait for their answer in the session's task
-    // (`relay/replica/`).
-    let routes_reads = config.replicas.any() && !proto.pooled;
+    // (`relay/replica/`): a pooled session's, between transactions.
+    let routes_reads = match proto.pooled {
+        false => config.replicas.any(),
+        true => proto.routes_reads(),
+    };
     worker::here() && up.rtt.is_zero() && up.busy_poll.is_zero() && !routes_reads
 }
 

@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Conn;
 use crate::{
-    net::Pair,
+    net::Stream,
     replicas,
     wire::{backend, frame, tag},
 };
@@ -65,7 +65,7 @@ pub(super) async fn exchange(
     conn: &mut Conn,
     out: &[u8],
     plan: Plan,
-    io: &mut Pair,
+    client: &mut Stream,
     max_held: usize,
     sent: &mut u64,
 ) -> Exchange {
@@ -195,7 +195,7 @@ pub(super) async fn exchange(
         if answer.len() > max_held {
             streamed = true;
             *sent += answer.len() as u64;
-            if let Err(e) = io.client.write_all(&answer).await {
+            if let Err(e) = client.write_all(&answer).await {
                 return Exchange::Lost(format!("client write: {e}"));
             }
             answer.clear();

@@ -1,10 +1,12 @@
-//! A session's reads on a replica (`[replicas]`, session mode, this
-//! task's relay): at a quiet moment, a simple Query, or a whole group of
+//! A session's reads on a replica (`[replicas]`; in session mode in this
+//! task's relay, in transaction pooling between transactions, in
+//! `session::pooled::between`): at a quiet moment, a simple Query, or a whole group of
 //! extended-protocol messages up to its Sync, at the head of the client's
 //! bytes that the planner proves pure reads (`protocol/replica.rs`,
 //! `protocol/replica_group.rs`) goes to a replica that has replayed the
 //! client's floor, on the session's own replica connection, opened at its
-//! first such read and kept. Named statements a group binds are made there
+//! first such read and kept (session mode), or on one of its pool's,
+//! leased for the read and given back (`lease.rs`). Named statements a group binds are made there
 //! from the client's own Parse, sent ahead in the same write on their
 //! first use on that connection. The read waits for its whole answer there
 //! (the session has nothing else in flight), with `SELECT
@@ -17,6 +19,7 @@
 //! client hears of it.
 
 mod exchange;
+mod lease;
 
 use std::{
     sync::{Arc, atomic::Ordering::Relaxed},
@@ -27,12 +30,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::{Bufs, Closer, End};
+use super::{Closer, End, Room};
 use crate::{
     config::Consistency,
-    net::Pair,
+    net::Stream,
     protocol::{Protocol, ReadGroup},
-    replicas::{self, Replicas},
+    replicas::{self, Replicas, spare::Spare},
     stats::Counters,
     wire::{frame, startup, tag},
 };
@@ -46,7 +49,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 pub(crate) struct Detour {
     replicas: Arc<Replicas>,
     /// The client's startup parameters, for its replica connections.
-    params: Vec<(String, String)>,
+    params: Arc<[(String, String)]>,
+    /// Transaction pooling: the pool's replica connections, one leased
+    /// per read or read only transaction.
+    spare: Option<Arc<Spare>>,
     conn: Option<Conn>,
     /// Where the session starts looking for a replica: sessions spread
     /// their reads.
@@ -71,6 +77,8 @@ struct Conn {
     replica: usize,
     tcp: TcpStream,
     buf: BytesMut,
+    /// A pooled connection's place under its pool's cap.
+    place: Option<replicas::spare::Place>,
 }
 
 /// What became of the client's next message.
@@ -91,13 +99,39 @@ pub(crate) enum Detoured {
 
 impl Detour {
     /// The session's detour, if its reads may go to replicas: some are
-    /// configured, it is not pooled, and it is no replication connection.
+    /// configured, it is no replication connection, and it is not pooled
+    /// or is pinned (it then keeps its connection as in session mode, and
+    /// its own replica connection with it).
     pub(crate) fn new(
         replicas: &Arc<Replicas>,
         proto: &mut Protocol,
         startup_raw: &Bytes,
     ) -> Option<Detour> {
-        if replicas.is_empty() || proto.pooled {
+        if proto.pooled && !proto.pinned() {
+            return None;
+        }
+        Self::make(replicas, proto, startup_raw, None)
+    }
+
+    /// A pooled session's detour, over its pool's replica connections
+    /// (`spare`): made as the session starts, so that the floor counts
+    /// every write it sends.
+    pub(crate) fn pooled(
+        replicas: &Arc<Replicas>,
+        proto: &mut Protocol,
+        startup_raw: &Bytes,
+        spare: Arc<Spare>,
+    ) -> Option<Box<Detour>> {
+        Self::make(replicas, proto, startup_raw, Some(spare)).map(Box::new)
+    }
+
+    fn make(
+        replicas: &Arc<Replicas>,
+        proto: &mut Protocol,
+        startup_raw: &Bytes,
+        spare: Option<Arc<Spare>>,
+    ) -> Option<Detour> {
+        if replicas.is_empty() {
             return None;
         }
         let Ok(startup::StartupMessage::Startup { params, .. }) =
@@ -112,7 +146,8 @@ impl Detour {
         proto.route_reads(config.replicas.consistency == Consistency::ReadYourWrites);
         Some(Detour {
             replicas: replicas.clone(),
-            params,
+            params: params.into(),
+            spare,
             conn: None,
             from: proto.info.id as usize % replicas.list.len(),
             connect_timeout: config.upstream.connect_timeout,
@@ -129,16 +164,32 @@ impl Detour {
     }
 
     /// Runs the client's next message on a replica if it may go there.
+    /// A pooled session's connection goes back to its pool after it,
+    /// unless a read only transaction goes on there.
     pub(crate) async fn route(
         &mut self,
-        io: &mut Pair,
+        io: &mut Stream,
         proto: &mut Protocol,
-        b: &mut Bufs,
+        b: &mut Room,
         forced: &mut Closer,
     ) -> Detoured {
-        if self.txn.is_some() {
-            return self.route_in_txn(io, proto, b, forced).await;
+        let routed = match self.txn.is_some() {
+            true => self.route_in_txn(io, proto, b, forced).await,
+            false => self.route_read(io, proto, b, forced).await,
+        };
+        if self.spare.is_some() {
+            self.give_back(proto);
         }
+        routed
+    }
+
+    async fn route_read(
+        &mut self,
+        io: &mut Stream,
+        proto: &mut Protocol,
+        b: &mut Room,
+        forced: &mut Closer,
+    ) -> Detoured {
         if b.to_up.wants_write() || b.to_client.wants_write() {
             return Detoured::No;
         }
@@ -250,9 +301,9 @@ impl Detour {
     /// Nothing goes to the primary before that is decided.
     async fn route_in_txn(
         &mut self,
-        io: &mut Pair,
+        io: &mut Stream,
         proto: &mut Protocol,
-        b: &mut Bufs,
+        b: &mut Room,
         forced: &mut Closer,
     ) -> Detoured {
         if b.to_client.wants_write() || !whole_head(&b.cin) {
@@ -344,7 +395,7 @@ impl Detour {
     fn served(
         &mut self,
         proto: &mut Protocol,
-        b: &mut Bufs,
+        b: &mut Room,
         len: usize,
         group: Option<ReadGroup>,
         answer: Bytes,
@@ -385,6 +436,11 @@ impl Detour {
             return false;
         }
         self.conn = None;
+        let place = match self.lease(i, proto) {
+            lease::Leased::Conn => return true,
+            lease::Leased::Open(place) => place,
+            lease::Leased::No => return false,
+        };
         let params: Vec<(&str, &str)> = self
             .params
             .iter()
@@ -399,6 +455,7 @@ impl Detour {
                     replica: i,
                     tcp,
                     buf,
+                    place,
                 });
                 self.retry_at = None;
                 true
@@ -412,7 +469,7 @@ impl Detour {
     }
 
     /// Sends `out`; reads the answers `plan` says it holds.
-    async fn run(&mut self, plan: Plan, io: &mut Pair) -> Ran {
+    async fn run(&mut self, plan: Plan, io: &mut Stream) -> Ran {
         let Some(conn) = self.conn.as_mut() else {
             return Ran::Refused("no connection".into());
         };
@@ -494,7 +551,7 @@ fn first_message(cin: &[u8]) -> &[u8] {
 /// is not of the extended protocol, or a whole run of them up to the
 /// first message that is not (a Sync; a Flush, after which the client
 /// may wait, and which goes to the primary).
-fn whole_head(cin: &[u8]) -> bool {
+pub(crate) fn whole_head(cin: &[u8]) -> bool {
     frame::messages(cin).any(|(t, _)| {
         !matches!(
             t,

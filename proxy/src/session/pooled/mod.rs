@@ -23,12 +23,14 @@ mod auth_query;
 mod listen;
 pub(super) mod login;
 pub(super) mod password;
+mod replica;
+mod wait;
 use crate::{
     auth::{Credential, scram::ScramError},
     net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
     protocol::{Protocol, ServerConnection},
-    relay::{Closer, End, Room, give_back_room, reserve},
+    relay::{Closer, End, Room, give_back_room, replica::Detour},
     shared::Shared,
     stats::Counters,
     wire::{
@@ -39,6 +41,8 @@ use crate::{
         write::{self, Severity},
     },
 };
+pub(crate) use wait::notified;
+use wait::{read_from_client, wait_for_client};
 
 /// Why a pooled session could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -344,7 +348,8 @@ pub async fn answer_first(
 /// client in the runtime has them read into it here). Plain sockets enter
 /// the runtime only to be waited on (the client's first bytes, a settings
 /// replay), so a session that only waits for a connection goes back to
-/// the worker's epoll without two more registrations each.
+/// the worker's epoll without two more registrations each. With
+/// `detour`, reads go to replicas from here (`replica.rs`).
 #[allow(clippy::too_many_arguments)]
 pub async fn between(
     client: Client,
@@ -355,6 +360,7 @@ pub async fn between(
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
     forced: &mut Closer,
+    detour: Option<&mut Detour>,
 ) -> Next {
     let info = proto.info.clone();
     if let Some(upstream) = upstream {
@@ -373,7 +379,7 @@ pub async fn between(
         Some(End::Release) | None => {}
         Some(_) => return Next::End,
     }
-    let mut client = match next_bytes(client, b, proto, pooled, shared, forced).await {
+    let mut client = match next_bytes(client, b, proto, pooled, shared, forced, detour).await {
         Some(Needs::Go(c)) => c,
         Some(Needs::Answered(c)) => return Next::Wait(c),
         None => return Next::End,
@@ -469,7 +475,8 @@ async fn unless_gone<F: std::future::Future>(
 /// left, said goodbye, or the session was closed and its client told
 /// why). What a client in the runtime sends that needs no connection (a
 /// BEGIN the session holds, its end, Closes alone) is answered here, as
-/// the worker's relay answers it, and the wait goes on.
+/// the worker's relay answers it, and the wait goes on; so is a read a
+/// replica runs (`detour`), for which a plain client enters the runtime.
 async fn next_bytes(
     mut client: Client,
     b: &mut Room,
@@ -477,8 +484,19 @@ async fn next_bytes(
     pooled: &mut Pooled,
     shared: &Arc<Shared>,
     forced: &mut Closer,
+    mut detour: Option<&mut Detour>,
 ) -> Option<Needs> {
     loop {
+        let routes = detour.is_some() && proto.routes_reads();
+        if routes && let Client::Plain(c) = client {
+            client = match Client::Plain(c).into_stream() {
+                Ok(s) => Client::Runtime(s),
+                Err(e) => {
+                    warn!("session closed: its client socket could not wait: {e}");
+                    return None;
+                }
+            };
+        }
         if b.cin.is_empty() {
             client = wait_for_client(client, &mut b.cin, proto, forced).await?;
         }
@@ -497,10 +515,25 @@ async fn next_bytes(
             if matches!(client, Client::Plain(_)) {
                 return Some(Needs::Answered(client));
             }
-        } else if !matches!(client, Client::Runtime(_))
-            || !proto.answer_alone(&mut b.cin, &mut b.to_client)
-        {
-            return Some(Needs::Go(client));
+        } else {
+            let routed = match detour.as_deref_mut() {
+                Some(d) if routes => {
+                    replica::route(client, b, proto, d, &pooled.pool, forced).await
+                }
+                _ => replica::Routed::No(client),
+            };
+            client = match routed {
+                replica::Routed::Served(c) => c,
+                replica::Routed::No(c) => {
+                    if !matches!(c, Client::Runtime(_))
+                        || !proto.answer_alone(&mut b.cin, &mut b.to_client)
+                    {
+                        return Some(Needs::Go(c));
+                    }
+                    c
+                }
+                replica::Routed::End => return None,
+            };
         }
         let limit = proto.services.config.limits.client_write_timeout;
         client = match client.write(&mut b.to_client, limit).await {
@@ -515,106 +548,6 @@ async fn next_bytes(
             give_back_room(&mut b.cin);
         }
     }
-}
-
-/// Waits for the client's next bytes (`None`: it left, or the session was
-/// closed and its client told why). A plain socket is
-/// peeked at, its bytes left for the relay; a stream in the runtime is
-/// read into `cin`, since TLS may hold what the socket no longer shows.
-async fn wait_for_client(
-    client: Client,
-    cin: &mut BytesMut,
-    proto: &mut Protocol,
-    forced: &mut Closer,
-) -> Option<Client> {
-    let client = match client {
-        Client::Plain(c) => tokio::net::TcpStream::from_std(c),
-        Client::Runtime(s) => return read_from_client(s, cin, proto, forced).await,
-    };
-    let mut client = match client {
-        Ok(c) => c,
-        Err(e) => {
-            warn!("session closed: its client socket could not wait: {e}");
-            return None;
-        }
-    };
-    let mut first = [0u8; 5];
-    let peeked = loop {
-        deliver(&mut client, proto).await?;
-        let notes = proto.notes().cloned();
-        tokio::select! {
-            biased;
-            end = &mut *forced => {
-                farewell(Client::Runtime(Stream::Plain(client)), end, proto).await;
-                return None;
-            }
-            () = notified(notes.as_deref()) => deliver(&mut client, proto).await?,
-            r = client.peek(&mut first) => break r,
-        }
-    };
-    match peeked {
-        // Gone, or saying goodbye: no connection is taken for that.
-        Ok(0) | Err(_) => None,
-        Ok(5) if first == write::TERMINATE => None,
-        Ok(_) => client.into_std().ok().map(Client::Plain),
-    }
-}
-
-/// Reads a client's next bytes into `cin`. The session holds no read room
-/// while it waits: what comes is read here first, then moved to the room
-/// the relay reads into.
-async fn read_from_client(
-    mut client: Stream,
-    cin: &mut BytesMut,
-    proto: &mut Protocol,
-    forced: &mut Closer,
-) -> Option<Client> {
-    let mut first = [0u8; 512];
-    let read = loop {
-        deliver(&mut client, proto).await?;
-        let notes = proto.notes().cloned();
-        tokio::select! {
-            biased;
-            end = &mut *forced => {
-                farewell(Client::Runtime(client), end, proto).await;
-                return None;
-            }
-            () = notified(notes.as_deref()) => deliver(&mut client, proto).await?,
-            r = client.read(&mut first) => break r,
-        }
-    };
-    let n = match read {
-        // Gone: no connection is taken for that.
-        Ok(0) | Err(_) => return None,
-        Ok(n) => n,
-    };
-    Counters::add(&proto.info.counters.bytes_from_client, n as u64);
-    reserve(cin);
-    cin.extend_from_slice(&first[..n]);
-    Some(Client::Runtime(client))
-}
-
-/// Ready when the pool's listening connection left something for the
-/// session (never, for one that has not listened).
-pub(crate) async fn notified(notes: Option<&crate::protocol::Inbox>) {
-    match notes {
-        Some(n) => n.wake.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Writes the notifications waiting for an idle client; `None` when it
-/// could not take them.
-async fn deliver<W: AsyncWrite + Unpin>(client: &mut W, proto: &mut Protocol) -> Option<()> {
-    let mut queue = WriteQueue::default();
-    if proto.deliver_notes(&mut queue) {
-        let limit = proto.services.config.limits.client_write_timeout;
-        if let Err(why) = write_within(client, &mut queue, limit).await {
-            debug!("session closed: {why}");
-            return None;
-        }
-    }
-    Some(())
 }
 
 /// The session ends between two transactions, for shutdown or its idle
