@@ -30,6 +30,7 @@ use super::described::{Description, Descriptions};
 use super::*;
 
 mod alone;
+mod parsed;
 
 /// PostgreSQL's text for a prepared statement whose rows changed shape.
 const STALE: &str = "cached plan must not change result type";
@@ -70,6 +71,8 @@ pub struct Told {
     open: bool,
     /// DDL went up: the descriptions are dropped again once it is over.
     ddl_pending: bool,
+    /// Parses on their way whose success the pool may learn.
+    parsed: parsed::Learning,
 }
 
 struct Learn {
@@ -224,6 +227,7 @@ impl Protocol {
                     }
                 }
                 self.learn_from(msg, sql);
+                self.learn_parse(msg, sql);
             }
             tag::QUERY => {
                 self.told_here.told.remove("");
