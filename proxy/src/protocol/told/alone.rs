@@ -108,11 +108,8 @@ impl Protocol {
             return false;
         }
         let analysis = self.coalescer.analyses.of(&sql);
-        let ok = match described {
-            true => pure_read(&analysis),
-            false => parse_only_ok(&analysis),
-        };
-        if !ok {
+        let read = pure_read(&analysis);
+        if !read && !parse_only_ok(&analysis) {
             return false;
         }
         let sql = sql.with_analysis(analysis);
@@ -152,6 +149,7 @@ impl Protocol {
                     key,
                     told: d,
                     reparsed: false,
+                    read,
                 },
             );
         }
