@@ -193,10 +193,11 @@ async fn a_change_onetrip_did_not_see_gives_the_stale_statement_error() {
     assert_eq!(counts(&env).await, (1, 1));
 }
 
-/// Only pure reads are answered here: a write's Parse goes to the server
-/// each time, and so does one of a text never described.
+/// A write's Parse and Describe are answered here too once described
+/// (its run waits for its check), and one of a text never described goes
+/// to the server.
 #[tokio::test]
-async fn writes_and_new_texts_go_to_the_server() {
+async fn writes_are_told_and_new_texts_go_to_the_server() {
     let env = pooled(1).await;
     reset(env.pg.port()).await;
     let port = env.proxy_port();
@@ -206,7 +207,7 @@ async fn writes_and_new_texts_go_to_the_server() {
         assert_eq!(step(&mut a, &prepare("", write)).await, "1 t n ZI");
         assert_eq!(step(&mut a, &raw::bind_execute_sync("")).await, "2 C ZI");
     }
-    assert_eq!(counts(&env).await, (0, 0));
+    assert_eq!(counts(&env).await, (1, 0));
     let mut direct = raw::connect_ready(env.pg.port()).await;
     assert_eq!(
         step(&mut direct, &raw::query("select count(*) from described_t")).await,
@@ -325,4 +326,51 @@ async fn a_write_before_a_stale_statement_in_its_group_is_rolled_back() {
     assert!(heard[0][5].contains("0A000"), "{:#?}", heard[0]);
     assert!(heard[0][6].contains("D[Some(\"2\")]"), "{:#?}", heard[0]);
     assert_eq!(counts(&env).await, (1, 1));
+}
+
+/// A write told here whose table changed before its run (unseen by
+/// onetrip) fails as a dedicated connection's stale statement does, in a
+/// group of its own and inside a block, and never runs: its rows are not
+/// written. Unchanged, it runs.
+async fn stale_write(a: &mut TcpStream, b: &mut TcpStream, c: &mut TcpStream) -> Vec<String> {
+    let write = "insert into described_t values (5) returning *";
+    let plain = "insert into described_t values (6)";
+    let mut heard = Vec::new();
+    for sql in [write, plain] {
+        heard.push(step(a, &prepare("", sql)).await);
+        heard.push(step(a, &raw::bind_execute_sync("")).await);
+    }
+    heard.push(step(b, &prepare("w", write)).await);
+    heard.push(step(b, &prepare("p", plain)).await);
+    heard.push(step(b, &prepare("w2", write)).await);
+    heard.push(step(c, &raw::query("alter table described_t add column b int")).await);
+    heard.push(step(b, &raw::bind_execute_sync("w")).await);
+    heard.push(step(b, &raw::query("begin")).await);
+    heard.push(step(b, &raw::bind_execute_sync("w2")).await);
+    heard.push(step(b, &raw::query("rollback")).await);
+    heard.push(step(b, &raw::bind_execute_sync("p")).await);
+    heard.push(step(b, &raw::query("select count(*) from described_t")).await);
+    heard
+}
+
+#[tokio::test]
+async fn a_told_write_whose_table_changed_never_runs() {
+    let env = pooled(1).await;
+    let mut heard = Vec::new();
+    for port in [env.pg.port(), env.proxy_port()] {
+        reset(env.pg.port()).await;
+        let (mut a, mut b) = (
+            raw::connect_ready(port).await,
+            raw::connect_ready(port).await,
+        );
+        let mut c = raw::connect_ready(env.pg.port()).await;
+        heard.push(stale_write(&mut a, &mut b, &mut c).await);
+    }
+    assert_eq!(heard[1], heard[0]);
+    let stale = heard[0].iter().filter(|s| s.contains("0A000")).count();
+    assert_eq!(stale, 2, "{:#?}", heard[0]);
+    // 2 rows, A's 2 writes, B's plain one: B's changed write never ran.
+    assert!(heard[0][13].contains("D[Some(\"5\")]"), "{:#?}", heard[0]);
+    // B's three Parses; its two runs of the changed one.
+    assert_eq!(counts(&env).await, (3, 2), "{:#?}", heard[1]);
 }

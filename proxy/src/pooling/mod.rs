@@ -327,8 +327,9 @@ pub struct PoolRow {
     pub listen_channels: usize,
     /// Notifications handed to sessions.
     pub notifications: u64,
-    /// Parses answered here from the pool's descriptions, and statements
-    /// so told that the server then described otherwise.
+    /// Parses answered here from what the pool's servers parsed and
+    /// described, and statements so told that the server then described
+    /// otherwise.
     pub parses_answered: u64,
     pub descriptions_changed: u64,
 }

@@ -1,7 +1,7 @@
-//! What the server said of statements it parsed and described, kept per
-//! pool (one database and role) so that a client's Parse and Describe of a
-//! text already described there can be answered without a server
-//! connection (`told/`). Shared by the pool's sessions behind a lock that
+//! What the server said of statements it parsed (and described), kept per
+//! pool (one database and role) so that a client's Parse (and Describe) of
+//! a text already parsed (described) there can be answered without a
+//! server connection (`told/`). Shared by the pool's sessions behind a lock that
 //! only a Parse looked up here, a description learned, or DDL takes: the
 //! forwarding of every other message never touches it.
 
@@ -38,12 +38,31 @@ impl Description {
     }
 }
 
+fn size_of(d: &Option<Description>) -> usize {
+    d.as_ref().map_or(0, Description::bytes)
+}
+
 #[derive(Default)]
 struct Entries {
     /// Keyed by the Parse message past its statement name: the text and the
-    /// parameter types as the client gave them.
-    map: FxHashMap<Bytes, Description>,
+    /// parameter types as the client gave them. `None`: parsed, never
+    /// described.
+    map: FxHashMap<Bytes, Option<Description>>,
     bytes: usize,
+}
+
+impl Entries {
+    /// Entries dropped until one of `size` bytes fits.
+    fn make_room(&mut self, size: usize) {
+        while self.map.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
+            let Some(k) = self.map.keys().next().cloned() else {
+                break;
+            };
+            if let Some(old) = self.map.remove(&k) {
+                self.bytes -= k.len() + size_of(&old);
+            }
+        }
+    }
 }
 
 /// One pool's descriptions, and what they were used for.
@@ -53,7 +72,7 @@ pub struct Descriptions {
     /// Raised by every DDL seen: a description learned across one is not
     /// kept (`learned`).
     generation: AtomicU64,
-    /// Parses answered here.
+    /// Parses answered here (described or not).
     pub answered: AtomicU64,
     /// Statements told here whose description the server then gave
     /// differently (the client got 0A000).
@@ -71,7 +90,31 @@ impl Descriptions {
 
     /// The description kept for a Parse whose body past its name is `key`.
     pub fn get(&self, key: &[u8]) -> Option<Description> {
-        self.lock().map.get(key).cloned()
+        self.lock().map.get(key).cloned().flatten()
+    }
+
+    /// A Parse whose body past its name is `key` succeeded on a server of
+    /// the pool since the last DDL seen.
+    pub fn parsed_before(&self, key: &[u8]) -> bool {
+        self.lock().map.contains_key(key)
+    }
+
+    /// Parses of `keys` that the server accepted, sent when the generation
+    /// was `generation`: kept unless DDL came since (a description kept
+    /// stays). Copied, as in `learned`.
+    pub fn parsed<'a>(&self, generation: u64, keys: impl Iterator<Item = &'a Bytes>) {
+        let mut e = self.lock();
+        if self.generation() != generation {
+            return;
+        }
+        for key in keys {
+            if e.map.contains_key(&key[..]) || key.len() > MAX_BYTES {
+                continue;
+            }
+            e.make_room(key.len());
+            e.bytes += key.len();
+            e.map.insert(Bytes::copy_from_slice(key), None);
+        }
     }
 
     /// A description the server gave for `key`, asked for when the
@@ -96,25 +139,18 @@ impl Descriptions {
             return;
         }
         if let Some(old) = e.map.remove(&key) {
-            e.bytes -= key.len() + old.bytes();
+            e.bytes -= key.len() + size_of(&old);
         }
-        while e.map.len() >= MAX_ENTRIES || e.bytes + size > MAX_BYTES {
-            let Some(k) = e.map.keys().next().cloned() else {
-                break;
-            };
-            if let Some(old) = e.map.remove(&k) {
-                e.bytes -= k.len() + old.bytes();
-            }
-        }
+        e.make_room(size);
         e.bytes += size;
-        e.map.insert(key, d);
+        e.map.insert(key, Some(d));
     }
 
     /// `key`'s description proved out of date.
     pub fn forget(&self, key: &[u8]) {
         let mut e = self.lock();
         if let Some((k, old)) = e.map.remove_entry(key) {
-            e.bytes -= k.len() + old.bytes();
+            e.bytes -= k.len() + size_of(&old);
         }
     }
 
@@ -172,5 +208,19 @@ mod tests {
         );
         c.forget(b"x\0\0\0");
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn parsed_alone_tells_no_description_and_keeps_one() {
+        let c = Descriptions::default();
+        let (g, k) = (c.generation(), Bytes::from_static(b"update t\0\0\0"));
+        c.parsed(g, [&k].into_iter());
+        assert!(c.parsed_before(&k) && c.get(&k).is_none());
+        c.learned(g, k.clone(), d(b"n\0\0\0\x04"));
+        c.parsed(g, [&k].into_iter());
+        assert!(c.get(&k).is_some());
+        c.clear();
+        c.parsed(g, [&k].into_iter());
+        assert!(!c.parsed_before(&k));
     }
 }

@@ -148,6 +148,7 @@ impl Protocol {
     ) -> bool {
         if self.pooled {
             self.on_server_answer(t);
+            self.on_parse_answer(t);
         }
         if t == tag::ERROR_RESPONSE
             && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))

@@ -2,8 +2,9 @@
 //! and user), with PgBouncer's columns, and the resets its connections
 //! needed between clients, by reason; its listening connection (for
 //! sessions that LISTEN unpinned), the channels it listens on, and the
-//! notifications it handed to sessions; Parses answered from its
-//! descriptions, and statements so told that proved changed.
+//! notifications it handed to sessions; Parses answered from what its
+//! servers parsed and described, and statements so told that proved
+//! changed.
 
 use bytes::BytesMut;
 

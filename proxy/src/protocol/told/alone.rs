@@ -3,21 +3,30 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Entry, pure_read, used_name};
+use super::{Entry, parsed::parse_only_ok, pure_read, used_name};
 use crate::protocol::{cypher::may_route, *};
 
 impl Protocol {
     /// Client messages that are a Parse of a pure read, a Describe of it
-    /// and a Sync (or a Parse and a Sync), whose description the pool
-    /// keeps: answered here, with no server connection. Likewise a Describe
-    /// of a statement told here, and its Sync. False, having changed
-    /// nothing, for anything else.
+    /// and a Sync (or a Flush), whose description the pool keeps: answered
+    /// here, with no server connection. Likewise a Describe of a statement
+    /// told here, and its Sync, and a Parse alone with its Sync of a read,
+    /// a write or a transaction's control that the pool's server parsed
+    /// before (`parsed.rs`), also inside a transaction whose BEGIN is held
+    /// here. False, having changed nothing, for anything else.
     pub(in crate::protocol) fn parse_alone(
         &mut self,
         cin: &[u8],
         to_client: &mut WriteQueue,
     ) -> bool {
-        if self.txn.held.is_some() || self.txn.failed || self.unsynced {
+        if self.txn.failed || self.unsynced {
+            return false;
+        }
+        // Inside a transaction whose BEGIN is held here, only a Parse alone,
+        // under READ COMMITTED: elsewhere the Parse's snapshot would be the
+        // transaction's.
+        let held = self.txn.held.as_ref().map(|h| h.lazy_ok);
+        if held == Some(false) || (held.is_some() && !self.coalescer.session_read_committed()) {
             return false;
         }
         let Some(cache) = self.told_here.cache.clone() else {
@@ -51,6 +60,10 @@ impl Protocol {
         if !synced && !flushed {
             return false;
         }
+        let described = describe || flushed;
+        if held.is_some() && (described || t == tag::DESCRIBE) {
+            return false;
+        }
         if t == tag::DESCRIBE {
             // A Describe of a statement told here, with its Sync.
             let Some(d) = self.told_here.told.get(name).map(|e| &e.told) else {
@@ -66,6 +79,8 @@ impl Protocol {
         if !self.leaves_search_path_alone()
             || (!name.is_empty()
                 && (self.flight.statement(name).is_some() || self.named_by_client(name)))
+            // The unnamed statement's fix is the held BEGIN's to make.
+            || (held.is_some() && name.is_empty())
         {
             // A name the client has: the server's error is the answer.
             return false;
@@ -73,8 +88,16 @@ impl Protocol {
         let Some(key) = frontend::parse_key(first) else {
             return false;
         };
-        let Some(d) = cache.get(key) else {
-            return false;
+        // Described, the client is told the statement's shape, checked
+        // when it is used; parsed alone, only that it parses, which its own
+        // Parse, sent ahead of the first use, proves or disproves there.
+        let d = match described {
+            true => match cache.get(key) {
+                Some(d) => Some(d),
+                None => return false,
+            },
+            false if cache.parsed_before(key) => None,
+            false => return false,
         };
         let msg = Bytes::copy_from_slice(first);
         let Some((_, text)) = frontend::parse(&msg) else {
@@ -85,7 +108,8 @@ impl Protocol {
             return false;
         }
         let analysis = self.coalescer.analyses.of(&sql);
-        if !pure_read(&analysis) {
+        let read = pure_read(&analysis);
+        if !read && !parse_only_ok(&analysis) {
             return false;
         }
         let sql = sql.with_analysis(analysis);
@@ -100,10 +124,11 @@ impl Protocol {
             false => self.name_for_client(name, msg.clone()),
         }
         self.flight.told(name, sql.detached());
-        let key = Bytes::copy_from_slice(key);
-        let mut answers = BytesMut::with_capacity(d.params.len() + d.row.len() + 11);
+        self.told_here.told.remove(name);
+        let told = d.as_ref().map_or(0, |d| d.params.len() + d.row.len());
+        let mut answers = BytesMut::with_capacity(told + 11);
         answers.extend_from_slice(&[tag::PARSE_COMPLETE, 0, 0, 0, 4]);
-        if describe {
+        if let (true, Some(d)) = (describe, &d) {
             answers.extend_from_slice(&d.params);
             answers.extend_from_slice(&d.row);
         }
@@ -113,16 +138,21 @@ impl Protocol {
             self.unsynced = true;
             self.told_here.open = true;
         } else {
-            crate::wire::write::ready_for_query(&mut answers, b'I');
+            let status = if held.is_some() { b'T' } else { b'I' };
+            crate::wire::write::ready_for_query(&mut answers, status);
         }
-        self.told_here.told.insert(
-            name.to_owned(),
-            Entry {
-                key,
-                told: d,
-                reparsed: false,
-            },
-        );
+        if let Some(d) = d {
+            let key = Bytes::copy_from_slice(key);
+            self.told_here.told.insert(
+                name.to_owned(),
+                Entry {
+                    key,
+                    told: d,
+                    reparsed: false,
+                    read,
+                },
+            );
+        }
         Counters::add(&cache.answered, 1);
         self.answer_here(answers.freeze(), to_client);
         true

@@ -1,5 +1,6 @@
-//! Parse and Describe answered here (transaction pooling). A pure read's
-//! Parse (with its Describe, and a Sync or Flush) from a session that holds no server
+//! Parse and Describe answered here (transaction pooling). A Parse (with
+//! its Describe, and a Sync or Flush) of a read, a write or a transaction's
+//! control from a session that holds no server
 //! connection is answered from its pool's descriptions (`described.rs`),
 //! when the server has described the same text and parameter types there
 //! before. The client's statement is then "told": before a message uses
@@ -8,14 +9,19 @@
 //! PostgreSQL's own error for a statement whose result type changed
 //! (0A000), never rows of another shape.
 //!
-//! When the use starts a group at rest (nothing run in it yet: a Parse
-//! of the same statement may come first), and the group is only
-//! that statement's portal run (Bind, Describe, Execute, Sync), the
-//! statement is a pure read: its answers can be dropped and replaced by
-//! the error, so all goes in one write. Anything else waits for the
+//! When the statement is a pure read and its use starts a group at rest
+//! (nothing run in it yet: a Parse of the same statement may come first),
+//! and the group is only that statement's portal run (Bind, Describe,
+//! Execute, Sync), its answers can be dropped and replaced by the error,
+//! so all goes in one write. Anything else (a write always: it must not
+//! run on a statement that changed) waits for the
 //! Describe's answer (a Flush, one round trip) before it goes on, or fails
 //! at the server by a statement that fails, so that the server skips to
 //! the Sync and aborts what PostgreSQL would have aborted.
+//!
+//! A Parse alone with its Sync tells the client no shape: it is answered
+//! when the pool's server parsed the text before (`parsed.rs`), and needs
+//! no check.
 
 use std::{collections::VecDeque, sync::Arc};
 
@@ -30,6 +36,7 @@ use super::described::{Description, Descriptions};
 use super::*;
 
 mod alone;
+mod parsed;
 
 /// PostgreSQL's text for a prepared statement whose rows changed shape.
 const STALE: &str = "cached plan must not change result type";
@@ -70,6 +77,8 @@ pub struct Told {
     open: bool,
     /// DDL went up: the descriptions are dropped again once it is over.
     ddl_pending: bool,
+    /// Parses on their way whose success the pool may learn.
+    parsed: parsed::Learning,
 }
 
 struct Learn {
@@ -89,6 +98,10 @@ struct Entry {
     /// Parsed again by the client in the group it was told in: a
     /// Describe of it now tells the client anew.
     reparsed: bool,
+    /// A pure read: a use that begins a group may go in one write with its
+    /// check, its answers dropped if the check fails. Anything else waits
+    /// for its check: it must not run on a statement that changed.
+    read: bool,
 }
 
 struct Check {
@@ -189,7 +202,7 @@ impl Protocol {
                 // The server's answer tells the client anew.
                 return;
             }
-            let fast = self.told_here.at_rest && only_its_portal(&chunk[end..], t, msg);
+            let fast = e.read && self.told_here.at_rest && only_its_portal(&chunk[end..], t, msg);
             self.told_here.next_use = Some(fast);
         }
     }
@@ -224,6 +237,7 @@ impl Protocol {
                     }
                 }
                 self.learn_from(msg, sql);
+                self.learn_parse(msg, sql);
             }
             tag::QUERY => {
                 self.told_here.told.remove("");
@@ -310,8 +324,9 @@ impl Protocol {
         false
     }
 
-    /// A Parse at rest of a pure read, by a session whose settings leave
-    /// name resolution alone: its description, when the server's Describe
+    /// A Parse at rest of a read, a write or a transaction's control
+    /// (`parse_only_ok`), by a session whose settings leave name
+    /// resolution alone: its description, when the server's Describe
     /// answers in this group, may be kept for the pool.
     fn learn_from(&mut self, msg: &Bytes, sql: Option<&Sql>) {
         if self.told_here.learn.as_ref().is_some_and(|l| l.described) {
@@ -325,7 +340,7 @@ impl Protocol {
         let ok = self.told_here.at_rest
             && self.leaves_search_path_alone()
             && !may_route(sql.words())
-            && sql.analysis().is_some_and(|a| pure_read(a));
+            && sql.analysis().is_some_and(|a| parsed::parse_only_ok(a));
         let (Some(name), Some(key)) = (frontend::parse_name(msg), frontend::parse_key(msg)) else {
             return;
         };
