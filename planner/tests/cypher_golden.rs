@@ -167,6 +167,23 @@ const DECLINED: &[(&str, &str)] = &[
         "MATCH (a:Person) WHERE exists((a)-[:KNOWS*1..2]->()) RETURN a",
         "variable_length",
     ),
+    // Per row of a range, or between two pinned ends: AGE's cached walk.
+    (
+        "MATCH (a:Person)-[:KNOWS*1..2]->(b) WHERE a.age < 30 RETURN b",
+        "walk_per_row",
+    ),
+    (
+        "MATCH (a:Person)-[:KNOWS*1..2]->(b) WHERE a.id = 1 OR a.id = 2 RETURN b",
+        "walk_per_row",
+    ),
+    (
+        "MATCH (a:Person {id: 1})-[:KNOWS*1..3]->(b:Person {id: 2}) RETURN count(*)",
+        "walk_per_row",
+    ),
+    (
+        "MATCH (a:Person {id: 1}), (b:Person {id: 2}) MATCH (a)-[:KNOWS*1..3]-(b) RETURN count(*)",
+        "walk_per_row",
+    ),
     (
         "MATCH (a:Person) RETURN a.name ORDER BY a.name MATCH (b) RETURN b",
         "clause_shape",

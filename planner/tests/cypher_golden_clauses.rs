@@ -163,6 +163,11 @@ fn golden_unused_parameter_argument() {
 
 /// Variable-length relationships
 const VARIABLE_LENGTH: &[(&str, &str)] = &[
+    // Pinned by the WHERE's equality: per row of that one vertex.
+    (
+        "MATCH (a:Person)-[:KNOWS*1..2]->(b) WHERE a.id = 1 RETURN b.name",
+        "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, LATERAL (SELECT _v1_1_1.end_id AS vid, ARRAY[_v1_1_1.id]::ag_catalog.graphid[] AS ids FROM \"g\".\"KNOWS\" AS _v1_1_1 WHERE _v1_1_1.start_id = _n0.id UNION ALL SELECT _v1_2_2.end_id AS vid, ARRAY[_v1_2_1.id, _v1_2_2.id]::ag_catalog.graphid[] AS ids FROM \"g\".\"KNOWS\" AS _v1_2_1, \"g\".\"KNOWS\" AS _v1_2_2 WHERE _v1_2_1.start_id = _n0.id AND _v1_2_2.start_id = _v1_2_1.end_id AND _v1_2_2.id <> _v1_2_1.id) AS _v1 WHERE _v1.vid = _n1.id AND ((_n0.properties -> 'id'::text) = '1'::agtype)",
+    ),
     (
         "MATCH (a:Person)-[r:KNOWS*1..2]->(b:Person) RETURN r, b.name",
         "SELECT (_v1.es)::agtype AS c1, NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, (SELECT _v1_1_1.start_id AS src, _v1_1_1.end_id AS vid, ARRAY[_v1_1_1.id]::ag_catalog.graphid[] AS ids, ARRAY[ag_catalog._agtype_build_edge(_v1_1_1.id, _v1_1_1.start_id, _v1_1_1.end_id, ag_catalog._label_name('42'::oid, _v1_1_1.id), _v1_1_1.properties)]::ag_catalog.agtype[] AS es FROM \"g\".\"KNOWS\" AS _v1_1_1 UNION ALL SELECT _v1_2_1.start_id AS src, _v1_2_2.end_id AS vid, ARRAY[_v1_2_1.id, _v1_2_2.id]::ag_catalog.graphid[] AS ids, ARRAY[ag_catalog._agtype_build_edge(_v1_2_1.id, _v1_2_1.start_id, _v1_2_1.end_id, ag_catalog._label_name('42'::oid, _v1_2_1.id), _v1_2_1.properties), ag_catalog._agtype_build_edge(_v1_2_2.id, _v1_2_2.start_id, _v1_2_2.end_id, ag_catalog._label_name('42'::oid, _v1_2_2.id), _v1_2_2.properties)]::ag_catalog.agtype[] AS es FROM \"g\".\"KNOWS\" AS _v1_2_1, \"g\".\"KNOWS\" AS _v1_2_2 WHERE _v1_2_2.start_id = _v1_2_1.end_id AND _v1_2_2.id <> _v1_2_1.id) AS _v1 WHERE _v1.src = _n0.id AND _v1.vid = _n1.id",

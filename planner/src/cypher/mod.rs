@@ -109,6 +109,12 @@ pub enum DeclineReason {
     /// `collect()` over the groups of an earlier WITH: their order is the
     /// plan's, and AGE's can't be reproduced.
     CollectOrder,
+    /// A variable-length walk run per row of a start that is not pinned
+    /// to a vertex (a range in WHERE), or towards an end that is pinned
+    /// too: AGE walks its cached graph in memory, where the SQL joins scan
+    /// the edge table at every step unless its ends are indexed (measured
+    /// 0.2-0.4x without indexes).
+    WalkPerRow,
 }
 
 impl DeclineReason {
@@ -149,6 +155,7 @@ impl DeclineReason {
             NoGraphRead => "no_graph_read",
             NoCypherCall => "no_cypher_call",
             CollectOrder => "collect_order",
+            WalkPerRow => "walk_per_row",
         }
     }
 }

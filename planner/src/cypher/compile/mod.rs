@@ -86,6 +86,7 @@ pub fn compile_cypher(
             refs: &refs,
             params_used: false,
             filtered: HashSet::new(),
+            pinned: HashSet::new(),
             in_exists: false,
             comprehension_vars: Vec::new(),
             rows_in_plan_order: false,
@@ -178,6 +179,8 @@ pub(super) struct Compiler<'a> {
     params_used: bool,
     /// Variables the WHERE of the MATCH being compiled names.
     filtered: HashSet<String>,
+    /// Of those, the ones it pins by equality (`v.key = 1`, `id(v) = $p`).
+    pinned: HashSet<String>,
     /// Compiling the pattern of an `exists()`.
     in_exists: bool,
     /// Variables of the list comprehensions being compiled, innermost

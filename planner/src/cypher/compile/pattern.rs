@@ -22,19 +22,23 @@ impl Compiler<'_> {
     /// MATCH: the patterns join the current stage, WHERE filters it.
     pub(super) fn match_clause(&mut self, m: &Match) -> Result<(), D> {
         let labels = self.clause_labels(&m.patterns)?;
-        // The variables its WHERE names: likely filtered to fewer rows.
+        // The variables its WHERE names: likely filtered to fewer rows;
+        // those it compares by equality with a constant, to one.
         self.filtered.clear();
+        self.pinned.clear();
         if let Some(w) = &m.where_ {
             w.walk(&mut |x| {
                 if let Expr::Var(v) = x {
                     self.filtered.insert(v.clone());
                 }
             });
+            pinned_vars(w, &mut self.pinned);
         }
         for p in &m.patterns {
             self.pattern_part(p, &labels)?;
         }
         self.filtered.clear();
+        self.pinned.clear();
         if let Some(w) = &m.where_ {
             if contains_aggregate(w) {
                 return Err(D::AggregateShape);
@@ -192,6 +196,19 @@ impl Compiler<'_> {
                         .is_some_and(|v| self.scope.contains_key(v) || self.filtered.contains(v))
             })
             .collect();
+        // Nodes the pattern itself pins (an inline map, an earlier binding),
+        // and those pinned by the WHERE's equalities as well.
+        let known: Vec<bool> = nodes
+            .iter()
+            .map(|n| {
+                n.props.is_some() || n.var.as_ref().is_some_and(|v| self.scope.contains_key(v))
+            })
+            .collect();
+        let pinned: Vec<bool> = nodes
+            .iter()
+            .zip(&known)
+            .map(|(n, k)| *k || n.var.as_ref().is_some_and(|v| self.pinned.contains(v)))
+            .collect();
         // A variable-length walk may start from its left node's id.
         let starts_walk = p.chain.first().is_some_and(|(r, _)| r.var_length.is_some());
         let mut elems = Vec::new();
@@ -212,7 +229,14 @@ impl Compiler<'_> {
                 } else {
                     Walk::Everywhere
                 };
-                let ids = self.var_length_rel(rel, &left, &right, walk)?;
+                // Per row, the walk wins only from one vertex towards an
+                // open end (see `D::WalkPerRow`).
+                let per_row_wins = match walk {
+                    Walk::FromLeft => pinned[..=i].iter().any(|p| *p) && !known[i + 1],
+                    Walk::FromRight => pinned[i + 1],
+                    Walk::Everywhere => true,
+                };
+                let ids = self.var_length_rel(rel, &left, &right, walk, per_row_wins)?;
                 edges.push((EdgeIds::Many(ids), label));
             } else {
                 let (name, label) = self.rel(rel, &left, &right)?;
@@ -469,4 +493,60 @@ pub(super) fn project_binding(
             Binding::Path(out)
         }
     })
+}
+
+/// Variables `w` pins to one value by a top-level equality with a
+/// constant: `v.key = 1`, `1 = v.key`, `id(v) = $p`, within ANDs.
+fn pinned_vars(w: &Expr, out: &mut HashSet<String>) {
+    match w {
+        Expr::Binary(BinaryOp::And, a, b) => {
+            pinned_vars(a, out);
+            pinned_vars(b, out);
+        }
+        Expr::Binary(BinaryOp::Eq, a, b) => {
+            for (x, c) in [(a, b), (b, a)] {
+                if let Some(v) = read_var(x)
+                    && is_constant(c)
+                {
+                    out.insert(v.to_string());
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The variable of `v.key` or `id(v)`.
+fn read_var(x: &Expr) -> Option<&str> {
+    match x {
+        Expr::Property(b, _) => match b.as_ref() {
+            Expr::Var(v) => Some(v),
+            _ => None,
+        },
+        Expr::Function { name, args, .. } if name.eq_ignore_ascii_case("id") => {
+            match args.as_slice() {
+                [Expr::Var(v)] => Some(v),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A literal or parameter, or an expression of those only.
+fn is_constant(x: &Expr) -> bool {
+    let mut constant = true;
+    x.walk(&mut |e| {
+        if matches!(
+            e,
+            Expr::Var(_)
+                | Expr::Function { .. }
+                | Expr::ListComprehension { .. }
+                | Expr::ExistsPattern(_)
+                | Expr::PatternPredicate(_)
+        ) {
+            constant = false;
+        }
+    });
+    constant
 }

@@ -117,13 +117,15 @@ impl Step {
 impl Compiler<'_> {
     /// Binds a variable-length relationship between `left` and `right`
     /// (both bound; the end it starts from has an id); returns the SQL
-    /// array of the walk's edge ids.
+    /// array of the walk's edge ids. `per_row_wins`: a walk per row starts
+    /// from one vertex towards an open end (else `D::WalkPerRow`).
     pub(super) fn var_length_rel(
         &mut self,
         r: &RelPattern,
         left: &str,
         right: &str,
         walk: Walk,
+        per_row_wins: bool,
     ) -> Result<String, D> {
         let Some((lo, hi)) = r.var_length else {
             return Err(D::VariableLength);
@@ -150,6 +152,9 @@ impl Compiler<'_> {
         // they started from, which AGE walks knowing both ends.
         if walk != Walk::Everywhere && (self.in_exists || left == right) {
             return Err(D::VariableLength);
+        }
+        if walk != Walk::Everywhere && !per_row_wins {
+            return Err(D::WalkPerRow);
         }
         let (from, to) = match walk {
             Walk::FromRight => (right, left),
