@@ -194,7 +194,10 @@ mod tests {
         };
         spare.give_back(idle(0, &b, p3, &l));
         spare.give_back(idle(0, &b, p4, &l));
-        assert!(matches!(spare.lease(0, &a), Lease::Open(_)), "b's closed for a");
+        assert!(
+            matches!(spare.lease(0, &a), Lease::Open(_)),
+            "b's closed for a"
+        );
         assert_eq!(spare.idle(0), 1);
     }
 }
