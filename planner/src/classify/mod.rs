@@ -62,6 +62,7 @@ pub use listen::{ListenOp, listen_op};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{
     NameUse, PreparedOp, loaded_libraries, lone_prepared_op, name_uses, prepared_ops,
+    statement_count,
 };
 pub use reset::{RESET_REASONS, Reset};
 pub use role::{RoleName, password_changes};

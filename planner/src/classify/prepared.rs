@@ -43,6 +43,11 @@ pub fn lone_prepared_op(sql: &str) -> Option<PreparedOp<'_>> {
     op(sql.get(p.start..p.end)?).filter(|o| *o != PreparedOp::Unknown)
 }
 
+/// How many statements `sql` holds (empty ones between `;`s aside).
+pub fn statement_count(sql: &str) -> usize {
+    lexer::split_statements(sql).len()
+}
+
 /// A prepared statement's name as `sql` uses it: wherever PREPARE, EXECUTE
 /// or DEALLOCATE stands before a name, in any statement (`EXPLAIN EXECUTE
 /// p`, `CREATE TABLE t AS EXECUTE p`), in order. A word that only looks
@@ -214,7 +219,9 @@ pub(crate) fn name(text: &str, t: &Token) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{NameUse, PreparedOp::*, lone_prepared_op, name_uses, prepared_ops};
+    use super::{
+        NameUse, PreparedOp::*, lone_prepared_op, name_uses, prepared_ops, statement_count,
+    };
 
     #[test]
     fn reads_a_lone_statement() {
@@ -241,6 +248,8 @@ mod tests {
         assert_eq!(lone_prepared_op("select 1"), None);
         assert_eq!(lone_prepared_op("deallocate $1"), None);
         assert_eq!(lone_prepared_op("prepare transaction 'x'"), None);
+        assert_eq!(statement_count("execute p; ; select ';'"), 2);
+        assert_eq!(statement_count("  execute p  "), 1);
     }
 
     #[test]
