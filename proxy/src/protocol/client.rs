@@ -136,6 +136,7 @@ impl Protocol {
                     self.cypher.trailing_dropped(&self.services);
                 }
             }
+            self.send_learning_if_due(to_up, forward);
             self.send_lsn_if_due(to_up, forward);
             at = end;
         }
@@ -249,6 +250,7 @@ impl Protocol {
             };
             self.watch_for_pins(t, msg, analysis.cloned());
             self.fix_named_before(t, msg, to_up);
+            self.fix_sql_named_before(t, msg, sql.as_ref(), to_up);
             if self.follow_told(t, msg, sql.as_ref(), to_up, to_client) {
                 return false;
             }
@@ -431,19 +433,25 @@ impl Protocol {
         if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
             return Op::None;
         }
+        // In a failed transaction block it deallocates nothing, and what it
+        // prepares is recorded only as it completes.
+        let drops = !self.runs_nothing(sql.as_str());
         let mut prepares = Vec::new();
         for op in prepared_ops(sql.as_str()) {
             match op {
                 PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
-                PreparedOp::Deallocate(name) => {
+                PreparedOp::Deallocate(name) if drops => {
                     self.flight.forget(&name);
                     self.replica_forget(Some(&name));
                 }
-                PreparedOp::DeallocateAll | PreparedOp::Unknown => {
+                PreparedOp::DeallocateAll | PreparedOp::Unknown if drops => {
                     self.flight.forget_all();
                     self.replica_forget(None);
                 }
-                PreparedOp::Execute { .. } => {}
+                PreparedOp::Deallocate(_)
+                | PreparedOp::DeallocateAll
+                | PreparedOp::Unknown
+                | PreparedOp::Execute { .. } => {}
             }
         }
         if prepares.is_empty() {

@@ -60,6 +60,9 @@ pub enum Own {
     /// A statement that fails in place of one whose statement changed, so
     /// that the server skips to the Sync as PostgreSQL would have.
     Stale,
+    /// A Describe of the statement a PREPARE alone just made, and its
+    /// Sync: its parameter types make it again elsewhere (`sql_prepared.rs`).
+    Types,
 }
 
 /// Whose an answer is.

@@ -98,7 +98,7 @@ impl Protocol {
                 let (Some(text), Some(facts)) = (text, facts) else {
                     return self.pin_session("Query message not read");
                 };
-                if self.takes_replayable_set(text) {
+                if self.takes_replayable_set(text) || self.takes_lone_prepared(text) {
                     return;
                 }
                 if let Some(why) = facts.pin {

@@ -3,7 +3,8 @@
 //! needed between clients, by reason; its listening connection (for
 //! sessions that LISTEN unpinned), the channels it listens on, and the
 //! notifications it handed to sessions; Parses answered from its
-//! descriptions, and statements so told that proved changed.
+//! descriptions, and statements so told that proved changed; SQL PREPAREs
+//! kept for their clients without a pin, and made again elsewhere.
 
 use bytes::BytesMut;
 
@@ -30,6 +31,8 @@ const COLUMNS: &[&str] = &[
     "notifications",
     "parses_here",
     "descriptions_changed",
+    "sql_prepares",
+    "sql_prepares_made_again",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -62,6 +65,8 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 cell(p.notifications),
                 cell(p.parses_answered),
                 cell(p.descriptions_changed),
+                cell(p.sql_prepares),
+                cell(p.sql_prepares_made_again),
             ]
         })
         .collect();
