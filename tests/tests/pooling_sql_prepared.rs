@@ -306,6 +306,49 @@ async fn a_statement_that_cannot_be_made_again_gives_one_error() {
     assert_eq!(pool_column(&env, "sv_pinned").await, "0");
 }
 
+/// An EXECUTE of a read leaves nothing on the connection: the next client
+/// gets it with no reset, and the statements on it stay to be used again.
+#[tokio::test]
+async fn an_execute_leaves_only_what_its_statement_leaves() {
+    let env = pooled(1).await;
+    let port = env.proxy_port();
+    let (mut a, mut b) = (
+        raw::connect_ready(port).await,
+        raw::connect_ready(port).await,
+    );
+    assert!(
+        q(&mut a, "PREPARE r (int) AS SELECT $1 AS r")
+            .await
+            .contains("C:PREPARE|")
+    );
+    assert!(
+        q(&mut b, "PREPARE s AS SELECT 2 AS s")
+            .await
+            .contains("C:PREPARE|")
+    );
+    for _ in 0..3 {
+        assert!(q(&mut a, "EXECUTE r(1)").await.contains("C:SELECT 1|"));
+        assert!(q(&mut b, "EXECUTE s").await.contains("C:SELECT 1|"));
+    }
+    assert_eq!(pool_column(&env, "sql_prepares_made_again").await, "0");
+    let reasons = pool_column(&env, "reset_reasons").await;
+    assert!(!reasons.contains("EXECUTE"), "{reasons}");
+    // Arguments that move a sequence have it reset after.
+    connect(&env.direct_dsn())
+        .await
+        .batch_execute("CREATE SEQUENCE sql_seq")
+        .await
+        .unwrap();
+    assert!(
+        q(&mut a, "EXECUTE r(nextval('sql_seq')::int)")
+            .await
+            .contains("C:SELECT 1|")
+    );
+    assert!(q(&mut b, "EXECUTE s").await.contains("C:SELECT 1|"));
+    let reasons = pool_column(&env, "reset_reasons").await;
+    assert!(!reasons.is_empty(), "{reasons}");
+}
+
 /// A's statements go stale under it (b drops and makes again the table
 /// they read): what a dedicated connection answers, error positions
 /// included, where each EXECUTE's statement must be made again and fails.
