@@ -213,6 +213,86 @@ async fn sql_prepared_statements_follow_their_client_and_match_dedicated_connect
     assert!(!clients.is_empty());
 }
 
+/// Closes, Parses and DEALLOCATEs across both protocols, parameter types
+/// given and inferred, quoted names, and a PREPARE with its EXECUTE in one
+/// write: two clients, through one connection and on their own.
+async fn mixed_script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
+    let mut heard = Vec::new();
+    heard.push(q(a, "PREPARE two (int, text) AS SELECT $2 || $1 AS two").await);
+    heard.push(q(a, "PREPARE inferred AS SELECT $1::int + 1 AS n, $2 AS t").await);
+    heard.push(q(a, "PREPARE \"Mixed Case\" AS SELECT 'mixed' AS m").await);
+    heard.push(q(b, "PREPARE two AS SELECT 'b two' AS two").await);
+    heard.push(q(a, "EXECUTE two(1, 'a')").await);
+    heard.push(q(a, "EXECUTE inferred('41', 'x')").await);
+    heard.push(q(a, "EXECUTE \"Mixed Case\"").await);
+    heard.push(q(a, "EXECUTE mixed").await);
+    // The protocol's view of the same names.
+    heard.push(step(b, &parse_describe("x", "SELECT 1")).await);
+    heard.push(step(a, &parse_describe("two", "SELECT 2")).await);
+    heard.push(step(a, &close_sync("two")).await);
+    heard.push(q(a, "EXECUTE two(1, 'a')").await);
+    heard.push(q(b, "EXECUTE two").await);
+    heard.push(q(b, "DEALLOCATE \"Mixed Case\"").await);
+    heard.push(q(a, "DEALLOCATE \"Mixed Case\"").await);
+    heard.push(q(a, "DEALLOCATE x").await);
+    heard.push(q(b, "DEALLOCATE x").await);
+    // A PREPARE and its EXECUTE sent together.
+    let mut both = raw::query("PREPARE p1 (int) AS SELECT $1 * 2 AS d");
+    both.extend(raw::query("EXECUTE p1(21)"));
+    a.write_all(&both).await.unwrap();
+    for _ in 0..2 {
+        let got = raw::read_to_z(a).await;
+        heard.push(format!("{got:?}"));
+    }
+    heard.push(q(b, "EXECUTE p1(1)").await);
+    heard.push(q(a, "EXECUTE p1(2)").await);
+    heard.push(q(a, "DEALLOCATE ALL").await);
+    heard.push(q(b, "EXECUTE two").await);
+    heard
+}
+
+/// Close of statement `name` and Sync.
+fn close_sync(name: &str) -> Vec<u8> {
+    let mut target = vec![b'S'];
+    target.extend_from_slice(name.as_bytes());
+    target.push(0);
+    let mut out = raw::message(b'C', &target);
+    out.extend(raw::message(b'S', &[]));
+    out
+}
+
+#[tokio::test]
+async fn both_protocols_share_the_names_as_on_dedicated_connections() {
+    let env = pooled(1).await;
+    let port = env.pg.port();
+    let (mut a, mut b) = (
+        raw::connect_ready(port).await,
+        raw::connect_ready(port).await,
+    );
+    let direct = mixed_script(&mut a, &mut b).await;
+    let port = env.proxy_port();
+    let (mut a, mut b) = (
+        raw::connect_ready(port).await,
+        raw::connect_ready(port).await,
+    );
+    let pooled = mixed_script(&mut a, &mut b).await;
+    for (i, (p, d)) in pooled.iter().zip(&direct).enumerate() {
+        assert_eq!(p, d, "step {i}");
+    }
+    assert_eq!(pooled.len(), direct.len());
+    let all = direct.join("\n");
+    for want in [
+        "C42P05|",
+        "C26000|",
+        "a1 C:SELECT 1|",
+        "b two",
+        "DEALLOCATE ALL|",
+    ] {
+        assert!(all.contains(want), "{want} in {all}");
+    }
+    assert_eq!(pool_column(&env, "sv_pinned").await, "0");
+}
+
 /// What still pins: a PREPARE inside a transaction block, or with other
 /// statements in one Query; its EXECUTE still answers as direct.
 #[tokio::test]
