@@ -246,6 +246,29 @@ async fn mixed_script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
     }
     heard.push(q(b, "EXECUTE p1(1)").await);
     heard.push(q(a, "EXECUTE p1(2)").await);
+    // Dropped and made anew, its EXECUTE sent before the PREPARE's answer.
+    heard.push(q(a, "DEALLOCATE p1").await);
+    heard.push(q(b, "SELECT 1").await);
+    let mut both = raw::query("PREPARE p1 AS SELECT 'anew' AS d");
+    both.extend(raw::query("EXECUTE p1"));
+    a.write_all(&both).await.unwrap();
+    for _ in 0..2 {
+        let got = raw::read_to_z(a).await;
+        heard.push(format!("{got:?}"));
+    }
+    // A DEALLOCATE sent behind a statement that fails in a block drops
+    // nothing.
+    let mut three = raw::query("BEGIN");
+    three.extend(raw::query("SELECT 1/0"));
+    three.extend(raw::query("DEALLOCATE p1"));
+    a.write_all(&three).await.unwrap();
+    for _ in 0..3 {
+        let got = raw::read_to_z(a).await;
+        heard.push(format!("{got:?}"));
+    }
+    heard.push(q(a, "ROLLBACK").await);
+    heard.push(q(b, "SELECT 2").await);
+    heard.push(q(a, "EXECUTE p1").await);
     heard.push(q(a, "DEALLOCATE ALL").await);
     heard.push(q(b, "EXECUTE two").await);
     heard
@@ -287,6 +310,7 @@ async fn both_protocols_share_the_names_as_on_dedicated_connections() {
         "a1 C:SELECT 1|",
         "b two",
         "DEALLOCATE ALL|",
+        "anew",
     ] {
         assert!(all.contains(want), "{want} in {all}");
     }
@@ -300,8 +324,20 @@ async fn prepare_in_a_transaction_block_or_with_others_pins() {
     let env = pooled(2).await;
     let port = env.proxy_port();
     let mut a = raw::connect_ready(port).await;
+    // A statement of the name made and dropped unpinned first.
+    assert!(
+        q(&mut a, "PREPARE p AS SELECT 'old' AS v")
+            .await
+            .contains("C:PREPARE|")
+    );
+    assert!(q(&mut a, "DEALLOCATE p").await.contains("C:DEALLOCATE|"));
+    assert_eq!(pool_column(&env, "sv_pinned").await, "0");
     assert!(q(&mut a, "BEGIN").await.contains("BEGIN"));
-    assert!(q(&mut a, "PREPARE p AS SELECT 1").await.contains("PREPARE"));
+    assert!(
+        q(&mut a, "PREPARE p AS SELECT 'new' AS v")
+            .await
+            .contains("PREPARE")
+    );
     assert!(q(&mut a, "COMMIT").await.contains("COMMIT"));
     assert_eq!(pool_column(&env, "sv_pinned").await, "1");
     let mut b = raw::connect_ready(port).await;
@@ -311,7 +347,8 @@ async fn prepare_in_a_transaction_block_or_with_others_pins() {
         "{both}"
     );
     assert_eq!(pool_column(&env, "sv_pinned").await, "2");
-    assert!(q(&mut a, "EXECUTE p").await.contains("SELECT 1"));
+    let run = q(&mut a, "EXECUTE p").await;
+    assert!(run.contains("new") && run.contains("SELECT 1"), "{run}");
 }
 
 /// A small ORM that prepares its statements with SQL (as PHP's PDO and

@@ -433,31 +433,33 @@ impl Protocol {
         if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
             return Op::None;
         }
-        // In a failed transaction block it deallocates nothing, and what it
-        // prepares is recorded only as it completes.
-        let drops = !self.runs_nothing(sql.as_str());
-        let mut prepares = Vec::new();
+        // Each is done as it completes: a DEALLOCATE that fails (in a failed
+        // transaction block) drops nothing.
+        let mut ops = Vec::new();
         for op in prepared_ops(sql.as_str()) {
             match op {
-                PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
-                PreparedOp::Deallocate(name) if drops => {
-                    self.flight.forget(&name);
-                    self.replica_forget(Some(&name));
+                PreparedOp::Prepare { name, text } => {
+                    ops.push(SqlOp::Prepare(Some((name, sql.part(text)))))
                 }
-                PreparedOp::DeallocateAll | PreparedOp::Unknown if drops => {
+                PreparedOp::Deallocate(name) => {
+                    self.replica_forget(Some(&name));
+                    ops.push(SqlOp::Deallocate(name));
+                }
+                PreparedOp::DeallocateAll => {
+                    self.replica_forget(None);
+                    ops.push(SqlOp::DeallocateAll);
+                }
+                PreparedOp::Unknown => {
                     self.flight.forget_all();
                     self.replica_forget(None);
                 }
-                PreparedOp::Deallocate(_)
-                | PreparedOp::DeallocateAll
-                | PreparedOp::Unknown
-                | PreparedOp::Execute { .. } => {}
+                PreparedOp::Execute { .. } => {}
             }
         }
-        if prepares.is_empty() {
+        if ops.is_empty() {
             Op::None
         } else {
-            Op::Prepare(prepares)
+            Op::Prepare(ops)
         }
     }
 

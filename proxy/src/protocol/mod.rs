@@ -42,7 +42,7 @@ use onetrip_planner::words::Words;
 use self::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, SessionView, may_route, statement_text},
-    flight::{Flight, Op, Own, Owner},
+    flight::{Flight, Op, Own, Owner, SqlOp},
     settings::Settings,
     statements::Statements,
     text::Sql,

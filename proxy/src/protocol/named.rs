@@ -85,11 +85,15 @@ impl Protocol {
     /// The server connection is made to hold the client's statement `name`;
     /// true when a Parse of it went up for that.
     pub(super) fn ensure_named(&mut self, name: &str, to_up: &mut WriteQueue) -> bool {
+        if self.prepare_on_its_way(name) {
+            // Made by a PREPARE whose parameter types are still on their
+            // way (`sql_prepared.rs`): the server that runs it holds it.
+            return false;
+        }
         let Some(parse) = self.named.client.get(name).cloned() else {
             // Made before the session was pooled (never: every Parse of a
-            // pooled session comes through here), or by a PREPARE whose
-            // parameter types are still on their way (`sql_prepared.rs`):
-            // the server that runs it holds it.
+            // pooled session comes through here), or by a PREPARE that
+            // pinned the session to the server that holds it.
             return false;
         };
         if self.server.statements.holds(name, &parse) {

@@ -98,8 +98,9 @@ impl Protocol {
 
     /// A pooled, unpinned session's Query `text`: when it is a PREPARE
     /// alone outside a transaction block, or a DEALLOCATE alone (in a
-    /// failed block it deallocates nothing, `runs_nothing`), it follows its
-    /// client rather than pin (`fix_sql_named_before` does the rest; a
+    /// failed block it deallocates nothing: the Flight drops a name only at
+    /// its DEALLOCATE's CommandComplete), it follows its client rather than
+    /// pin (`fix_sql_named_before` does the rest; a
     /// statement that pins when it runs pins once it is made, `learned`).
     pub(super) fn takes_lone_prepared(&mut self, text: &str) -> bool {
         if !client_txn::first_word_is(text.as_bytes(), &["prepare", "deallocate"]) {
@@ -166,8 +167,17 @@ impl Protocol {
         let uses = name_uses(sql.as_str());
         if t != tag::EXECUTE {
             self.make_names_ready(t, &uses, sql.as_str(), to_up);
+            if !(t == tag::QUERY && lone.is_some()) {
+                // A PREPARE of any other form pins: the statement it makes
+                // is the server's from then on, never made again here.
+                for u in &uses {
+                    if let NameUse::Prepare(n) = u {
+                        self.named.client.remove(n);
+                    }
+                }
+            }
         }
-        if matches!(t, tag::QUERY | tag::EXECUTE) && !self.runs_nothing(sql.as_str()) {
+        if matches!(t, tag::QUERY | tag::EXECUTE) {
             self.names_used(&uses);
         }
         if let (Some(LonePrepare { name, body, offset }), tag::QUERY) = (lone, t) {
@@ -185,15 +195,6 @@ impl Protocol {
                 types: None,
             });
         }
-    }
-
-    /// The server's transaction block failed and nothing on its way may end
-    /// it: `text` runs nothing (its first statement fails, 25P02, unless it
-    /// ends the block), so what it would deallocate stays.
-    pub(super) fn runs_nothing(&self, text: &str) -> bool {
-        (self.txn_status == b'E' || self.txn.failed)
-            && self.flight.client_answered()
-            && !client_txn::first_word_is(text.as_bytes(), &["rollback", "abort", "commit", "end"])
     }
 
     /// The server connection is made to hold what the client's names in
@@ -283,6 +284,7 @@ impl Protocol {
             return false;
         };
         self.flight.statement(n).is_some()
+            && !self.prepare_on_its_way(n)
             && self
                 .named
                 .client
@@ -299,22 +301,25 @@ impl Protocol {
         }
     }
 
-    /// A Query or Execute of a text with `uses` goes up: what it drops.
+    /// A PREPARE of `name` sent alone is on its way, or answered with its
+    /// parameter types still to come: the server that runs it holds what
+    /// the client has under the name.
+    pub(super) fn prepare_on_its_way(&self, name: &str) -> bool {
+        self.named.learning.iter().any(|l| l.name == name)
+    }
+
+    /// A Query or Execute of a text with `uses` goes up: what it drops
+    /// from the server's statements.
     fn names_used(&mut self, uses: &[NameUse]) {
         let group = self.flight.group_now();
         let skipped = self.flight.skipping();
         for u in uses {
             match u {
-                NameUse::Deallocate(n) => {
-                    self.server.statements.closed(n, group, skipped);
-                    self.named.client.remove(n);
-                    self.named.sql_made.remove(n);
-                }
-                NameUse::DeallocateAll => {
-                    self.server.statements.closed_all(group, skipped);
-                    self.named.client.clear();
-                    self.named.sql_made.clear();
-                }
+                // What the client had is kept: the Flight says whether it
+                // has it still (a DEALLOCATE in a failed block drops
+                // nothing).
+                NameUse::Deallocate(n) => self.server.statements.closed(n, group, skipped),
+                NameUse::DeallocateAll => self.server.statements.closed_all(group, skipped),
                 NameUse::Prepare(_) | NameUse::Execute(_) => {}
             }
         }
