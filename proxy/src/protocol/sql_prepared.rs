@@ -100,8 +100,8 @@ impl Protocol {
     /// alone outside a transaction block, or a DEALLOCATE alone (in a
     /// failed block it deallocates nothing: the Flight drops a name only at
     /// its DEALLOCATE's CommandComplete), it follows its client rather than
-    /// pin (`fix_sql_named_before` does the rest; a
-    /// statement that pins when it runs pins once it is made, `learned`).
+    /// pin (`fix_sql_named_before` does the rest; a statement that pins
+    /// when it runs pins once it is made, `learned`).
     pub(super) fn takes_lone_prepared(&mut self, text: &str) -> bool {
         if !client_txn::first_word_is(text.as_bytes(), &["prepare", "deallocate"]) {
             return false;
@@ -162,12 +162,32 @@ impl Protocol {
             _ => None,
         };
         let Some(sql) = sql else {
+            if lone.is_some() {
+                // Never: the PREPARE taken is the message it was taken from.
+                self.pin_session("SQL PREPARE");
+            }
             return;
+        };
+        // The PREPARE taken without a pin is this Query's (else it pins
+        // after all).
+        let lone = match lone {
+            Some(l)
+                if t == tag::QUERY
+                    && matches!(lone_prepared_op(sql.as_str()),
+                        Some(PreparedOp::Prepare { name, .. }) if name == l.name) =>
+            {
+                Some(l)
+            }
+            Some(_) => {
+                self.pin_session("SQL PREPARE");
+                None
+            }
+            None => None,
         };
         let uses = name_uses(sql.as_str());
         if t != tag::EXECUTE {
             self.make_names_ready(t, &uses, sql.as_str(), to_up);
-            if !(t == tag::QUERY && lone.is_some()) {
+            if lone.is_none() {
                 // A PREPARE of any other form pins: the statement it makes
                 // is the server's from then on, never made again here.
                 for u in &uses {
@@ -180,7 +200,7 @@ impl Protocol {
         if matches!(t, tag::QUERY | tag::EXECUTE) {
             self.names_used(&uses);
         }
-        if let (Some(LonePrepare { name, body, offset }), tag::QUERY) = (lone, t) {
+        if let Some(LonePrepare { name, body, offset }) = lone {
             let made_by = Bytes::copy_from_slice(msg);
             self.note_server_holds(&name, made_by.clone());
             let mut learn = BytesMut::with_capacity(name.len() + 12);
