@@ -1,6 +1,7 @@
-"""A small ORM that prepares its statements with SQL's PREPARE and runs
-them with EXECUTE, its arguments quoted as literals (as PHP's PDO and
-Rails' PostgreSQL adapter can be set to do), for
+"""A small ORM in the style of PDO's and Rails' statement caches (one
+named statement per query of a model, prepared once per connection and
+run by name), that prepares with SQL's PREPARE and runs with EXECUTE,
+its arguments quoted as literals, as code that prepares in SQL does; for
 tests/tests/pooling_sql_prepared.rs. Many clients in autocommit, each on
 its own connection, every one using the same statement names (one of them
 for a statement of its own); every result is checked.

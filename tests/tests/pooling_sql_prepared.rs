@@ -351,9 +351,10 @@ async fn prepare_in_a_transaction_block_or_with_others_pins() {
     assert!(run.contains("new") && run.contains("SELECT 1"), "{run}");
 }
 
-/// A small ORM that prepares its statements with SQL (as PHP's PDO and
-/// Rails' PostgreSQL adapter can), many clients in autocommit on a pool of
-/// two: every result right, nobody pinned.
+/// A small ORM in the style of PDO's and Rails' statement caches that
+/// prepares its statements with SQL's PREPARE and runs them with EXECUTE,
+/// many clients in autocommit on a pool of two: every result right,
+/// nobody pinned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orm_that_prepares_with_sql_runs_unpinned_on_a_pool_of_two() {
     let Some(py) = python_with_psycopg() else {
