@@ -416,7 +416,7 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
     for p in pools {
         let _ = writeln!(out, "{n}{{{}}} {}", labels(p), p.notifications);
     }
-    let counters: [Counter; 2] = [
+    let counters: [Counter; 4] = [
         (
             "parses_here_total",
             "Parses (and Describes) answered here from what the server said of the same text before.",
@@ -426,6 +426,16 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
             "descriptions_changed_total",
             "Statements answered here that the server then described otherwise (the client got 0A000).",
             |p| p.descriptions_changed,
+        ),
+        (
+            "sql_prepares_total",
+            "SQL PREPAREs kept for their client with no pin (transaction pooling).",
+            |p| p.sql_prepares,
+        ),
+        (
+            "sql_prepares_made_again_total",
+            "SQL-prepared statements made again on another server connection, ahead of the statement that used them.",
+            |p| p.sql_prepares_made_again,
         ),
     ];
     for (name, help, value) in counters {
@@ -495,6 +505,8 @@ mod tests {
             notifications: 9,
             parses_answered: 11,
             descriptions_changed: 1,
+            sql_prepares: 4,
+            sql_prepares_made_again: 2,
         };
         let text = render(&stats, 3, &[pool]);
         assert!(
@@ -505,6 +517,7 @@ mod tests {
         assert!(text.contains("onetrip_pool_listen_channels{database=\"db\",user=\"u\"} 4\n"));
         assert!(text.contains("onetrip_pool_notifications_total{database=\"db\",user=\"u\"} 9\n"));
         assert!(text.contains("onetrip_pool_parses_here_total{database=\"db\",user=\"u\"} 11\n"));
+        assert!(text.contains("onetrip_pool_sql_prepares_total{database=\"db\",user=\"u\"} 4\n"));
         assert!(
             text.contains(
                 "onetrip_pool_descriptions_changed_total{database=\"db\",user=\"u\"} 1\n"

@@ -60,7 +60,10 @@ pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_t
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use listen::{ListenOp, listen_op};
 pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
-pub use prepared::{PreparedOp, loaded_libraries, prepared_ops};
+pub use prepared::{
+    NameUse, PreparedOp, loaded_libraries, lone_prepared_op, name_uses, prepared_ops,
+    statement_count,
+};
 pub use reset::{RESET_REASONS, Reset};
 pub use role::{RoleName, password_changes};
 pub use set::{SessionSet, session_set};

@@ -31,6 +31,72 @@ pub fn prepared_ops(sql: &str) -> Vec<PreparedOp<'_>> {
         .collect()
 }
 
+/// `sql` when it is exactly one PREPARE, EXECUTE or DEALLOCATE statement
+/// (a `;` after it allowed): one a transaction pooler can run on whichever
+/// server connection its client holds, once that holds the client's
+/// statement under the name.
+pub fn lone_prepared_op(sql: &str) -> Option<PreparedOp<'_>> {
+    let pieces = lexer::split_statements(sql);
+    let [p] = pieces.as_slice() else {
+        return None;
+    };
+    op(sql.get(p.start..p.end)?).filter(|o| *o != PreparedOp::Unknown)
+}
+
+/// How many statements `sql` holds (empty ones between `;`s aside).
+pub fn statement_count(sql: &str) -> usize {
+    lexer::split_statements(sql).len()
+}
+
+/// A prepared statement's name as `sql` uses it: wherever PREPARE, EXECUTE
+/// or DEALLOCATE stands before a name, in any statement (`EXPLAIN EXECUTE
+/// p`, `CREATE TABLE t AS EXECUTE p`), in order. A word that only looks
+/// like such a use (`EXECUTE FUNCTION f` in CREATE TRIGGER) is listed
+/// too: a pooler that makes the name right on its connection before the
+/// text runs loses nothing by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameUse {
+    Prepare(String),
+    Execute(String),
+    Deallocate(String),
+    /// `DEALLOCATE [PREPARE] ALL`.
+    DeallocateAll,
+}
+
+/// The prepared-statement names `sql` uses (`NameUse`).
+pub fn name_uses(sql: &str) -> Vec<NameUse> {
+    let toks: Vec<Token> = lexer::tokens(sql).collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        i += 1;
+        let Some(next) = toks.get(i) else {
+            break;
+        };
+        if t.is_word(sql, "prepare") && !next.is_word(sql, "transaction") {
+            out.extend(name(sql, next).map(NameUse::Prepare));
+        } else if t.is_word(sql, "execute") {
+            out.extend(name(sql, next).map(NameUse::Execute));
+        } else if t.is_word(sql, "deallocate") {
+            let mut n = next;
+            if n.is_word(sql, "prepare") {
+                i += 1;
+                let Some(after) = toks.get(i) else {
+                    break;
+                };
+                n = after;
+            }
+            if n.is_word(sql, "all") {
+                out.push(NameUse::DeallocateAll);
+            } else {
+                out.extend(name(sql, n).map(NameUse::Deallocate));
+            }
+        }
+    }
+    out
+}
+
 /// The libraries `LOAD` statements among those of `sql` name, in order.
 pub fn loaded_libraries(sql: &str) -> Vec<String> {
     lexer::split_statements(sql)
@@ -153,7 +219,58 @@ pub(crate) fn name(text: &str, t: &Token) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PreparedOp::*, prepared_ops};
+    use super::{
+        NameUse, PreparedOp::*, lone_prepared_op, name_uses, prepared_ops, statement_count,
+    };
+
+    #[test]
+    fn reads_a_lone_statement() {
+        assert_eq!(
+            lone_prepared_op("  PREPARE p (int) AS SELECT $1;  "),
+            Some(Prepare {
+                name: "p".into(),
+                text: "SELECT $1"
+            })
+        );
+        assert_eq!(
+            lone_prepared_op("execute P(1, 'a;b')"),
+            Some(Execute {
+                name: "p".into(),
+                args: "1, 'a;b'"
+            })
+        );
+        assert_eq!(
+            lone_prepared_op("DEALLOCATE PREPARE \"Q\";"),
+            Some(Deallocate("Q".into()))
+        );
+        assert_eq!(lone_prepared_op("deallocate all"), Some(DeallocateAll));
+        assert_eq!(lone_prepared_op("PREPARE p AS SELECT 1; EXECUTE p"), None);
+        assert_eq!(lone_prepared_op("select 1"), None);
+        assert_eq!(lone_prepared_op("deallocate $1"), None);
+        assert_eq!(lone_prepared_op("prepare transaction 'x'"), None);
+        assert_eq!(statement_count("execute p; ; select ';'"), 2);
+        assert_eq!(statement_count("  execute p  "), 1);
+    }
+
+    #[test]
+    fn finds_every_use_of_a_name() {
+        assert_eq!(
+            name_uses(
+                "explain execute A(1); prepare b as select 'execute c'; \
+                 deallocate prepare d; DEALLOCATE ALL; prepare transaction 'x'; execute"
+            ),
+            [
+                NameUse::Execute("a".into()),
+                NameUse::Prepare("b".into()),
+                NameUse::Deallocate("d".into()),
+                NameUse::DeallocateAll,
+            ]
+        );
+        assert_eq!(
+            name_uses("create table t as execute p"),
+            [NameUse::Execute("p".into())]
+        );
+    }
 
     #[test]
     fn reads_load() {

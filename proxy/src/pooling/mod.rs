@@ -170,6 +170,8 @@ pub struct Pool {
     /// What the server said of statements its sessions parsed and
     /// described, to answer the next such Parse here.
     pub descriptions: Arc<crate::protocol::described::Descriptions>,
+    /// SQL PREPAREs its sessions kept unpinned, and made again.
+    pub sql_prepared: Arc<crate::protocol::SqlPreparedCounts>,
     /// How long clients waited for a connection (every acquire, zero when
     /// one was free).
     waits: Waits,
@@ -332,6 +334,10 @@ pub struct PoolRow {
     /// otherwise.
     pub parses_answered: u64,
     pub descriptions_changed: u64,
+    /// SQL PREPAREs kept for their client with no pin, and SQL-prepared
+    /// statements made again on another connection ahead of their use.
+    pub sql_prepares: u64,
+    pub sql_prepares_made_again: u64,
 }
 
 impl Pool {
@@ -346,6 +352,7 @@ impl Pool {
             clients: AtomicUsize::new(0),
             pinned: Arc::new(AtomicUsize::new(0)),
             descriptions: Default::default(),
+            sql_prepared: Default::default(),
             waits: Waits::default(),
             greeting: Mutex::default(),
             learned: Mutex::default(),
@@ -839,6 +846,8 @@ impl Pool {
             notifications: self.listener.fanned_out.load(Relaxed),
             parses_answered: self.descriptions.answered.load(Relaxed),
             descriptions_changed: self.descriptions.changed.load(Relaxed),
+            sql_prepares: self.sql_prepared.kept.load(Relaxed),
+            sql_prepares_made_again: self.sql_prepared.made_again.load(Relaxed),
         }
     }
 

@@ -136,6 +136,7 @@ impl Protocol {
                     self.cypher.trailing_dropped(&self.services);
                 }
             }
+            self.send_learning_if_due(to_up, forward);
             self.send_lsn_if_due(to_up, forward);
             at = end;
         }
@@ -249,6 +250,7 @@ impl Protocol {
             };
             self.watch_for_pins(t, msg, analysis.cloned());
             self.fix_named_before(t, msg, to_up);
+            self.fix_sql_named_before(t, msg, sql.as_ref(), to_up);
             if self.follow_told(t, msg, sql.as_ref(), to_up, to_client) {
                 return false;
             }
@@ -434,25 +436,33 @@ impl Protocol {
         if !w.any(Words::PREPARE | Words::DEALLOCATE | Words::DISCARD) {
             return Op::None;
         }
-        let mut prepares = Vec::new();
+        // Each is done as it completes: a DEALLOCATE that fails (in a failed
+        // transaction block) drops nothing.
+        let mut ops = Vec::new();
         for op in prepared_ops(sql.as_str()) {
             match op {
-                PreparedOp::Prepare { name, text } => prepares.push((name, sql.part(text))),
-                PreparedOp::Deallocate(name) => {
-                    self.flight.forget(&name);
-                    self.replica_forget(Some(&name));
+                PreparedOp::Prepare { name, text } => {
+                    ops.push(SqlOp::Prepare(Some((name, sql.part(text)))))
                 }
-                PreparedOp::DeallocateAll | PreparedOp::Unknown => {
+                PreparedOp::Deallocate(name) => {
+                    self.replica_forget(Some(&name));
+                    ops.push(SqlOp::Deallocate(name));
+                }
+                PreparedOp::DeallocateAll => {
+                    self.replica_forget(None);
+                    ops.push(SqlOp::DeallocateAll);
+                }
+                PreparedOp::Unknown => {
                     self.flight.forget_all();
                     self.replica_forget(None);
                 }
                 PreparedOp::Execute { .. } => {}
             }
         }
-        if prepares.is_empty() {
+        if ops.is_empty() {
             Op::None
         } else {
-            Op::Prepare(prepares)
+            Op::Prepare(ops)
         }
     }
 

@@ -60,6 +60,9 @@ pub enum Own {
     /// A statement that fails in place of one whose statement changed, so
     /// that the server skips to the Sync as PostgreSQL would have.
     Stale,
+    /// A Describe of the statement a PREPARE alone just made, and its
+    /// Sync: its parameter types make it again elsewhere (`sql_prepared.rs`).
+    Types,
 }
 
 /// Whose an answer is.
@@ -80,13 +83,26 @@ pub enum Op {
     None,
     /// A Parse of (name, statement).
     Parse(String, Sql),
-    /// An Execute or Query whose text holds SQL `PREPARE`s, in order.
-    Prepare(Vec<(String, Sql)>),
+    /// An Execute or Query whose text holds SQL `PREPARE`s and
+    /// `DEALLOCATE`s, in order.
+    Prepare(Vec<SqlOp>),
     /// An Execute or Query that loads these libraries.
     Load(Vec<String>),
     /// An Execute or Query of a `SET` or `RESET` that follows its client
     /// (transaction pooling), and its text.
     Set(SessionSet, String),
+}
+
+/// A SQL `PREPARE` or `DEALLOCATE`, done at its CommandComplete: one that
+/// fails, or never runs (an earlier statement failed, or the transaction
+/// block had), changes nothing. Until then a message sent after it finds
+/// the statements as if it had run (`Flight::statement`).
+#[derive(Debug)]
+pub enum SqlOp {
+    /// `None` once something sent after it dropped the name.
+    Prepare(Option<(String, Sql)>),
+    Deallocate(String),
+    DeallocateAll,
 }
 
 #[derive(Debug)]
@@ -157,8 +173,9 @@ enum Records {
     #[default]
     Nothing,
     Parse(Option<(String, Sql)>),
-    /// SQL PREPAREs, recorded one by one at each CommandComplete `PREPARE`.
-    Prepare(VecDeque<Option<(String, Sql)>>),
+    /// SQL PREPAREs and DEALLOCATEs, done one by one at each CommandComplete
+    /// `PREPARE`, `DEALLOCATE` or `DEALLOCATE ALL`.
+    Prepare(VecDeque<SqlOp>),
     /// A LOAD, done at its CommandComplete `LOAD`.
     Load(Vec<String>),
     /// A `SET` that follows its client, done at its CommandComplete and in
@@ -171,7 +188,7 @@ impl Records {
         match op {
             Op::None => Records::Nothing,
             Op::Parse(name, sql) => Records::Parse(Some((name, sql))),
-            Op::Prepare(list) => Records::Prepare(list.into_iter().map(Some).collect()),
+            Op::Prepare(list) => Records::Prepare(list.into()),
             Op::Load(libs) => Records::Load(libs),
             Op::Set(op, text) => Records::Set(Some((op, text))),
         }
@@ -183,7 +200,11 @@ impl Records {
             Records::Parse(p) => (Some(p), None),
             Records::Prepare(list) => (None, Some(list.iter_mut())),
         };
-        one.into_iter().chain(many.into_iter().flatten())
+        let prepares = many.into_iter().flatten().filter_map(|op| match op {
+            SqlOp::Prepare(p) => Some(p),
+            SqlOp::Deallocate(_) | SqlOp::DeallocateAll => None,
+        });
+        one.into_iter().chain(prepares)
     }
 }
 
@@ -554,8 +575,8 @@ impl Flight {
                     | tag::PORTAL_SUSPENDED => {
                         match records {
                             Records::Parse(p) => prepared.record(p.take()),
-                            Records::Prepare(list) if is_prepare_complete(t, msg) => {
-                                prepared.record(list.pop_front().flatten())
+                            Records::Prepare(list) if t == tag::COMMAND_COMPLETE => {
+                                sql_op_done(prepared, list, msg)
                             }
                             Records::Load(libs) if is_load_complete(t, msg) => {
                                 loads_done(&mut self.loaded, &mut self.age_loaded, libs)
@@ -597,9 +618,9 @@ impl Flight {
                             self.done_sets.extend(set.take());
                         }
                     }
-                    _ if is_prepare_complete(t, msg) => {
+                    tag::COMMAND_COMPLETE if matches!(records, Records::Prepare(_)) => {
                         if let Records::Prepare(list) = records {
-                            prepared.record(list.pop_front().flatten());
+                            sql_op_done(prepared, list, msg);
                         }
                     }
                     _ if is_load_complete(t, msg) => {
@@ -643,8 +664,13 @@ impl Flight {
                     }
                 }
                 Records::Prepare(list) => {
-                    if let Some((_, sql)) = list.iter().rev().flatten().find(|(n, _)| n == name) {
-                        return Some(sql);
+                    for op in list.iter().rev() {
+                        match op {
+                            SqlOp::Prepare(Some((n, sql))) if n == name => return Some(sql),
+                            SqlOp::Deallocate(n) if n == name => return None,
+                            SqlOp::DeallocateAll => return None,
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -729,8 +755,26 @@ fn loads_done(loaded: &mut Vec<String>, age: &mut bool, libs: &mut Vec<String>) 
     loaded.append(libs);
 }
 
-fn is_prepare_complete(t: u8, msg: &[u8]) -> bool {
-    t == tag::COMMAND_COMPLETE && backend::body(msg).starts_with(b"PREPARE\0")
+/// A CommandComplete (`msg`) of a Query or Execute that holds SQL PREPAREs
+/// or DEALLOCATEs: the first of them still to run is done, when the tag is
+/// its (the tags of the text's other statements are not theirs).
+fn sql_op_done(prepared: &mut Prepared, list: &mut VecDeque<SqlOp>, msg: &[u8]) {
+    let tag = backend::body(msg);
+    let theirs = match list.front() {
+        Some(SqlOp::Prepare(_)) => tag == b"PREPARE\0",
+        Some(SqlOp::Deallocate(_)) => tag == b"DEALLOCATE\0",
+        Some(SqlOp::DeallocateAll) => tag == b"DEALLOCATE ALL\0",
+        None => false,
+    };
+    if !theirs {
+        return;
+    }
+    match list.pop_front() {
+        Some(SqlOp::Prepare(p)) => prepared.record(p),
+        Some(SqlOp::Deallocate(name)) => prepared.closed(&name),
+        Some(SqlOp::DeallocateAll) => *prepared = Prepared::default(),
+        None => {}
+    }
 }
 
 fn is_load_complete(t: u8, msg: &[u8]) -> bool {

@@ -21,7 +21,8 @@ impl PoolNotices for NoPools {
 
 /// A session fed by the input: its first byte picks the features (bit 0
 /// deferred BEGIN, 1 lazy reads, 2 coalescing, 3 write probes, 4 Cypher
-/// rewriting, 5 verify, 6 settings asked first), then chunks follow, each
+/// rewriting, 5 verify, 6 settings asked first, 7 transaction pooling's
+/// session, with no pool behind it), then chunks follow, each
 /// a header byte (bit 7: from the server, else from the client; the low
 /// seven bits its length, 127 for all that is left) and its bytes. Errors
 /// end the session, as they would close it; nothing may panic.
@@ -117,6 +118,7 @@ impl Session {
         let info = stats.open_session(None, "postgres", "postgres", "");
         stats.admit(&info);
         let mut p = Protocol::new(services, info);
+        p.pooled = flags & 128 != 0;
         if flags & 64 != 0 {
             p.start(&mut WriteQueue::default());
         }

@@ -19,11 +19,13 @@ mod replica_group;
 mod replica_txn;
 mod server_conn;
 mod server_statements;
+mod sql_prepared;
 pub use listen::{Inbox, listen_answer, notification_channel};
 pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub use replica_group::ReadGroup;
 pub use server_conn::ServerConnection;
+pub use sql_prepared::SqlPreparedCounts;
 pub mod settings;
 mod statements;
 pub mod text;
@@ -40,7 +42,7 @@ use onetrip_planner::words::Words;
 use self::{
     coalesce::{Coalescer, Ctx, Out},
     cypher::{CypherSession, Route, SessionView, may_route, statement_text},
-    flight::{Flight, Op, Own, Owner},
+    flight::{Flight, Op, Own, Owner, SqlOp},
     settings::Settings,
     statements::Statements,
     text::Sql,

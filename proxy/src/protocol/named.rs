@@ -16,8 +16,24 @@ use super::*;
 #[derive(Debug, Default)]
 pub struct Named {
     /// The Parse message of each named statement the client made (the
-    /// flight says whether the server accepted it).
-    client: FxHashMap<String, Bytes>,
+    /// flight says whether the server accepted it); for one made by SQL's
+    /// PREPARE, a Parse of its text with the parameter types the server
+    /// gave it.
+    pub(super) client: FxHashMap<String, Bytes>,
+    /// PREPAREs sent alone whose parameter types are on their way.
+    pub(super) learning: std::collections::VecDeque<super::sql_prepared::Learning>,
+    /// A PREPARE alone, taken without a pin, on its way up.
+    pub(super) lone_prepare: Option<super::sql_prepared::LonePrepare>,
+    /// The Describe and Sync that learn its types, sent right behind it.
+    pub(super) learn_due: Option<Bytes>,
+    /// The Parse each SQL PREPARE made the client's, and where its
+    /// statement begins in the PREPARE's text, in characters.
+    pub(super) sql_made: FxHashMap<String, (Bytes, usize)>,
+    /// Statements made again ahead of a Query, with a Sync of the proxy's
+    /// own between.
+    pub(super) remake: Option<super::sql_prepared::Remake>,
+    /// The pool's counts.
+    pub(super) counts: Option<std::sync::Arc<super::sql_prepared::SqlPreparedCounts>>,
 }
 
 impl Named {
@@ -64,22 +80,31 @@ impl Protocol {
                 self.named.client.insert(name.to_owned(), parse);
             }
             // The client's own (a Parse of it fails as it would have).
-            (_, true) => self.ensure_named(name, to_up),
+            (_, true) => {
+                self.ensure_named(name, to_up);
+            }
             // The client has none: nor must the server, so the message
             // fails as it would have.
             (_, false) => self.close_on_server(name, to_up),
         }
     }
 
-    /// The server connection is made to hold the client's statement `name`.
-    fn ensure_named(&mut self, name: &str, to_up: &mut WriteQueue) {
+    /// The server connection is made to hold the client's statement `name`;
+    /// true when a Parse of it went up for that.
+    pub(super) fn ensure_named(&mut self, name: &str, to_up: &mut WriteQueue) -> bool {
+        if self.prepare_on_its_way(name) {
+            // Made by a PREPARE whose parameter types are still on their
+            // way (`sql_prepared.rs`): the server that runs it holds it.
+            return false;
+        }
         let Some(parse) = self.named.client.get(name).cloned() else {
             // Made before the session was pooled (never: every Parse of a
-            // pooled session comes through here).
-            return;
+            // pooled session comes through here), or by a PREPARE that
+            // pinned the session to the server that holds it.
+            return false;
         };
         if self.server.statements.holds(name, &parse) {
-            return;
+            return false;
         }
         self.make_room_for(name, to_up);
         // Closed first: a Close of a name the server lacks is no error, a
@@ -87,10 +112,11 @@ impl Protocol {
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
         self.send_own_up(to_up, parse.clone(), Own::Rerun, false);
         self.note_server_holds(name, parse);
+        true
     }
 
     /// The server connection is made to hold nothing under `name`.
-    fn close_on_server(&mut self, name: &str, to_up: &mut WriteQueue) {
+    pub(super) fn close_on_server(&mut self, name: &str, to_up: &mut WriteQueue) {
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
         let group = self.flight.group_now();
         let skipped = self.flight.skipping();
@@ -99,7 +125,7 @@ impl Protocol {
 
     /// Before a Parse of `name`: the server connection's least recently
     /// used statement is closed when it holds as many as it may.
-    fn make_room_for(&mut self, name: &str, to_up: &mut WriteQueue) {
+    pub(super) fn make_room_for(&mut self, name: &str, to_up: &mut WriteQueue) {
         if self.flight.skipping() {
             // The Parse is skipped too: it needs no room.
             return;
@@ -114,7 +140,7 @@ impl Protocol {
     /// is skipping to a Sync after an error (it won't run the Parse; what
     /// the name held stays); an error that comes later in its group makes
     /// the record unsure (`on_server_answer`).
-    fn note_server_holds(&mut self, name: &str, parse: Bytes) {
+    pub(super) fn note_server_holds(&mut self, name: &str, parse: Bytes) {
         if !self.flight.skipping() {
             let group = self.flight.group_now();
             self.server.statements.parsed(name, parse, group);

@@ -7,7 +7,7 @@ use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 use bytes::{Bytes, BytesMut};
 use onetrip_planner::{
     analysis::Analysis,
-    classify::{Pins, Reset, SessionSet, reset_undoes, session_set},
+    classify::{Pins, PreparedOp, Reset, SessionSet, lone_prepared_op, reset_undoes, session_set},
 };
 
 use super::*;
@@ -54,7 +54,7 @@ impl Protocol {
         };
         let facts = text.map(|text| match &analysis {
             Some(a) => followed(a.pins, t, text),
-            None => followed(Pins::of(text), t, text),
+            None => self.executed(t, text, followed(Pins::of(text), t, text)),
         });
         if let Some(f) = facts {
             // What the connection needs before another client may use it.
@@ -98,7 +98,7 @@ impl Protocol {
                 let (Some(text), Some(facts)) = (text, facts) else {
                     return self.pin_session("Query message not read");
                 };
-                if self.takes_replayable_set(text) {
+                if self.takes_replayable_set(text) || self.takes_lone_prepared(text) {
                     return;
                 }
                 if let Some(why) = facts.pin {
@@ -126,6 +126,28 @@ impl Protocol {
             tag::FUNCTION_CALL => self.pin_session("FunctionCall message"),
             _ => {}
         }
+    }
+
+    /// What a Query that is one `EXECUTE` of the client's statement leaves
+    /// on the connection: what its statement and arguments do, where the
+    /// scan of the text alone, which doesn't see the statement, asks for
+    /// the full reset.
+    fn executed(&self, t: u8, text: &str, mut pins: Pins) -> Pins {
+        if t != tag::QUERY || !client_txn::first_word_is(text.as_bytes(), &["execute"]) {
+            return pins;
+        }
+        let Some(PreparedOp::Execute { name, args }) = lone_prepared_op(text) else {
+            return pins;
+        };
+        let Some(statement) = self.flight.statement(&name) else {
+            return pins;
+        };
+        let mut reset = Pins::of(statement.as_str()).reset;
+        if !args.trim().is_empty() {
+            reset = reset.combine(Pins::of(&format!("SELECT {args}")).reset);
+        }
+        pins.reset = reset;
+        pins
     }
 
     /// A pinned session's statements, looked at for what DISCARD ALL would

@@ -59,6 +59,14 @@ impl ServerStatements {
         }
     }
 
+    /// Whether the server surely holds `parse` under `name`, not counted as
+    /// a use.
+    pub fn has(&self, name: &str, parse: &Bytes) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|e| matches!(&e.state, State::Held(b) if b == parse))
+    }
+
     /// A Parse of `name` was sent in `group`.
     pub fn parsed(&mut self, name: &str, parse: Bytes, group: u64) {
         self.set(name, State::Held(parse), group);
@@ -74,6 +82,25 @@ impl ServerStatements {
             State::Closing
         };
         self.set(name, state, group);
+    }
+
+    /// A `DEALLOCATE ALL` was sent in `group` (`skipped`: as `closed`).
+    pub fn closed_all(&mut self, group: u64, skipped: bool) {
+        let names: Vec<String> = self.by_name.keys().cloned().collect();
+        for name in names {
+            self.closed(&name, group, skipped);
+        }
+    }
+
+    /// The server holds under `name` what `was` made (a PREPARE) as `now`
+    /// would make it (a Parse of its text and parameter types): recorded so,
+    /// unless what it holds there has changed or become unsure meanwhile.
+    pub fn made_as(&mut self, name: &str, was: &Bytes, now: Bytes) {
+        if let Some(e) = self.by_name.get_mut(name)
+            && matches!(&e.state, State::Held(b) if b == was)
+        {
+            e.state = State::Held(now);
+        }
     }
 
     fn set(&mut self, name: &str, state: State, group: u64) {
@@ -209,6 +236,21 @@ mod tests {
         // The Close that may not have run still counts: its name may be held.
         assert_eq!(s.len(), 3);
         assert_eq!(s.to_evict(3, "d").as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn deallocate_all_closes_every_name_and_a_prepare_is_made_as_a_parse() {
+        let mut s = ServerStatements::default();
+        s.parsed("a", p("A"), 0);
+        s.parsed("q", p("PREPARE q AS SELECT 1"), 0);
+        s.made_as("q", &p("PREPARE q AS SELECT 1"), p("P q"));
+        s.made_as("a", &p("other"), p("P a"));
+        s.settle(1);
+        assert!(s.holds("q", &p("P q")));
+        assert!(s.holds("a", &p("A")));
+        s.closed_all(1, false);
+        s.settle(2);
+        assert_eq!(s.len(), 0);
     }
 
     #[test]

@@ -166,11 +166,28 @@ impl Protocol {
         match owner {
             Owner::Own(Own::Check) => return self.on_check_answer(t, msg),
             Owner::Own(Own::Stale) => return false,
+            // A statement that could not be made again gives its error where
+            // the client's text uses it (`sql_prepared.rs`).
+            Owner::Client if t == tag::ERROR_RESPONSE && self.named.remake.is_some() => {
+                if let Some(e) = self.error_for_remade(msg) {
+                    Counters::add(&self.info.counters.errors, 1);
+                    self.emit(to_client, e);
+                    return false;
+                }
+                if !self.told_client_answer(t, msg, to_client) {
+                    return false;
+                }
+            }
+            Owner::Own(Own::Rerun) => return self.on_rerun_answer(t, msg),
+            Owner::Own(Own::Types) => {
+                self.on_types_answer(t, msg);
+                return false;
+            }
             Owner::Client if !self.told_client_answer(t, msg, to_client) => return false,
             // Swallowed, but for an error (which a bare SELECT can't give
             // short of the connection failing): the client should know
             // that what it sent next is skipped.
-            Owner::Own(Own::Snapshot | Own::Rerun) => return t == tag::ERROR_RESPONSE,
+            Owner::Own(Own::Snapshot) => return t == tag::ERROR_RESPONSE,
             Owner::Own(Own::Settings) => {
                 if t == tag::READY_FOR_QUERY {
                     self.txn_status = backend::ready_status(msg);

@@ -183,6 +183,34 @@ pub fn as_fatal(msg: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// A server's ErrorResponse `msg` with its position (`P`, in characters,
+/// from 1) moved `by` characters on, every other field kept: an error
+/// found in a statement's text, told as found in a longer text that holds
+/// it (a PREPARE's, for its statement).
+pub fn error_moved(msg: &[u8], by: usize) -> Bytes {
+    let body = msg.get(5..).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(msg.len() + 8);
+    message(&mut out, b'E', |b| {
+        for field in body.split(|&c| c == 0).filter(|f| !f.is_empty()) {
+            let at = std::str::from_utf8(&field[1..])
+                .ok()
+                .and_then(|p| p.parse::<usize>().ok());
+            match (field[0], at) {
+                (b'P', Some(at)) => {
+                    b.put_u8(b'P');
+                    cstr(b, &at.saturating_add(by).to_string());
+                }
+                _ => {
+                    b.put_slice(field);
+                    b.put_u8(0);
+                }
+            }
+        }
+        b.put_u8(0);
+    });
+    out.freeze()
+}
+
 /// A NoticeResponse of severity WARNING: told to the client, who goes on.
 pub fn warning_into(out: &mut BytesMut, sqlstate: &str, text: &str) {
     message(out, b'N', |b| {
@@ -308,6 +336,22 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn an_error_moved_keeps_its_fields_and_moves_its_position() {
+        let mut e = BytesMut::new();
+        message(&mut e, b'E', |b| {
+            b.put_slice(b"SERROR\0C42P01\0Mno\0P15\0Rf\0\0");
+        });
+        let mut want = BytesMut::new();
+        message(&mut want, b'E', |b| {
+            b.put_slice(b"SERROR\0C42P01\0Mno\0P28\0Rf\0\0");
+        });
+        assert_eq!(error_moved(&e, 13), want.freeze());
+        assert_eq!(error_moved(&e, 0), e.clone().freeze());
+        let unplaced = error_detail(Severity::Error, "22023", "bad value", "why");
+        assert_eq!(error_moved(&unplaced, 4), unplaced);
+    }
 
     #[test]
     fn a_nul_inside_a_string_becomes_a_space() {

@@ -4,7 +4,8 @@
 //! sessions that LISTEN unpinned), the channels it listens on, and the
 //! notifications it handed to sessions; Parses answered from what its
 //! servers parsed and described, and statements so told that proved
-//! changed.
+//! changed; SQL PREPAREs kept for their clients without a pin, and
+//! made again elsewhere.
 
 use bytes::BytesMut;
 
@@ -31,6 +32,8 @@ const COLUMNS: &[&str] = &[
     "notifications",
     "parses_here",
     "descriptions_changed",
+    "sql_prepares",
+    "sql_prepares_made_again",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -63,6 +66,8 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 cell(p.notifications),
                 cell(p.parses_answered),
                 cell(p.descriptions_changed),
+                cell(p.sql_prepares),
+                cell(p.sql_prepares_made_again),
             ]
         })
         .collect();

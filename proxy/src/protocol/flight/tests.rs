@@ -129,8 +129,8 @@ fn drops_win_over_parses_still_on_their_way() {
 fn sql_prepare_is_recorded_at_its_command_complete() {
     let mut f = Flight::default();
     let prepares = vec![
-        ("a".to_owned(), sql("select 1")),
-        ("b".to_owned(), sql("select 2")),
+        SqlOp::Prepare(Some(("a".to_owned(), sql("select 1")))),
+        SqlOp::Prepare(Some(("b".to_owned(), sql("select 2")))),
     ];
     f.sent(tag::QUERY, None, Op::Prepare(prepares));
     assert_eq!(f.statement("b").map(Sql::as_str), Some("select 2"));
@@ -139,6 +139,45 @@ fn sql_prepare_is_recorded_at_its_command_complete() {
     answer(&mut f, b"EZ");
     assert_eq!(f.statement("a").map(Sql::as_str), Some("select 1"));
     assert!(f.statement("b").is_none());
+}
+
+#[test]
+fn sql_deallocate_is_done_at_its_command_complete() {
+    let mut f = Flight::default();
+    let prepare = |name: &str| SqlOp::Prepare(Some((name.to_owned(), sql("select 1"))));
+    f.sent(
+        tag::QUERY,
+        None,
+        Op::Prepare(vec![prepare("a"), prepare("b")]),
+    );
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("PREPARE"));
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("PREPARE"));
+    answer(&mut f, b"Z");
+    // Sent: found gone by what follows it at once.
+    f.sent(
+        tag::QUERY,
+        None,
+        Op::Prepare(vec![SqlOp::Deallocate("a".into())]),
+    );
+    assert!(f.statement("a").is_none());
+    // It failed (a failed transaction block): nothing dropped.
+    answer(&mut f, b"EZ");
+    assert!(f.statement("a").is_some());
+    // Done, behind another statement's tag.
+    let ops = vec![SqlOp::Deallocate("a".into()), prepare("c")];
+    f.sent(tag::QUERY, None, Op::Prepare(ops));
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("SELECT 1"));
+    assert!(f.statement("a").is_none());
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("DEALLOCATE"));
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("PREPARE"));
+    answer(&mut f, b"Z");
+    assert!(f.statement("a").is_none());
+    assert!(f.statement("b").is_some() && f.statement("c").is_some());
+    f.sent(tag::QUERY, None, Op::Prepare(vec![SqlOp::DeallocateAll]));
+    assert!(f.statement("b").is_none());
+    f.on_answer(tag::COMMAND_COMPLETE, &complete("DEALLOCATE ALL"));
+    answer(&mut f, b"Z");
+    assert!(f.statement("b").is_none() && f.statement("c").is_none());
 }
 
 #[test]
