@@ -41,13 +41,31 @@ async fn sides(
         .unwrap();
     wait_replayed(&env.pg, &replica).await;
     if mode == PoolMode::Transaction {
-        // A transaction on the primary: the pool's connections learn the
+        // A transaction on the primary (a write that changes nothing: a
+        // read might run on the replica): the pool's connections learn the
         // default isolation, which a client with no connection yet goes by
         // to run a read only transaction on the replica.
         let c = connect(&env.proxy_dsn()).await;
-        for q in ["BEGIN", "SELECT 1", "COMMIT"] {
+        for q in ["BEGIN", "UPDATE t SET v = v WHERE false", "COMMIT"] {
             c.simple_query(q).await.unwrap();
         }
+        // Until a new client's read only transaction runs on the replica
+        // (the pool has learned the default isolation, the replica is in).
+        let mut on_replica = false;
+        for _ in 0..100 {
+            let c = connect(&env.proxy_dsn()).await;
+            c.batch_execute("BEGIN READ ONLY").await.unwrap();
+            on_replica = in_recovery(&c).await;
+            c.batch_execute("COMMIT").await.unwrap();
+            if on_replica {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            on_replica,
+            "read only transactions never reached the replica"
+        );
     }
     let targets = [
         Target::new("PostgreSQL", env.pg.port()),

@@ -257,6 +257,9 @@ struct Inner {
     filling: usize,
     idle: Vec<Idle>,
     waiters: VecDeque<(Instant, Waiter)>,
+    /// The default isolation the last connection given back had learned
+    /// (one pool is one role and database: every connection's).
+    isolation: Option<onetrip_planner::classify::IsolationLevel>,
 }
 
 /// A client waiting for a connection.
@@ -368,13 +371,12 @@ impl Pool {
         }
     }
 
-    /// The session defaults an idle connection's last client learned
-    /// (`ServerConnection::settings`): one pool is one role and database,
-    /// so a session that has had no connection yet may go by them (a read
-    /// only transaction on a replica needs its default isolation).
-    pub fn idle_settings(&self) -> Option<crate::protocol::settings::Settings> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.idle.iter().find_map(|i| i.conn.settings.clone())
+    /// The default isolation of the pool's connections, as the last one
+    /// given back had learned it (`ServerConnection::settings`): one pool
+    /// is one role and database, so a session that has had no connection
+    /// yet may go by it (a read only transaction on a replica needs it).
+    pub fn default_isolation(&self) -> Option<onetrip_planner::classify::IsolationLevel> {
+        self.lock().isolation
     }
 
     /// What the server reports for a login's startup parameters, once
@@ -743,6 +745,14 @@ impl Pool {
         }
         let mut idle = idle;
         let mut g = self.lock();
+        if let Some(i) = idle
+            .conn
+            .settings
+            .as_ref()
+            .and_then(|s| s.default_isolation())
+        {
+            g.isolation = Some(i);
+        }
         while let Some((_, waiter)) = g.waiters.pop_front() {
             match waiter.grant(Grant::Idle(idle)) {
                 Ok(here) => return here,

@@ -45,9 +45,9 @@ impl Protocol {
         Some((held.frames.clone(), read_only))
     }
 
-    /// The default isolation of the pool's connections, as an idle one's
-    /// last client learned it (`Pool::idle_settings`): one pool is one
-    /// role and database, so the same default.
+    /// The default isolation of the pool's connections, as the last one
+    /// given back had learned it (`Pool::default_isolation`): one pool is
+    /// one role and database, so the same default.
     pub fn note_pool_isolation(&mut self, isolation: Option<IsolationLevel>) {
         if let Some(f) = self.replica.as_deref_mut() {
             f.pool_isolation = isolation;

@@ -41,7 +41,7 @@ pub(super) async fn route(
     // A client that has had no connection yet goes by its pool's default
     // isolation, as it would once it took one.
     if !proto.settings.asked() && !proto.own_defaults {
-        let isolation = pool.idle_settings().and_then(|s| s.default_isolation());
+        let isolation = pool.default_isolation();
         proto.note_pool_isolation(isolation);
     }
     loop {
