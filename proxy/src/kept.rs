@@ -4,13 +4,13 @@
 //! (`session::reuse`).
 
 use std::{
-    collections::HashMap,
     io::Write,
     sync::Mutex,
     time::{Duration, Instant},
 };
 
 use bytes::{Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 
 use crate::{
     protocol::ServerConnection,
@@ -85,12 +85,14 @@ pub fn greeting_with(notices: &[Bytes], params: &[(String, String)], key: Option
 }
 
 /// Kept connections by startup packet. The lock is taken only when a
-/// session starts or ends, never while one forwards.
+/// session starts or ends, never while one forwards. The maps hold at most
+/// a key per kept connection, so a cheap hash can't be made to degrade
+/// them.
 #[derive(Default)]
 pub struct KeptConnections {
-    idle: Mutex<HashMap<Bytes, Vec<Kept>>>,
+    idle: Mutex<FxHashMap<Bytes, Vec<Kept>>>,
     /// Connections being reset for the pool now, by startup packet.
-    resetting: Mutex<HashMap<Bytes, usize>>,
+    resetting: Mutex<FxHashMap<Bytes, usize>>,
     /// Told when a reset ends, kept or not.
     reset_done: tokio::sync::Notify,
 }
@@ -125,7 +127,7 @@ impl Drop for Resetting<'_> {
 }
 
 impl KeptConnections {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Bytes, Vec<Kept>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<Bytes, Vec<Kept>>> {
         // A panic elsewhere while holding it can leave nothing half-done
         // here: each operation is one insert or remove.
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
