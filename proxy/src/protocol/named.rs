@@ -20,6 +20,15 @@ pub struct Named {
     /// PREPARE, a Parse of its text with the parameter types the server
     /// gave it.
     pub(super) client: FxHashMap<String, Bytes>,
+    /// What SQL's PREPARE needs, made at the session's first one.
+    pub(super) sql: Option<Box<SqlNamed>>,
+    /// The pool's counts.
+    pub(super) counts: Option<std::sync::Arc<super::sql_prepared::SqlPreparedCounts>>,
+}
+
+/// A session's SQL PREPAREs under way (`sql_prepared.rs`).
+#[derive(Debug, Default)]
+pub struct SqlNamed {
     /// PREPAREs sent alone whose parameter types are on their way.
     pub(super) learning: std::collections::VecDeque<super::sql_prepared::Learning>,
     /// A PREPARE alone, taken without a pin, on its way up.
@@ -32,11 +41,14 @@ pub struct Named {
     /// Statements made again ahead of a Query, with a Sync of the proxy's
     /// own between.
     pub(super) remake: Option<super::sql_prepared::Remake>,
-    /// The pool's counts.
-    pub(super) counts: Option<std::sync::Arc<super::sql_prepared::SqlPreparedCounts>>,
 }
 
 impl Named {
+    /// The SQL PREPARE state, made now if the session had none.
+    pub(super) fn sql(&mut self) -> &mut SqlNamed {
+        self.sql.get_or_insert_with(Default::default)
+    }
+
     /// The Parse that made the client's statement `name`.
     pub(super) fn parse_of(&self, name: &str) -> Option<&Bytes> {
         self.client.get(name)

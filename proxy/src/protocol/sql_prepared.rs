@@ -116,7 +116,7 @@ impl Protocol {
                 // `body` lies within `text`.
                 let start = (body.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
                 let offset = text.get(..start).map_or(0, |s| s.chars().count());
-                self.named.lone_prepare = Some(LonePrepare {
+                self.named.sql().lone_prepare = Some(LonePrepare {
                     name,
                     body: body.to_owned(),
                     offset,
@@ -143,7 +143,7 @@ impl Protocol {
         sql: Option<&Sql>,
         to_up: &mut WriteQueue,
     ) {
-        let lone = self.named.lone_prepare.take();
+        let lone = self.named.sql.as_mut().and_then(|s| s.lone_prepare.take());
         // Most statements name none: nothing is copied for them.
         let names = |s: &&Sql| {
             s.words()
@@ -206,8 +206,9 @@ impl Protocol {
             let mut learn = BytesMut::with_capacity(name.len() + 12);
             write::describe(&mut learn, b'S', &name);
             learn.extend_from_slice(&write::SYNC);
-            self.named.learn_due = Some(learn.freeze());
-            self.named.learning.push_back(Learning {
+            let sql = self.named.sql();
+            sql.learn_due = Some(learn.freeze());
+            sql.learning.push_back(Learning {
                 name,
                 body,
                 offset,
@@ -284,7 +285,7 @@ impl Protocol {
                 write::query(&mut q, ROLLED_BACK);
                 self.send_own_up(to_up, q.freeze(), Own::Rerun, false);
             }
-            self.named.remake = Some(Remake {
+            self.named.sql().remake = Some(Remake {
                 from,
                 parses,
                 group: self.flight.group_now(),
@@ -315,7 +316,8 @@ impl Protocol {
     /// Where the client's statement `name` begins in the text that made it
     /// (a PREPARE's), in characters: 0 for a Parse's.
     fn sql_offset(&self, name: &str) -> usize {
-        match (self.named.sql_made.get(name), self.named.client.get(name)) {
+        let made = self.named.sql.as_ref().and_then(|s| s.sql_made.get(name));
+        match (made, self.named.client.get(name)) {
             (Some((made, offset)), Some(now)) if made == now => *offset,
             _ => 0,
         }
@@ -325,7 +327,10 @@ impl Protocol {
     /// parameter types still to come: the server that runs it holds what
     /// the client has under the name.
     pub(super) fn prepare_on_its_way(&self, name: &str) -> bool {
-        self.named.learning.iter().any(|l| l.name == name)
+        self.named
+            .sql
+            .as_ref()
+            .is_some_and(|s| s.learning.iter().any(|l| l.name == name))
     }
 
     /// A Query or Execute of a text with `uses` goes up: what it drops
@@ -370,13 +375,15 @@ impl Protocol {
     /// The client's PREPARE went up (`forwarded`): the Describe that learns
     /// its parameter types goes right behind it. Dropped with it otherwise.
     pub(super) fn send_learning_if_due(&mut self, to_up: &mut WriteQueue, forwarded: bool) {
-        let Some(learn) = self.named.learn_due.take() else {
+        let Some(learn) = self.named.sql.as_mut().and_then(|s| s.learn_due.take()) else {
             return;
         };
         if forwarded {
             self.send_own_up(to_up, learn, Own::Types, false);
         } else {
-            self.named.learning.pop_back();
+            if let Some(s) = self.named.sql.as_mut() {
+                s.learning.pop_back();
+            }
         }
     }
 
@@ -384,12 +391,12 @@ impl Protocol {
     pub(super) fn on_types_answer(&mut self, t: u8, msg: &[u8]) {
         match t {
             tag::PARAMETER_DESCRIPTION => {
-                if let Some(l) = self.named.learning.front_mut() {
+                if let Some(l) = self.named.sql.as_mut().and_then(|s| s.learning.front_mut()) {
                     l.types = Some(Bytes::copy_from_slice(wire::body(msg)));
                 }
             }
             tag::READY_FOR_QUERY => {
-                if let Some(l) = self.named.learning.pop_front() {
+                if let Some(l) = self.named.sql.as_mut().and_then(|s| s.learning.pop_front()) {
                     self.learned(l);
                 }
             }
@@ -426,6 +433,7 @@ impl Protocol {
             .statements
             .made_as(&l.name, &l.made_by, parse.clone());
         self.named
+            .sql()
             .sql_made
             .insert(l.name.clone(), (parse.clone(), l.offset));
         self.named.client.insert(l.name, parse);
@@ -445,8 +453,9 @@ impl Protocol {
         let now = self.flight.group_answered_now();
         let Some(r) = self
             .named
-            .remake
+            .sql
             .as_mut()
+            .and_then(|s| s.remake.as_mut())
             .filter(|r| (r.from..r.group).contains(&now))
         else {
             return t == tag::ERROR_RESPONSE;
@@ -475,7 +484,12 @@ impl Protocol {
     /// and the held one is dropped.
     pub(super) fn error_for_remade(&mut self, msg: &[u8]) -> Option<Bytes> {
         let now = self.flight.group_answered_now();
-        let r = self.named.remake.take_if(|r| r.group <= now)?;
+        let r = self
+            .named
+            .sql
+            .as_mut()?
+            .remake
+            .take_if(|r| r.group <= now)?;
         if r.group < now {
             return None;
         }

@@ -168,7 +168,10 @@ impl Protocol {
             Owner::Own(Own::Stale) => return false,
             // A statement that could not be made again gives its error where
             // the client's text uses it (`sql_prepared.rs`).
-            Owner::Client if t == tag::ERROR_RESPONSE && self.named.remake.is_some() => {
+            Owner::Client
+                if t == tag::ERROR_RESPONSE
+                    && self.named.sql.as_ref().is_some_and(|s| s.remake.is_some()) =>
+            {
                 if let Some(e) = self.error_for_remade(msg) {
                     Counters::add(&self.info.counters.errors, 1);
                     self.emit(to_client, e);
