@@ -453,6 +453,20 @@ pub fn python_with_psycopg() -> Option<PathBuf> {
     ok.then_some(py)
 }
 
+/// Whether Python `py` imports `modules` (`import a, b`).
+pub fn python_has(py: &Path, modules: &str) -> bool {
+    Command::new(py)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Python with psycopg and `modules`, or `None` (callers print a skip
+/// line).
+pub fn python_with(modules: &str) -> Option<PathBuf> {
+    python_with_psycopg().filter(|py| python_has(py, modules))
+}
+
 /// Runs a Python script from `tests/py/` with `args`; returns its stdout.
 /// Panics with the script's stderr on failure.
 pub fn run_py(py: &PathBuf, script: &str, args: &[&str]) -> String {

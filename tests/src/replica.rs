@@ -220,3 +220,42 @@ pub async fn write_then_read(c: &tokio_postgres::Client, n: i32) -> (u32, u32) {
     }
     (stale, on_replica)
 }
+
+/// 1,000 write-then-read sequences from `client` (asyncpg, psycopg or
+/// sqlalchemy; `tests/py/replica_clients.py`) through `dsn`, on a table
+/// `rw` holding row 1: none stale, every read that followed no write
+/// served by the replica, and the driver's read only transactions read
+/// only.
+pub fn clients_read_their_own_writes(py: &std::path::PathBuf, client: &str, dsn: &str) {
+    let out = tokio::task::block_in_place(|| {
+        crate::run_py(py, "replica_clients.py", &[client, dsn, "1000"])
+    });
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["stale"], 0, "{client}: {j}");
+    assert_eq!(j["fresh_on_replica"], j["fresh"], "{client}: {j}");
+    assert_eq!(
+        j["read_only"],
+        serde_json::json!([true, true]),
+        "{client}: {j}"
+    );
+}
+
+/// Stops `replica` while the test's clients read through the proxy of
+/// `env`, and starts it again once the proxy has seen it down; true when
+/// a read is served by it again within 10 s of its coming back.
+pub async fn stop_and_restart(env: &Env, replica: &mut PgServer) -> bool {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::block_in_place(|| replica.stop());
+    wait_replica_state(env, "down").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::block_in_place(|| replica.restart().expect("restart the replica"));
+    wait_replica_state(env, "replica").await;
+    let served = stat(env, "replica_reads").await;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if stat(env, "replica_reads").await > served {
+            return true;
+        }
+    }
+    false
+}

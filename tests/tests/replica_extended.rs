@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use onetrip::config::PoolMode;
 use onetrip_tests::{
-    connect, python_with_psycopg,
-    replica::{in_recovery, stat, wait_replayed, with_lying_function, with_replica},
+    connect, python_with,
+    replica::{
+        clients_read_their_own_writes, in_recovery, stat, wait_replayed, with_lying_function,
+        with_replica,
+    },
     run_py,
     script::{CHECK, Script, Setup, Target, compare},
     skip,
@@ -458,16 +461,6 @@ async fn prepared_reads_run_on_the_replica() {
     assert_eq!(n, 1);
 }
 
-/// Python with psycopg and `module`, or `None` (a skip line printed).
-fn python_with(module: &str) -> Option<std::path::PathBuf> {
-    let py = python_with_psycopg()?;
-    let ok = std::process::Command::new(&py)
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(py)
-}
-
 /// 1,000 write-then-read sequences from `client` (`tests/py/replica_clients.py`)
 /// against a replica that applies each commit 20 ms late, every query with
 /// parameters: no read misses its write, the replica serves reads once it
@@ -483,17 +476,7 @@ async fn client_reads_its_own_writes(client: &str, module: &str) {
         .await
         .unwrap();
     wait_replayed(&env.pg, &_replica).await;
-    let dsn = env.proxy_dsn();
-    let out =
-        tokio::task::block_in_place(|| run_py(&py, "replica_clients.py", &[client, &dsn, "1000"]));
-    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(j["stale"], 0, "{client}: {j}");
-    assert_eq!(j["fresh_on_replica"], j["fresh"], "{client}: {j}");
-    assert_eq!(
-        j["read_only"],
-        serde_json::json!([true, true]),
-        "{client}: {j}"
-    );
+    clients_read_their_own_writes(&py, client, &env.proxy_dsn());
     assert!(
         stat(&env, "fresh_reads").await > 0,
         "reads held to the primary"

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use onetrip::config::PoolMode;
 use onetrip_tests::{
-    Env, PgServer, connect, python_with_psycopg,
+    Env, PgServer, connect, python_with, python_with_psycopg,
     replica::{
-        in_recovery, stat, wait_replayed, wait_replica_state, with_lying_function, with_replica,
-        write_then_read,
+        clients_read_their_own_writes, in_recovery, stat, stop_and_restart, wait_replayed,
+        with_lying_function, with_replica, write_then_read,
     },
     run_py, simple_rows, skip,
 };
@@ -218,26 +218,12 @@ async fn python_clients_read_their_own_writes() {
     assert_eq!(j["stale"], 0, "{j}");
     assert!(j["on_replica"].as_u64().unwrap() > 0, "{j}");
     for client in ["asyncpg", "psycopg"] {
-        let has = std::process::Command::new(&py)
-            .args(["-c", &format!("import {client}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !has {
+        let Some(py) = python_with(client) else {
             skip(&format!("python module {client} not installed"));
             continue;
-        }
+        };
         wait_replayed(&env.pg, &replica).await;
-        let out = tokio::task::block_in_place(|| {
-            run_py(&py, "replica_clients.py", &[client, &dsn, "1000"])
-        });
-        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        assert_eq!(j["stale"], 0, "{client}: {j}");
-        assert_eq!(j["fresh_on_replica"], j["fresh"], "{client}: {j}");
-        assert_eq!(
-            j["read_only"],
-            serde_json::json!([true, true]),
-            "{client}: {j}"
-        );
+        clients_read_their_own_writes(&py, client, &dsn);
     }
 }
 
@@ -277,21 +263,7 @@ async fn a_replica_that_stops_costs_no_pooled_client_an_error() {
             n
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::task::block_in_place(|| replica.stop());
-    wait_replica_state(&env, "down").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::task::block_in_place(|| replica.restart().expect("restart the replica"));
-    wait_replica_state(&env, "replica").await;
-    let served = stat(&env, "replica_reads").await;
-    let mut back = false;
-    for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if stat(&env, "replica_reads").await > served {
-            back = true;
-            break;
-        }
-    }
+    let back = stop_and_restart(&env, &mut replica).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for r in readers {
         assert!(r.await.expect("the reads never failed") > 100);

@@ -8,8 +8,8 @@ use onetrip::config::Consistency;
 use onetrip_tests::{
     connect, python_with_psycopg,
     replica::{
-        admin_dsn, in_recovery, stat, wait_replica_state, with_lying_function, with_replica,
-        write_then_read,
+        admin_dsn, in_recovery, stat, stop_and_restart, wait_replica_state, with_lying_function,
+        with_replica, write_then_read,
     },
     run_py, simple_rows, skip,
 };
@@ -167,23 +167,8 @@ async fn a_replica_that_stops_costs_no_client_an_error() {
         }
         n
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::task::block_in_place(|| replica.stop());
-    wait_replica_state(&env, "down").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::task::block_in_place(|| replica.restart().expect("restart the replica"));
-    wait_replica_state(&env, "replica").await;
-    let served = stat(&env, "replica_reads").await;
-    // The reads go on until one is served by the replica again (the
-    // session's replica connection is opened anew at its next read).
-    let mut back = false;
-    for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if stat(&env, "replica_reads").await > served {
-            back = true;
-            break;
-        }
-    }
+    // The session's replica connection is opened anew at its next read.
+    let back = stop_and_restart(&env, &mut replica).await;
     STOP.store(true, std::sync::atomic::Ordering::Relaxed);
     let n = reads.await.expect("the reads never failed");
     assert!(n > 200);

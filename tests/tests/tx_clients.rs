@@ -5,17 +5,14 @@
 //! costs what it cost before.
 
 use onetrip::Proxy;
-use onetrip_tests::{Env, PyRunner, python_with_psycopg, skip};
+use onetrip_tests::{Env, PyRunner, python_has, python_with_psycopg, skip};
 
 const SETUP: &str = "drop table if exists tx_users; \
     create table tx_users(id int primary key, name text not null, score int not null); \
     insert into tx_users select g, 'user ' || g, g from generate_series(1, 10) g";
 
 fn has_modules(py: &std::path::Path, modules: &str) -> bool {
-    let ok = std::process::Command::new(py)
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let ok = python_has(py, modules);
     if !ok {
         skip(&format!("python modules {modules} not installed"));
     }
