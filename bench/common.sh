@@ -80,6 +80,15 @@ stop_pg() {
     [ -f "$WORK/data/postmaster.pid" ] && "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/data" -m fast stop >/dev/null 2>&1 || true
 }
 
+# At exit (trap stop_all EXIT): the processes the script started in the
+# background (each added to its array `pids`), the server, and $WORK.
+stop_all() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    stop_pg
+    rm -rf "$WORK"
+}
+
 # pgbouncer_ini PG_PORT LISTEN_PORT [SETTING...]: $WORK/pgbouncer.ini,
 # session mode, trust for user postgres.
 pgbouncer_ini() {

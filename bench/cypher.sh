@@ -63,13 +63,7 @@ fi
 PG_PORT=$(free_port); COMP=$(free_port); AGE=$(free_port)
 make_work cypher-bench
 pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    stop_pg
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap stop_all EXIT
 start_pg "$PG_PORT" "max_connections = 50" "shared_buffers = 512MB" "work_mem = 16MB"
 
 say "loading graph snb_diff at scale $SCALE"

@@ -33,13 +33,7 @@ ONETRIP="$TARGET_DIR/release/onetrip"
 PG_PORT=$(free_port); OT=$(free_port); PGB=$(free_port)
 make_work described-bench
 pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    stop_pg
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap stop_all EXIT
 start_pg "$PG_PORT" "max_connections = 100"
 
 env ONETRIP_POOL_MODE=transaction ONETRIP_POOL_POOL_SIZE="$POOL" \

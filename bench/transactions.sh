@@ -29,13 +29,7 @@ ONETRIP="$TARGET_DIR/release/onetrip"
 PG_PORT=$(free_port); OFF=$(free_port); DEF=$(free_port); LAZY=$(free_port)
 make_work tx-bench
 pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    stop_pg
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap stop_all EXIT
 start_pg "$PG_PORT" "max_connections = 50"
 
 # proxy PORT [VAR=VALUE...]: a onetrip on PORT with the settings given.
