@@ -219,6 +219,9 @@ pub struct PoolConfig {
     /// Named statements a server connection holds at most; past it, the
     /// least recently used is closed.
     pub max_prepared_statements: usize,
+    /// Clients' named statements of the same text and parameter types are
+    /// one statement on each server connection, under a name of onetrip's.
+    pub share_statements: bool,
     /// Users whose server connections need a password: onetrip checks
     /// their clients' passwords itself and opens pooled connections with it.
     pub users: Vec<PoolUser>,
@@ -279,6 +282,7 @@ impl Default for PoolConfig {
             query_wait_timeout: Duration::from_secs(120),
             min_idle: 0,
             max_prepared_statements: 200,
+            share_statements: true,
             users: Vec::new(),
             max_pools: 1000,
             max_db_connections: 0,

@@ -416,7 +416,7 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
     for p in pools {
         let _ = writeln!(out, "{n}{{{}}} {}", labels(p), p.notifications);
     }
-    let counters: [Counter; 4] = [
+    let counters: [Counter; 6] = [
         (
             "parses_here_total",
             "Parses (and Describes) answered here from what the server said of the same text before.",
@@ -436,6 +436,16 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
             "sql_prepares_made_again_total",
             "SQL-prepared statements made again on another server connection, ahead of the statement that used them.",
             |p| p.sql_prepares_made_again,
+        ),
+        (
+            "statements_shared_total",
+            "Uses of a named statement a server connection held from another client's Parse of the same text: Parses the server was spared.",
+            |p| p.statements_shared,
+        ),
+        (
+            "statements_parsed_again_total",
+            "Clients' shared named statements parsed on a server connection ahead of the message that used them.",
+            |p| p.statements_parsed_again,
         ),
     ];
     for (name, help, value) in counters {
@@ -507,6 +517,8 @@ mod tests {
             descriptions_changed: 1,
             sql_prepares: 4,
             sql_prepares_made_again: 2,
+            statements_shared: 5,
+            statements_parsed_again: 3,
         };
         let text = render(&stats, 3, &[pool]);
         assert!(
@@ -518,6 +530,9 @@ mod tests {
         assert!(text.contains("onetrip_pool_notifications_total{database=\"db\",user=\"u\"} 9\n"));
         assert!(text.contains("onetrip_pool_parses_here_total{database=\"db\",user=\"u\"} 11\n"));
         assert!(text.contains("onetrip_pool_sql_prepares_total{database=\"db\",user=\"u\"} 4\n"));
+        assert!(
+            text.contains("onetrip_pool_statements_shared_total{database=\"db\",user=\"u\"} 5\n")
+        );
         assert!(
             text.contains(
                 "onetrip_pool_descriptions_changed_total{database=\"db\",user=\"u\"} 1\n"

@@ -170,8 +170,9 @@ pub struct Pool {
     /// What the server said of statements its sessions parsed and
     /// described, to answer the next such Parse here.
     pub descriptions: Arc<crate::protocol::described::Descriptions>,
-    /// SQL PREPAREs its sessions kept unpinned, and made again.
-    pub sql_prepared: Arc<crate::protocol::SqlPreparedCounts>,
+    /// Its sessions' named statements: SQL PREPAREs kept unpinned and
+    /// made again, statements shared and parsed again.
+    pub statements: Arc<crate::protocol::StatementCounts>,
     /// How long clients waited for a connection (every acquire, zero when
     /// one was free).
     waits: Waits,
@@ -341,6 +342,11 @@ pub struct PoolRow {
     /// statements made again on another connection ahead of their use.
     pub sql_prepares: u64,
     pub sql_prepares_made_again: u64,
+    /// Uses of a statement a server connection held from another client's
+    /// Parse of the same text, and statements parsed again on a connection
+    /// ahead of their use.
+    pub statements_shared: u64,
+    pub statements_parsed_again: u64,
 }
 
 impl Pool {
@@ -355,7 +361,7 @@ impl Pool {
             clients: AtomicUsize::new(0),
             pinned: Arc::new(AtomicUsize::new(0)),
             descriptions: Default::default(),
-            sql_prepared: Default::default(),
+            statements: Default::default(),
             waits: Waits::default(),
             greeting: Mutex::default(),
             learned: Mutex::default(),
@@ -856,8 +862,10 @@ impl Pool {
             notifications: self.listener.fanned_out.load(Relaxed),
             parses_answered: self.descriptions.answered.load(Relaxed),
             descriptions_changed: self.descriptions.changed.load(Relaxed),
-            sql_prepares: self.sql_prepared.kept.load(Relaxed),
-            sql_prepares_made_again: self.sql_prepared.made_again.load(Relaxed),
+            sql_prepares: self.statements.kept.load(Relaxed),
+            sql_prepares_made_again: self.statements.made_again.load(Relaxed),
+            statements_shared: self.statements.shared.load(Relaxed),
+            statements_parsed_again: self.statements.parsed_again.load(Relaxed),
         }
     }
 

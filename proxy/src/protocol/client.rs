@@ -223,6 +223,9 @@ impl Protocol {
         // below, unless routing rewrote the message.
         let mut sql = None;
         let mut rewritten = None;
+        // As it goes up, naming a shared statement (everything here goes
+        // by the client's names).
+        let mut renamed = None;
         if t == tag::QUERY || t == tag::PARSE {
             self.watch_for_password_change(t, msg);
             let routed = self.route(t, msg);
@@ -253,6 +256,9 @@ impl Protocol {
             self.fix_sql_named_before(t, msg, sql.as_ref(), to_up);
             if self.follow_told(t, msg, sql.as_ref(), to_up, to_client) {
                 return false;
+            }
+            if let Some(m) = self.for_server(t, msg) {
+                renamed = Some(m);
             }
         }
         if wire::is_flush_request(t) {
@@ -293,10 +299,11 @@ impl Protocol {
         self.watch_for_replicas(t, msg, sql.as_ref());
         // The coalescer decides what, if anything, goes upstream; what it
         // sends of its own goes first.
-        let forward = self.with_coalescer(|co, ctx, out| co.on_client_message(t, msg, ctx, out));
+        let wire = renamed.as_ref().unwrap_or(msg);
+        let forward = self.with_coalescer(|co, ctx, out| co.on_client_message(t, wire, ctx, out));
         self.drain_out(to_client, to_up);
         let op = self.follow_prepared(t, msg, sql);
-        match rewritten {
+        match renamed.or(rewritten) {
             Some(m) if forward => {
                 self.send_up(to_up, m, wire::is_flush_request(t), op);
                 false

@@ -41,6 +41,8 @@ pub struct Ctx<'a> {
     pub in_copy: bool,
     pub info: &'a SessionInfo,
     pub services: &'a Services,
+    /// The client's named statements, and the names they go by upstream.
+    pub named: &'a super::named::Named,
 }
 
 /// Messages the coalescer lets through or makes, in order. Reused between
@@ -305,8 +307,12 @@ impl Coalescer {
             tag::PARSE | tag::DESCRIBE => self.batch.frames.push(msg.clone()),
             tag::BIND => {
                 self.batch.binds += 1;
-                self.batch.statement =
-                    frontend::bind(msg).and_then(|(_, s)| ctx.flight.statement(s).cloned());
+                // A shared statement's Bind names the server's: the
+                // client's statement of the same text is the same.
+                self.batch.statement = frontend::bind(msg).and_then(|(_, s)| {
+                    let s = ctx.named.client_name_of(s).unwrap_or(s);
+                    ctx.flight.statement(s).cloned()
+                });
                 self.batch.frames.push(msg.clone());
             }
             tag::EXECUTE => {

@@ -19,13 +19,14 @@ mod replica_group;
 mod replica_txn;
 mod server_conn;
 mod server_statements;
+mod shared;
 mod sql_prepared;
 pub use listen::{Inbox, listen_answer, notification_channel};
 pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub use replica_group::ReadGroup;
 pub use server_conn::ServerConnection;
-pub use sql_prepared::SqlPreparedCounts;
+pub use sql_prepared::StatementCounts;
 pub mod settings;
 mod statements;
 pub mod text;
@@ -507,6 +508,7 @@ impl Protocol {
             in_copy: self.in_copy,
             info: &self.info,
             services: &self.services,
+            named: &self.named,
         };
         f(&mut self.coalescer, &ctx, &mut self.out)
     }

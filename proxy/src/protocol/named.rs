@@ -1,29 +1,35 @@
 //! Transaction pooling's named statements: a client's named statements
-//! follow it from one server connection to the next. Each keeps the name
-//! its client gave it; before a message names a statement, the server
-//! connection the client holds now is made to hold the client's statement
-//! under that name (Close, then Parse, sent in the same write, their
-//! answers unseen), or none under it when the client has none.
+//! follow it from one server connection to the next. Each goes on servers
+//! by a name of onetrip's shared by every client of the same text
+//! (`shared.rs`), or by the name its client gave it; before a message names
+//! a statement, the server connection the client holds now is made to hold
+//! the client's statement under that name (Close, then Parse, sent in the
+//! same write, their answers unseen), or none under it when the client has
+//! none.
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
 use super::own::close_statement;
+use super::shared::ClientStatement;
+use super::sql_prepared::StatementCounts;
 use super::*;
 
 /// The named statements of a pooled session (what the server connection
 /// holds, or may hold, under each name is `ServerConnection::statements`).
 #[derive(Debug, Default)]
 pub struct Named {
-    /// The Parse message of each named statement the client made (the
-    /// flight says whether the server accepted it); for one made by SQL's
-    /// PREPARE, a Parse of its text with the parameter types the server
-    /// gave it.
-    pub(super) client: FxHashMap<String, Bytes>,
+    /// Each named statement the client made (the flight says whether the
+    /// server accepted it).
+    pub(super) client: FxHashMap<String, ClientStatement>,
+    /// A Bind of a shared statement went up since the client last had
+    /// nothing on its way outside a transaction: a portal of it may be
+    /// open, which a Parse of it again would close.
+    pub(super) shared_bound: bool,
     /// What SQL's PREPARE needs, made at the session's first one.
     pub(super) sql: Option<Box<SqlNamed>>,
     /// The pool's counts.
-    pub(super) counts: Option<std::sync::Arc<super::sql_prepared::SqlPreparedCounts>>,
+    pub(super) counts: Option<std::sync::Arc<StatementCounts>>,
 }
 
 /// A session's SQL PREPAREs under way (`sql_prepared.rs`).
@@ -49,9 +55,16 @@ impl Named {
         self.sql.get_or_insert_with(Default::default)
     }
 
+    /// Adds one to the pool's count `which`.
+    pub(super) fn count(&self, which: impl Fn(&StatementCounts) -> &std::sync::atomic::AtomicU64) {
+        if let Some(c) = &self.counts {
+            which(c).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// The Parse that made the client's statement `name`.
     pub(super) fn parse_of(&self, name: &str) -> Option<&Bytes> {
-        self.client.get(name)
+        self.client.get(name).map(|c| &c.parse)
     }
 }
 
@@ -85,36 +98,60 @@ impl Protocol {
             }
             // Another client's statement may hold the name here.
             (tag::PARSE, false) => {
-                self.make_room_for(name, to_up);
-                self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
-                let parse = Bytes::copy_from_slice(msg);
-                self.note_server_holds(name, parse.clone());
-                self.named.client.insert(name.to_owned(), parse);
+                let mut made = self.client_statement(name, Bytes::copy_from_slice(msg));
+                if let Some(s) = &made.server
+                    && self.named.shared_bound
+                    && self.server.statements.knows(s)
+                {
+                    // Made again, it would close a portal of it that may
+                    // be open: this one goes by the client's name.
+                    made.server = None;
+                }
+                let on_server = made.server.as_deref().unwrap_or(name).to_owned();
+                self.make_room_for(&on_server, to_up);
+                self.send_own_up(to_up, close_statement(&on_server), Own::Rerun, false);
+                self.note_server_holds(&on_server, made.parse.clone());
+                self.named.client.insert(name.to_owned(), made);
             }
             // The client's own (a Parse of it fails as it would have).
             (_, true) => {
-                self.ensure_named(name, to_up);
+                self.ensure_named(name, false, to_up);
             }
             // The client has none: nor must the server, so the message
-            // fails as it would have.
-            (_, false) => self.close_on_server(name, to_up),
+            // fails as it would have (under the client's name: what was
+            // kept of a statement it dropped goes).
+            (_, false) => {
+                self.named.client.remove(name);
+                self.close_on_server(name, to_up);
+            }
         }
     }
 
-    /// The server connection is made to hold the client's statement `name`;
-    /// true when a Parse of it went up for that.
-    pub(super) fn ensure_named(&mut self, name: &str, to_up: &mut WriteQueue) -> bool {
+    /// The server connection is made to hold the client's statement `name`
+    /// under the name it goes by there, or under the client's own name
+    /// when `own_name` (SQL names it); true when a Parse of it went up for
+    /// that.
+    pub(super) fn ensure_named(
+        &mut self,
+        name: &str,
+        own_name: bool,
+        to_up: &mut WriteQueue,
+    ) -> bool {
         if self.prepare_on_its_way(name) {
             // Made by a PREPARE whose parameter types are still on their
             // way (`sql_prepared.rs`): the server that runs it holds it.
             return false;
         }
-        let Some(parse) = self.named.client.get(name).cloned() else {
+        let Some(made) = self.named.client.get(name) else {
             // Made before the session was pooled (never: every Parse of a
             // pooled session comes through here), or by a PREPARE that
             // pinned the session to the server that holds it.
             return false;
         };
+        let parse = made.parse.clone();
+        if let Some(server) = made.server.as_deref().filter(|_| !own_name) {
+            return self.ensure_shared(server.to_owned(), parse, to_up);
+        }
         if self.server.statements.holds(name, &parse) {
             return false;
         }
@@ -155,7 +192,8 @@ impl Protocol {
     pub(super) fn note_server_holds(&mut self, name: &str, parse: Bytes) {
         if !self.flight.skipping() {
             let group = self.flight.group_now();
-            self.server.statements.parsed(name, parse, group);
+            let by = self.info.id;
+            self.server.statements.parsed_by(name, parse, group, by);
         }
     }
 
@@ -177,6 +215,27 @@ impl Protocol {
 }
 
 impl Protocol {
+    /// The server connection is made to hold the shared statement `server`,
+    /// of the client's statement made by `parse`; true when a Parse of it
+    /// went up for that.
+    fn ensure_shared(&mut self, server: String, parse: Bytes, to_up: &mut WriteQueue) -> bool {
+        let key = frontend::parse_key(&parse).unwrap_or_default();
+        if let Some(by) = self.server.statements.holds_key(&server, key) {
+            if by != self.info.id {
+                self.named.count(|c| &c.shared);
+            }
+            return false;
+        }
+        self.make_room_for(&server, to_up);
+        self.send_own_up(to_up, close_statement(&server), Own::Rerun, false);
+        if let Some(p) = crate::wire::write::with_statement_name(&parse, &server) {
+            self.send_own_up(to_up, p, Own::Rerun, false);
+        }
+        self.note_server_holds(&server, parse);
+        self.named.count(|c| &c.parsed_again);
+        true
+    }
+
     /// The client has made a named statement `name`.
     pub(super) fn named_by_client(&self, name: &str) -> bool {
         self.named.client.contains_key(name)
@@ -184,7 +243,8 @@ impl Protocol {
 
     /// The client's statement `name` is made by `parse` now (answered here).
     pub(super) fn name_for_client(&mut self, name: &str, parse: Bytes) {
-        self.named.client.insert(name.to_owned(), parse);
+        let made = self.client_statement(name, parse);
+        self.named.client.insert(name.to_owned(), made);
     }
 
     /// A pooled session with no server connection and no transaction:

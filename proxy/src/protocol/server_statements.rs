@@ -33,6 +33,8 @@ struct Entry {
     used: u64,
     /// The group whose end settles it, or `SETTLED`.
     group: u64,
+    /// The session whose Parse made it (0: not known).
+    by: u64,
 }
 
 #[derive(Debug, Default)]
@@ -69,7 +71,36 @@ impl ServerStatements {
 
     /// A Parse of `name` was sent in `group`.
     pub fn parsed(&mut self, name: &str, parse: Bytes, group: u64) {
+        self.parsed_by(name, parse, group, 0);
+    }
+
+    /// A Parse of `name` was sent in `group` by session `by`.
+    pub fn parsed_by(&mut self, name: &str, parse: Bytes, group: u64, by: u64) {
         self.set(name, State::Held(parse), group);
+        if let Some(e) = self.by_name.get_mut(name) {
+            e.by = by;
+        }
+    }
+
+    /// Whether the server surely holds under `name` a statement of the
+    /// text and parameter types `key` (a Parse's body past its name,
+    /// whatever name the Parse gave); a use of it. `Some` names the session
+    /// that made it.
+    pub fn holds_key(&mut self, name: &str, key: &[u8]) -> Option<u64> {
+        self.uses += 1;
+        let e = self.by_name.get_mut(name)?;
+        match &e.state {
+            State::Held(b) if crate::wire::frontend::parse_key(b) == Some(key) => {
+                e.used = self.uses;
+                Some(e.by)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether anything may be held under `name`, or is being closed.
+    pub fn knows(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
     }
 
     /// A Close of `name` was sent in `group`; `skipped` when the server
@@ -110,6 +141,7 @@ impl ServerStatements {
             used: if state == State::Unsure { 0 } else { self.uses },
             state,
             group,
+            by: 0,
         };
         self.count(&entry, true);
         if let Some(old) = self.by_name.get_mut(name) {
@@ -259,5 +291,27 @@ mod tests {
         s.closed("a", 0, true);
         s.settle(1);
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_shared_name_is_held_for_its_text_whatever_the_clients_name() {
+        let parse = |name: &str, sql: &str| {
+            let mut out = bytes::BytesMut::new();
+            crate::wire::write::parse(&mut out, name, sql);
+            out.freeze()
+        };
+        let mut s = ServerStatements::default();
+        s.parsed_by("shared_1", parse("a", "SELECT 1"), 0, 7);
+        let key = |b: &Bytes| crate::wire::frontend::parse_key(b).unwrap().to_vec();
+        assert_eq!(
+            s.holds_key("shared_1", &key(&parse("b", "SELECT 1"))),
+            Some(7)
+        );
+        assert_eq!(s.holds_key("shared_1", &key(&parse("a", "SELECT 2"))), None);
+        assert_eq!(s.holds_key("shared_2", &key(&parse("a", "SELECT 1"))), None);
+        assert!(s.knows("shared_1") && !s.knows("shared_2"));
+        s.failed(0);
+        assert_eq!(s.holds_key("shared_1", &key(&parse("b", "SELECT 1"))), None);
+        assert!(s.knows("shared_1"));
     }
 }

@@ -11,10 +11,7 @@
 //! is made to hold the client's statement under that name, or none, in the
 //! same write; so EXECUTE runs on whatever connection the client gets.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering::Relaxed},
-};
+use std::sync::{Arc, atomic::AtomicU64};
 
 use bytes::{Bytes, BytesMut};
 use onetrip_planner::classify::{
@@ -22,17 +19,25 @@ use onetrip_planner::classify::{
 };
 
 use super::own::{close_statement, sync_frame};
+use super::shared::ClientStatement;
 use super::*;
 use crate::wire::write;
 
-/// A pool's counts of what follows here, for `SHOW POOLS` and the metrics.
+/// A pool's counts of its clients' named statements, for `SHOW POOLS` and
+/// the metrics.
 #[derive(Debug, Default)]
-pub struct SqlPreparedCounts {
+pub struct StatementCounts {
     /// PREPAREs kept for their client, with no pin.
     pub kept: AtomicU64,
     /// SQL-prepared statements made again on a connection, ahead of the
     /// statement that used them.
     pub made_again: AtomicU64,
+    /// Uses of a shared statement a connection held from another
+    /// client's Parse: each a Parse the server was spared.
+    pub shared: AtomicU64,
+    /// Shared statements parsed on a connection ahead of the message that
+    /// used them.
+    pub parsed_again: AtomicU64,
 }
 
 /// A PREPARE alone, taken without a pin.
@@ -92,7 +97,7 @@ pub struct Learning {
 
 impl Protocol {
     /// The pool's counts, told when the session joins it.
-    pub fn count_sql_prepared_in(&mut self, counts: Arc<SqlPreparedCounts>) {
+    pub fn count_statements_in(&mut self, counts: Arc<StatementCounts>) {
         self.named.counts = Some(counts);
     }
 
@@ -250,7 +255,7 @@ impl Protocol {
                 NameUse::Prepare(n) | NameUse::Execute(n) => {
                     let has = self.flight.statement(n).is_some();
                     if has && !failed {
-                        let made = self.ensure_named(n, to_up);
+                        let made = self.ensure_named(n, true, to_up);
                         if made {
                             offsets.push(self.sql_offset(n));
                             if matches!(u, NameUse::Execute(_)) {
@@ -310,7 +315,7 @@ impl Protocol {
                 .named
                 .client
                 .get(n)
-                .is_some_and(|p| !self.server.statements.has(n, p))
+                .is_some_and(|c| !self.server.statements.has(n, &c.parse))
     }
 
     /// Where the client's statement `name` begins in the text that made it
@@ -318,7 +323,7 @@ impl Protocol {
     fn sql_offset(&self, name: &str) -> usize {
         let made = self.named.sql.as_ref().and_then(|s| s.sql_made.get(name));
         match (made, self.named.client.get(name)) {
-            (Some((made, offset)), Some(now)) if made == now => *offset,
+            (Some((made, offset)), Some(now)) if *made == now.parse => *offset,
             _ => 0,
         }
     }
@@ -356,7 +361,7 @@ impl Protocol {
     /// the client's own, which might. True when a Parse went up for that.
     fn hold_something_under(&mut self, name: &str, to_up: &mut WriteQueue) -> bool {
         let held = match self.named.client.get(name) {
-            Some(p) => self.server.statements.holds(name, p),
+            Some(c) => self.server.statements.holds(name, &c.parse),
             None => false,
         };
         if held {
@@ -436,10 +441,10 @@ impl Protocol {
             .sql()
             .sql_made
             .insert(l.name.clone(), (parse.clone(), l.offset));
-        self.named.client.insert(l.name, parse);
-        if let Some(c) = &self.named.counts {
-            c.kept.fetch_add(1, Relaxed);
-        }
+        self.named
+            .client
+            .insert(l.name, ClientStatement::own(parse));
+        self.named.count(|c| &c.kept);
     }
 
     /// An answer to a Close or Parse the proxy sent to make the client's
@@ -502,8 +507,6 @@ impl Protocol {
     }
 
     fn count_made_again(&self) {
-        if let Some(c) = &self.named.counts {
-            c.made_again.fetch_add(1, Relaxed);
-        }
+        self.named.count(|c| &c.made_again);
     }
 }

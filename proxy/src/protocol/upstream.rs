@@ -149,7 +149,16 @@ impl Protocol {
         if self.pooled {
             self.on_server_answer(t);
             self.on_parse_answer(t);
+            if t == tag::READY_FOR_QUERY {
+                self.shared_portals_closed(backend::ready_status(msg));
+            }
         }
+        // An error that names a shared statement names the client's.
+        let renamed = match (t, owner) {
+            (tag::ERROR_RESPONSE, Owner::Client) if self.pooled => self.error_for_client(msg),
+            _ => None,
+        };
+        let msg = renamed.as_ref().unwrap_or(msg);
         if t == tag::ERROR_RESPONSE
             && !matches!(owner, Owner::Client | Owner::Own(Own::Probe))
             && backend::is_fatal(msg)
@@ -324,6 +333,12 @@ impl Protocol {
         let relay =
             self.with_coalescer(|co, ctx, out| co.on_upstream_message(t, msg, owner, ctx, out));
         self.drain_out(to_client, to_up);
-        relay
+        match renamed {
+            Some(e) if relay => {
+                self.emit(to_client, e);
+                false
+            }
+            _ => relay,
+        }
     }
 }

@@ -211,6 +211,53 @@ pub fn error_moved(msg: &[u8], by: usize) -> Bytes {
     out.freeze()
 }
 
+/// A client's Parse, Bind, or Describe of a statement, naming the server's
+/// statement `name` in place of the client's, every other byte kept; `None`
+/// for any other message, or one that names no statement.
+pub fn with_statement_name(msg: &[u8], name: &str) -> Option<Bytes> {
+    let body = msg.get(5..)?;
+    // Where the statement's name begins in the body.
+    let at = match *msg.first()? {
+        super::tag::PARSE => 0,
+        super::tag::BIND => memchr::memchr(0, body)? + 1,
+        super::tag::DESCRIBE if body.first() == Some(&b'S') => 1,
+        _ => return None,
+    };
+    let len = memchr::memchr(0, body.get(at..)?)?;
+    let mut out = BytesMut::with_capacity(msg.len() + name.len());
+    message(&mut out, msg[0], |b| {
+        b.put_slice(&body[..at]);
+        cstr(b, name);
+        b.put_slice(&body[at + len + 1..]);
+    });
+    Some(out.freeze())
+}
+
+/// A server's ErrorResponse `msg` with the statement name `from`, quoted
+/// as the server quotes it, told as `to` in each field: the error of a
+/// shared server statement, told under the client's name for it.
+pub fn error_renamed(msg: &[u8], from: &str, to: &str) -> Bytes {
+    let body = msg.get(5..).unwrap_or_default();
+    let (from, to) = (format!("\"{from}\""), format!("\"{to}\""));
+    let mut out = BytesMut::with_capacity(msg.len() + to.len());
+    message(&mut out, b'E', |b| {
+        for field in body.split(|&c| c == 0).filter(|f| !f.is_empty()) {
+            match std::str::from_utf8(&field[1..]) {
+                Ok(text) if text.contains(&from) => {
+                    b.put_u8(field[0]);
+                    cstr(b, &text.replace(&from, &to));
+                }
+                _ => {
+                    b.put_slice(field);
+                    b.put_u8(0);
+                }
+            }
+        }
+        b.put_u8(0);
+    });
+    out.freeze()
+}
+
 /// A NoticeResponse of severity WARNING: told to the client, who goes on.
 pub fn warning_into(out: &mut BytesMut, sqlstate: &str, text: &str) {
     message(out, b'N', |b| {
@@ -382,5 +429,48 @@ mod tests {
         assert_eq!(&out[5..7], &[0, 2]);
         assert_eq!(field(7), &[0, 0, 0, 20, 0, 8]);
         assert_eq!(field(7 + 20), &[0, 0, 0, 25, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn a_statement_renamed_keeps_every_other_byte() {
+        let mut bind = BytesMut::new();
+        message(&mut bind, super::super::tag::BIND, |b| {
+            b.put_slice(b"p\0s1\0\0\x01\0\x01\0\0\0\x011\0\0");
+        });
+        let mut want = BytesMut::new();
+        message(&mut want, super::super::tag::BIND, |b| {
+            b.put_slice(b"p\0shared_9\0\0\x01\0\x01\0\0\0\x011\0\0");
+        });
+        assert_eq!(with_statement_name(&bind, "shared_9"), Some(want.freeze()));
+        let mut p = BytesMut::new();
+        parse(&mut p, "s1", "SELECT 1");
+        let mut want = BytesMut::new();
+        parse(&mut want, "x", "SELECT 1");
+        assert_eq!(with_statement_name(&p, "x"), Some(want.freeze()));
+        let mut d = BytesMut::new();
+        describe(&mut d, b'S', "s1");
+        let mut want = BytesMut::new();
+        describe(&mut want, b'S', "x");
+        assert_eq!(with_statement_name(&d, "x"), Some(want.freeze()));
+        let mut portal = BytesMut::new();
+        describe(&mut portal, b'P', "s1");
+        assert_eq!(with_statement_name(&portal, "x"), None);
+        // Cut short: no name's end.
+        assert_eq!(with_statement_name(&bind[..7], "x"), None);
+    }
+
+    #[test]
+    fn an_error_renamed_names_the_clients_statement() {
+        let e = error(
+            Severity::Error,
+            "08P01",
+            "bind message supplies 1 parameters, but prepared statement \"shared_9\" requires 2",
+        );
+        let want = error(
+            Severity::Error,
+            "08P01",
+            "bind message supplies 1 parameters, but prepared statement \"s1\" requires 2",
+        );
+        assert_eq!(error_renamed(&e, "shared_9", "s1"), want);
     }
 }

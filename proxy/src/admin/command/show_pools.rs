@@ -5,7 +5,8 @@
 //! notifications it handed to sessions; Parses answered from what its
 //! servers parsed and described, and statements so told that proved
 //! changed; SQL PREPAREs kept for their clients without a pin, and
-//! made again elsewhere.
+//! made again elsewhere; named statements shared between clients, and
+//! parsed again on a connection.
 
 use bytes::BytesMut;
 
@@ -34,6 +35,8 @@ const COLUMNS: &[&str] = &[
     "descriptions_changed",
     "sql_prepares",
     "sql_prepares_made_again",
+    "statements_shared",
+    "statements_parsed_again",
 ];
 
 pub fn run(shared: &Shared, out: &mut BytesMut) {
@@ -68,6 +71,8 @@ pub fn run(shared: &Shared, out: &mut BytesMut) {
                 cell(p.descriptions_changed),
                 cell(p.sql_prepares),
                 cell(p.sql_prepares_made_again),
+                cell(p.statements_shared),
+                cell(p.statements_parsed_again),
             ]
         })
         .collect();

@@ -168,7 +168,7 @@ impl Protocol {
 
     /// The client's settings leave name resolution as the pool's defaults
     /// make it: a description learned by another client holds for it.
-    fn leaves_search_path_alone(&self) -> bool {
+    pub(in crate::protocol) fn leaves_search_path_alone(&self) -> bool {
         !self.own_defaults
             && self.pin.is_none()
             && !self
@@ -308,7 +308,7 @@ impl Protocol {
             return false;
         };
         let mut out = BytesMut::new();
-        crate::wire::write::describe(&mut out, b'S', name);
+        crate::wire::write::describe(&mut out, b'S', self.server_name(name));
         self.told_here.checks.push_back(Check {
             name: name.to_owned(),
             fast,

@@ -359,7 +359,7 @@ async fn greet_alone(
     proto.start_with(startup.sets, greeting.params.clone(), startup_told);
     proto.count_pins_in(pooled.pool.pinned.clone());
     proto.describe_with(pooled.pool.descriptions.clone());
-    proto.count_sql_prepared_in(pooled.pool.sql_prepared.clone());
+    proto.count_statements_in(pooled.pool.statements.clone());
     info.pooled
         .store(true, std::sync::atomic::Ordering::Relaxed);
     shared.stats.admit(&info);
