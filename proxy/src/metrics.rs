@@ -444,7 +444,7 @@ fn render_pools(out: &mut String, pools: &[PoolRow]) {
         ),
         (
             "statements_parsed_again_total",
-            "Clients' shared named statements parsed on a server connection ahead of the message that used them.",
+            "Clients' named statements parsed on a server connection that lacked them, ahead of the message that used them.",
             |p| p.statements_parsed_again,
         ),
     ];

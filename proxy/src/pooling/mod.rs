@@ -343,8 +343,8 @@ pub struct PoolRow {
     pub sql_prepares: u64,
     pub sql_prepares_made_again: u64,
     /// Uses of a statement a server connection held from another client's
-    /// Parse of the same text, and statements parsed again on a connection
-    /// ahead of their use.
+    /// Parse of the same text, and clients' statements parsed on a
+    /// connection that lacked them, ahead of their use.
     pub statements_shared: u64,
     pub statements_parsed_again: u64,
 }

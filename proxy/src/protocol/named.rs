@@ -161,6 +161,9 @@ impl Protocol {
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
         self.send_own_up(to_up, parse.clone(), Own::Rerun, false);
         self.note_server_holds(name, parse);
+        if !own_name {
+            self.named.count(|c| &c.parsed_again);
+        }
         true
     }
 

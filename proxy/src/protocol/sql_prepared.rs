@@ -35,8 +35,8 @@ pub struct StatementCounts {
     /// Uses of a shared statement a connection held from another
     /// client's Parse: each a Parse the server was spared.
     pub shared: AtomicU64,
-    /// Shared statements parsed on a connection ahead of the message that
-    /// used them.
+    /// Clients' statements of the extended protocol parsed on a connection
+    /// ahead of the message that used them (the connection lacked them).
     pub parsed_again: AtomicU64,
 }
 
