@@ -404,3 +404,34 @@ async fn a_notification_names_its_sender_as_the_sender_was_told() {
         "each sender named as it was told; no client pinned"
     );
 }
+
+/// A hundred psycopg clients LISTENing on a pool of five, none pinned,
+/// while five others run transactions and one of those notifies: each
+/// listener gets exactly its channels' notifications, in order, in two
+/// rounds, and between them the listening connection is killed: each is
+/// warned once, and the second round arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_psycopg_listeners_on_five_connections_outlive_a_lost_listener() {
+    let Some(py) = python_with_psycopg() else {
+        skip("psycopg not installed");
+        return;
+    };
+    let env = pooled(5).await;
+    let admin = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+        env.proxy_port()
+    );
+    let args = [env.dsn(true), env.dsn(false), admin];
+    let got = tokio::task::spawn_blocking(move || {
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend(["100", "5", "40"]);
+        run_py(&py, "listen_many.py", &all)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        got.trim(),
+        r#"{"exact": [100, 100], "warned_once": 100, "pools": [0, 1, 6]}"#,
+        "every listener exact in both rounds and warned once; none pinned, one listening connection"
+    );
+}
