@@ -281,6 +281,39 @@ async fn asyncpg_without_a_statement_cache() {
     drop(simple_rows(&c.simple_query("select 1").await.unwrap()));
 }
 
+/// psycopg with `prepare=True`, 100 queries of one text on each of two
+/// connections: each prepares the text once (a Parse alone, a round trip
+/// of its own direct). The second's Parse is answered here, since the
+/// pool parsed the text: 100 upstream round trips for its 101.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_prepare_true() {
+    let Some(py) = python_with_psycopg() else {
+        skip("psycopg not installed");
+        return;
+    };
+    let env = pooled(2).await;
+    reset(env.pg.port()).await;
+    let run = |dsn: String| {
+        let py = py.clone();
+        tokio::task::spawn_blocking(move || run_py(&py, "prepared_psycopg.py", &[&dsn, "100"]))
+    };
+    let direct = run(env.direct_dsn()).await.unwrap();
+    assert_eq!(run(env.proxy_dsn()).await.unwrap(), direct);
+    let before = env.settle(0).await;
+    assert_eq!(run(env.proxy_dsn()).await.unwrap(), direct);
+    let after = env.settle(0).await;
+    let up = after.upstream_round_trips - before.upstream_round_trips;
+    let client = after.client_round_trips - before.client_round_trips;
+    let (here, changed) = counts(&env).await;
+    println!(
+        "psycopg, prepare=True, 100 queries: {client} client and {up} upstream round trips, {here} Parses answered here"
+    );
+    assert!(client >= 101, "client round trips: {client}");
+    assert!(up <= 100, "upstream round trips: {up}");
+    assert!(here >= 1, "parses answered here: {here}");
+    assert_eq!(changed, 0);
+}
+
 /// Bind of `name` to the unnamed portal and its Execute, no Sync.
 fn bind_execute(name: &str) -> Vec<u8> {
     let mut out = raw::bind_execute_sync(name);
