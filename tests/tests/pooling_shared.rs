@@ -197,3 +197,44 @@ async fn clients_of_one_text_hold_one_server_statement() {
     twenty_clients(&env, text).await;
     assert_eq!(statements_of(&env, text).await, 20);
 }
+
+/// DDL onetrip did not see (run on the server directly) leaves a shared
+/// statement stale on the connection: the client whose statement it was
+/// gets PostgreSQL's 0A000, as on a dedicated connection, and from then on
+/// the connection makes its statements again, so a client that prepared
+/// the text after the change reads the new columns.
+#[tokio::test]
+async fn a_stale_shared_statement_is_made_again_after_its_error() {
+    let env = pooled(1, true).await;
+    let direct = connect(&env.direct_dsn()).await;
+    direct
+        .batch_execute("CREATE TABLE shared_t (a int); INSERT INTO shared_t VALUES (1)")
+        .await
+        .unwrap();
+    let port = env.proxy_port();
+    let (mut a, mut b) = (
+        raw::connect_ready(port).await,
+        raw::connect_ready(port).await,
+    );
+    let all = "SELECT * FROM shared_t";
+    let run = |name: &'static str| then_sync(&[bind("", name, &[]), execute("", 0)]);
+    assert_eq!(
+        step(&mut a, &then_sync(&[raw::parse("a1", all)])).await,
+        "1 Z"
+    );
+    assert_eq!(step(&mut a, &run("a1")).await, "2 D[Some(\"1\")] C Z");
+    direct
+        .batch_execute("ALTER TABLE shared_t ADD COLUMN b int DEFAULT 7")
+        .await
+        .unwrap();
+    let stale = step(&mut a, &run("a1")).await;
+    assert!(stale.starts_with("E(0A000"), "{stale}");
+    assert_eq!(
+        step(&mut b, &then_sync(&[raw::parse("b1", all)])).await,
+        "1 Z"
+    );
+    assert_eq!(
+        step(&mut b, &run("b1")).await,
+        "2 D[Some(\"1\"), Some(\"7\")] C Z"
+    );
+}

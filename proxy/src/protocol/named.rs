@@ -150,7 +150,8 @@ impl Protocol {
         };
         let parse = made.parse.clone();
         if let Some(server) = made.server.as_deref().filter(|_| !own_name) {
-            return self.ensure_shared(server.to_owned(), parse, to_up);
+            let since = made.generation;
+            return self.ensure_shared(server.to_owned(), parse, since, to_up);
         }
         if self.server.statements.holds(name, &parse) {
             return false;
@@ -195,8 +196,10 @@ impl Protocol {
     pub(super) fn note_server_holds(&mut self, name: &str, parse: Bytes) {
         if !self.flight.skipping() {
             let group = self.flight.group_now();
-            let by = self.info.id;
-            self.server.statements.parsed_by(name, parse, group, by);
+            let (by, generation) = (self.info.id, self.ddl_generation());
+            self.server
+                .statements
+                .parsed_by(name, parse, group, by, generation);
         }
     }
 
@@ -221,9 +224,15 @@ impl Protocol {
     /// The server connection is made to hold the shared statement `server`,
     /// of the client's statement made by `parse`; true when a Parse of it
     /// went up for that.
-    fn ensure_shared(&mut self, server: String, parse: Bytes, to_up: &mut WriteQueue) -> bool {
+    fn ensure_shared(
+        &mut self,
+        server: String,
+        parse: Bytes,
+        since: u64,
+        to_up: &mut WriteQueue,
+    ) -> bool {
         let key = frontend::parse_key(&parse).unwrap_or_default();
-        if let Some(by) = self.server.statements.holds_key(&server, key) {
+        if let Some(by) = self.server.statements.holds_key(&server, key, since) {
             if by != self.info.id {
                 self.named.count(|c| &c.shared);
             }

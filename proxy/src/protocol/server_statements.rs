@@ -35,6 +35,8 @@ struct Entry {
     group: u64,
     /// The session whose Parse made it (0: not known).
     by: u64,
+    /// The pool's DDL generation when it was parsed.
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
@@ -71,26 +73,31 @@ impl ServerStatements {
 
     /// A Parse of `name` was sent in `group`.
     pub fn parsed(&mut self, name: &str, parse: Bytes, group: u64) {
-        self.parsed_by(name, parse, group, 0);
+        self.parsed_by(name, parse, group, 0, 0);
     }
 
-    /// A Parse of `name` was sent in `group` by session `by`.
-    pub fn parsed_by(&mut self, name: &str, parse: Bytes, group: u64, by: u64) {
+    /// A Parse of `name` was sent in `group` by session `by`, at the pool's
+    /// DDL generation `generation`.
+    pub fn parsed_by(&mut self, name: &str, parse: Bytes, group: u64, by: u64, generation: u64) {
         self.set(name, State::Held(parse), group);
         if let Some(e) = self.by_name.get_mut(name) {
             e.by = by;
+            e.generation = generation;
         }
     }
 
     /// Whether the server surely holds under `name` a statement of the
     /// text and parameter types `key` (a Parse's body past its name,
-    /// whatever name the Parse gave); a use of it. `Some` names the session
-    /// that made it.
-    pub fn holds_key(&mut self, name: &str, key: &[u8]) -> Option<u64> {
+    /// whatever name the Parse gave), parsed at DDL generation `since` or
+    /// later (so with no DDL seen between the client's Parse and its); a
+    /// use of it. `Some` names the session that made it.
+    pub fn holds_key(&mut self, name: &str, key: &[u8], since: u64) -> Option<u64> {
         self.uses += 1;
         let e = self.by_name.get_mut(name)?;
         match &e.state {
-            State::Held(b) if crate::wire::frontend::parse_key(b) == Some(key) => {
+            State::Held(b)
+                if e.generation >= since && crate::wire::frontend::parse_key(b) == Some(key) =>
+            {
                 e.used = self.uses;
                 Some(e.by)
             }
@@ -142,6 +149,7 @@ impl ServerStatements {
             state,
             group,
             by: 0,
+            generation: 0,
         };
         self.count(&entry, true);
         if let Some(old) = self.by_name.get_mut(name) {
@@ -180,6 +188,18 @@ impl ServerStatements {
             .filter(|(n, e)| e.state != State::Closing && n.as_str() != keep)
             .min_by_key(|(_, e)| e.used)
             .map(|(n, _)| n.clone())
+    }
+
+    /// A statement's plan no longer fits its result type (0A000): DDL the
+    /// proxy did not see changed what the statements read, and any of them
+    /// may be stale; each is made again before its next use.
+    pub fn all_unsure(&mut self) {
+        for e in self.by_name.values_mut() {
+            if let State::Held(_) = e.state {
+                e.state = State::Unsure;
+                e.used = 0;
+            }
+        }
     }
 
     /// An error came in `group`: the server skips the rest of it, so what
@@ -301,17 +321,24 @@ mod tests {
             out.freeze()
         };
         let mut s = ServerStatements::default();
-        s.parsed_by("shared_1", parse("a", "SELECT 1"), 0, 7);
+        s.parsed_by("shared_1", parse("a", "SELECT 1"), 0, 7, 3);
         let key = |b: &Bytes| crate::wire::frontend::parse_key(b).unwrap().to_vec();
+        let b1 = key(&parse("b", "SELECT 1"));
+        assert_eq!(s.holds_key("shared_1", &b1, 3), Some(7));
+        assert_eq!(s.holds_key("shared_1", &b1, 2), Some(7));
+        // DDL came between its Parse and the client's: it may be stale.
+        assert_eq!(s.holds_key("shared_1", &b1, 4), None);
         assert_eq!(
-            s.holds_key("shared_1", &key(&parse("b", "SELECT 1"))),
-            Some(7)
+            s.holds_key("shared_1", &key(&parse("a", "SELECT 2")), 3),
+            None
         );
-        assert_eq!(s.holds_key("shared_1", &key(&parse("a", "SELECT 2"))), None);
-        assert_eq!(s.holds_key("shared_2", &key(&parse("a", "SELECT 1"))), None);
+        assert_eq!(
+            s.holds_key("shared_2", &key(&parse("a", "SELECT 1")), 3),
+            None
+        );
         assert!(s.knows("shared_1") && !s.knows("shared_2"));
-        s.failed(0);
-        assert_eq!(s.holds_key("shared_1", &key(&parse("b", "SELECT 1"))), None);
+        s.all_unsure();
+        assert_eq!(s.holds_key("shared_1", &b1, 3), None);
         assert!(s.knows("shared_1"));
     }
 }

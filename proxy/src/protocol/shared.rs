@@ -35,6 +35,9 @@ pub struct ClientStatement {
     pub parse: Bytes,
     /// The name it goes by on server connections, when not its own.
     pub server: Option<Box<str>>,
+    /// The pool's DDL generation when the client made it: a server's
+    /// statement parsed before DDL that came since is not used for it.
+    pub generation: u64,
 }
 
 impl ClientStatement {
@@ -43,6 +46,7 @@ impl ClientStatement {
         Self {
             parse,
             server: None,
+            generation: 0,
         }
     }
 }
@@ -59,7 +63,16 @@ impl Protocol {
             Some(key) if shared => Some(shared_name(key)),
             _ => None,
         };
-        ClientStatement { parse, server }
+        ClientStatement {
+            parse,
+            server,
+            generation: self.ddl_generation(),
+        }
+    }
+
+    /// The pool's DDL generation (`described.rs`), 0 outside a pool.
+    pub(super) fn ddl_generation(&self) -> u64 {
+        self.told_here.cache.as_ref().map_or(0, |c| c.generation())
     }
 
     /// The name the client's statement `name` goes by on servers.
@@ -105,6 +118,15 @@ impl Protocol {
         let server = std::str::from_utf8(&msg[quoted..end]).ok()?;
         let client = self.named.client_name_of(server)?;
         Some(crate::wire::write::error_renamed(msg, server, client))
+    }
+
+    /// An error from the server for a client's message: a 0A000 (a plan
+    /// whose result type changed: DDL onetrip did not see) makes every
+    /// statement the connection holds be made again before its next use.
+    pub(super) fn on_client_error(&mut self, msg: &[u8]) {
+        if crate::wire::backend::error_field(msg, b'C') == Some("0A000") {
+            self.server.statements.all_unsure();
+        }
     }
 
     /// A ReadyForQuery came: once nothing of the client's is on its way

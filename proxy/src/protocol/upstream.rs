@@ -155,7 +155,10 @@ impl Protocol {
         }
         // An error that names a shared statement names the client's.
         let renamed = match (t, owner) {
-            (tag::ERROR_RESPONSE, Owner::Client) if self.pooled => self.error_for_client(msg),
+            (tag::ERROR_RESPONSE, Owner::Client) if self.pooled => {
+                self.on_client_error(msg);
+                self.error_for_client(msg)
+            }
             _ => None,
         };
         let msg = renamed.as_ref().unwrap_or(msg);

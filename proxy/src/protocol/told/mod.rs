@@ -45,7 +45,7 @@ const STALE: &str = "cached plan must not change result type";
 #[derive(Default)]
 pub struct Told {
     /// The pool's descriptions (transaction pooling only).
-    cache: Option<Arc<Descriptions>>,
+    pub(in crate::protocol) cache: Option<Arc<Descriptions>>,
     /// The client's statements answered here, by name: their key in the
     /// cache and what the client was told.
     told: FxHashMap<String, Entry>,
