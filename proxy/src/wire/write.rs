@@ -224,13 +224,26 @@ pub fn with_statement_name(msg: &[u8], name: &str) -> Option<Bytes> {
         _ => return None,
     };
     let len = memchr::memchr(0, body.get(at..)?)?;
-    let mut out = BytesMut::with_capacity(msg.len() + name.len());
-    message(&mut out, msg[0], |b| {
-        b.put_slice(&body[..at]);
-        cstr(b, name);
-        b.put_slice(&body[at + len + 1..]);
-    });
-    Some(out.freeze())
+    // Written into the thread's scratch buffer and split off it: the
+    // message is sent and dropped within the turn, and the buffer takes
+    // its room back at the next reserve, so a Bind renamed per message
+    // allocates nothing once the buffer has grown.
+    RENAMED.with_borrow_mut(|out| {
+        out.reserve((msg.len() + name.len()).max(RENAMED_ROOM));
+        message(out, msg[0], |b| {
+            b.put_slice(&body[..at]);
+            cstr(b, name);
+            b.put_slice(&body[at + len + 1..]);
+        });
+        Some(out.split().freeze())
+    })
+}
+
+/// What the scratch buffer for renamed messages asks for at least.
+const RENAMED_ROOM: usize = 4096;
+
+thread_local! {
+    static RENAMED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 /// A server's ErrorResponse `msg` with the statement name `from`, quoted
@@ -457,6 +470,23 @@ mod tests {
         assert_eq!(with_statement_name(&portal, "x"), None);
         // Cut short: no name's end.
         assert_eq!(with_statement_name(&bind[..7], "x"), None);
+    }
+
+    #[test]
+    fn renamed_messages_kept_together_stay_whole() {
+        let kept: Vec<(String, Bytes)> = (0..3000)
+            .map(|i| {
+                let name = format!("shared_{i}");
+                let mut p = BytesMut::new();
+                parse(&mut p, "s", &format!("SELECT {i}"));
+                (name.clone(), with_statement_name(&p, &name).unwrap())
+            })
+            .collect();
+        for (i, (name, got)) in kept.iter().enumerate() {
+            let mut want = BytesMut::new();
+            parse(&mut want, name, &format!("SELECT {i}"));
+            assert_eq!(got, &want.freeze());
+        }
     }
 
     #[test]
