@@ -762,6 +762,34 @@ pub mod raw {
             .unwrap_or_else(|e| panic!("startup failed: {e}"))
     }
 
+    /// Two clients, each connected and ready, at `port`.
+    pub async fn two_ready(port: u16) -> (TcpStream, TcpStream) {
+        (connect_ready(port).await, connect_ready(port).await)
+    }
+
+    /// Sends `msg` and tells what the client hears up to ReadyForQuery:
+    /// each message's type, rows in full, the SQLSTATE and text of an
+    /// error, a CommandComplete's tag, the transaction status.
+    pub async fn heard(s: &mut TcpStream, msg: &[u8]) -> String {
+        s.write_all(msg).await.unwrap();
+        read_to_z(s)
+            .await
+            .iter()
+            .map(|(t, b)| match t {
+                b'D' => format!("D{:?}", row_values(b)),
+                b'E' => format!(
+                    "E({} {})",
+                    field(b, b'C').unwrap_or_default(),
+                    field(b, b'M').unwrap_or_default()
+                ),
+                b'C' => format!("C({})", String::from_utf8_lossy(&b[..b.len() - 1])),
+                b'Z' => format!("Z{}", b[0] as char),
+                t => (*t as char).to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Connects as `user` to `database` and completes a trust-auth startup
     /// (through ReadyForQuery); what went wrong otherwise.
     pub async fn login(port: u16, user: &str, database: &str) -> Result<TcpStream, String> {

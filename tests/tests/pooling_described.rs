@@ -392,10 +392,7 @@ async fn a_told_write_whose_table_changed_never_runs() {
     let mut heard = Vec::new();
     for port in [env.pg.port(), env.proxy_port()] {
         reset(env.pg.port()).await;
-        let (mut a, mut b) = (
-            raw::connect_ready(port).await,
-            raw::connect_ready(port).await,
-        );
+        let (mut a, mut b) = raw::two_ready(port).await;
         let mut c = raw::connect_ready(env.pg.port()).await;
         heard.push(stale_write(&mut a, &mut b, &mut c).await);
     }

@@ -7,7 +7,7 @@
 //! after DDL; never rows of another table's making.
 
 use onetrip_tests::{Env, PgOptions, raw};
-use tokio::{io::AsyncWriteExt, net::TcpStream};
+use tokio::net::TcpStream;
 
 async fn pooled(size: usize) -> Env {
     Env::start_with(PgOptions::default(), move |c| {
@@ -34,31 +34,9 @@ fn prepare(name: &str, sql: &str) -> Vec<u8> {
     out
 }
 
-/// What a client hears for a step: each message's type, rows in full, the
-/// SQLSTATE and text of an error, the transaction status.
-async fn step(s: &mut TcpStream, msg: &[u8]) -> String {
-    s.write_all(msg).await.unwrap();
-    raw::read_to_z(s)
-        .await
-        .iter()
-        .map(|(t, b)| match t {
-            b'D' => format!("D{:?}", raw::row_values(b)),
-            b'E' => format!(
-                "E({} {})",
-                raw::field(b, b'C').unwrap_or_default(),
-                raw::field(b, b'M').unwrap_or_default()
-            ),
-            b'C' => format!("C({})", String::from_utf8_lossy(&b[..b.len() - 1])),
-            b'Z' => format!("Z{}", b[0] as char),
-            t => (*t as char).to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 async fn reset(port: u16) {
     let mut s = raw::connect_ready(port).await;
-    step(
+    raw::heard(
         &mut s,
         &raw::query(
             "drop table if exists parsed_t, parsed_gone; \
@@ -83,54 +61,54 @@ const GONE: &str = "insert into parsed_gone values (1)";
 /// run.
 async fn script(a: &mut TcpStream, b: &mut TcpStream, c: &mut TcpStream, heard: &mut Vec<String>) {
     for (name, sql) in [("P0_0", "BEGIN;"), ("P0_1", WRITE), ("P0_2", "END;")] {
-        heard.push(step(a, &prepare(name, sql)).await);
+        heard.push(raw::heard(a, &prepare(name, sql)).await);
     }
     for name in ["P0_0", "P0_1", "P0_2"] {
-        heard.push(step(a, &raw::bind_execute_sync(name)).await);
+        heard.push(raw::heard(a, &raw::bind_execute_sync(name)).await);
     }
-    heard.push(step(a, &prepare("", WRITE)).await);
-    heard.push(step(a, &prepare("", RETURNING)).await);
-    heard.push(step(a, &prepare("g", GONE)).await);
+    heard.push(raw::heard(a, &prepare("", WRITE)).await);
+    heard.push(raw::heard(a, &prepare("", RETURNING)).await);
+    heard.push(raw::heard(a, &prepare("g", GONE)).await);
     // Parsed inside a transaction; B parses it while A's transaction
     // holds the connection.
-    heard.push(step(a, &raw::query("begin")).await);
-    heard.push(step(a, &raw::bind_execute_sync("P0_1")).await);
-    heard.push(step(a, &prepare("t", "savepoint s")).await);
-    heard.push(step(b, &prepare("P0_1", WRITE)).await);
-    heard.push(step(a, &raw::query("commit")).await);
+    heard.push(raw::heard(a, &raw::query("begin")).await);
+    heard.push(raw::heard(a, &raw::bind_execute_sync("P0_1")).await);
+    heard.push(raw::heard(a, &prepare("t", "savepoint s")).await);
+    heard.push(raw::heard(b, &prepare("P0_1", WRITE)).await);
+    heard.push(raw::heard(a, &raw::query("commit")).await);
     // A text that failed to parse is not learned.
-    heard.push(step(a, &prepare("x", "insert into parsed_nosuch values (1)")).await);
-    heard.push(step(b, &prepare("x", "insert into parsed_nosuch values (1)")).await);
+    heard.push(raw::heard(a, &prepare("x", "insert into parsed_nosuch values (1)")).await);
+    heard.push(raw::heard(b, &prepare("x", "insert into parsed_nosuch values (1)")).await);
     // B, as pgbench.
     for (name, sql) in [("P0_0", "BEGIN;"), ("P0_2", "END;")] {
-        heard.push(step(b, &prepare(name, sql)).await);
+        heard.push(raw::heard(b, &prepare(name, sql)).await);
     }
     for name in ["P0_0", "P0_1", "P0_2"] {
-        heard.push(step(b, &raw::bind_execute_sync(name)).await);
+        heard.push(raw::heard(b, &raw::bind_execute_sync(name)).await);
     }
     // Unnamed, then inside a transaction whose BEGIN is held.
-    heard.push(step(b, &prepare("", WRITE)).await);
-    heard.push(step(b, &raw::bind_execute_sync("")).await);
-    heard.push(step(b, &raw::query("begin")).await);
-    heard.push(step(b, &prepare("w", WRITE)).await);
-    heard.push(step(b, &prepare("t", "savepoint s")).await);
-    heard.push(step(b, &raw::bind_execute_sync("w")).await);
-    heard.push(step(b, &raw::query("commit")).await);
+    heard.push(raw::heard(b, &prepare("", WRITE)).await);
+    heard.push(raw::heard(b, &raw::bind_execute_sync("")).await);
+    heard.push(raw::heard(b, &raw::query("begin")).await);
+    heard.push(raw::heard(b, &prepare("w", WRITE)).await);
+    heard.push(raw::heard(b, &prepare("t", "savepoint s")).await);
+    heard.push(raw::heard(b, &raw::bind_execute_sync("w")).await);
+    heard.push(raw::heard(b, &raw::query("commit")).await);
     // Changed between A's prepare and B's: B's statement is the new shape.
     heard.push(
-        step(
+        raw::heard(
             c,
             &raw::query("alter table parsed_t add column b int default 7"),
         )
         .await,
     );
-    heard.push(step(b, &prepare("", RETURNING)).await);
-    heard.push(step(b, &raw::bind_execute_sync("")).await);
+    heard.push(raw::heard(b, &prepare("", RETURNING)).await);
+    heard.push(raw::heard(b, &raw::bind_execute_sync("")).await);
     // Dropped between B's prepare and its run: the run fails.
-    heard.push(step(b, &prepare("g", GONE)).await);
-    heard.push(step(c, &raw::query("drop table parsed_gone")).await);
-    heard.push(step(b, &raw::bind_execute_sync("g")).await);
-    heard.push(step(b, &raw::query("select count(*) from parsed_t")).await);
+    heard.push(raw::heard(b, &prepare("g", GONE)).await);
+    heard.push(raw::heard(c, &raw::query("drop table parsed_gone")).await);
+    heard.push(raw::heard(b, &raw::bind_execute_sync("g")).await);
+    heard.push(raw::heard(b, &raw::query("select count(*) from parsed_t")).await);
 }
 
 #[tokio::test]
@@ -139,10 +117,7 @@ async fn a_parse_alone_of_a_write_is_answered_here_as_on_a_dedicated_connection(
     let mut heard = Vec::new();
     for port in [env.pg.port(), env.proxy_port()] {
         reset(env.pg.port()).await;
-        let (mut a, mut b) = (
-            raw::connect_ready(port).await,
-            raw::connect_ready(port).await,
-        );
+        let (mut a, mut b) = raw::two_ready(port).await;
         let mut c = raw::connect_ready(env.pg.port()).await;
         let mut h = Vec::new();
         script(&mut a, &mut b, &mut c, &mut h).await;
@@ -173,27 +148,30 @@ async fn a_table_dropped_between_two_prepares_fails_the_run() {
     reset(env.pg.port()).await;
     let port = env.proxy_port();
     let mut a = raw::connect_ready(port).await;
-    assert_eq!(step(&mut a, &prepare("g", GONE)).await, "1 ZI");
+    assert_eq!(raw::heard(&mut a, &prepare("g", GONE)).await, "1 ZI");
     let mut direct = raw::connect_ready(env.pg.port()).await;
-    step(&mut direct, &raw::query("drop table parsed_gone")).await;
+    raw::heard(&mut direct, &raw::query("drop table parsed_gone")).await;
     let mut b = raw::connect_ready(port).await;
-    assert_eq!(step(&mut b, &prepare("g", GONE)).await, "1 ZI");
+    assert_eq!(raw::heard(&mut b, &prepare("g", GONE)).await, "1 ZI");
     assert_eq!(parses_here(&env).await, 1);
-    let failed = step(&mut b, &raw::bind_execute_sync("g")).await;
+    let failed = raw::heard(&mut b, &raw::bind_execute_sync("g")).await;
     // What a dedicated connection's statement says after the drop.
     let mut d = raw::connect_ready(env.pg.port()).await;
-    step(&mut d, &raw::query("create table parsed_gone (a int)")).await;
-    assert_eq!(step(&mut d, &prepare("g", GONE)).await, "1 ZI");
-    step(&mut direct, &raw::query("drop table parsed_gone")).await;
-    assert_eq!(failed, step(&mut d, &raw::bind_execute_sync("g")).await);
+    raw::heard(&mut d, &raw::query("create table parsed_gone (a int)")).await;
+    assert_eq!(raw::heard(&mut d, &prepare("g", GONE)).await, "1 ZI");
+    raw::heard(&mut direct, &raw::query("drop table parsed_gone")).await;
+    assert_eq!(
+        failed,
+        raw::heard(&mut d, &raw::bind_execute_sync("g")).await
+    );
     assert!(failed.starts_with("E(42P01"), "{failed}");
     // Seen through onetrip: the pool forgets what it parsed.
     let mut c = raw::connect_ready(port).await;
-    step(&mut c, &raw::query("create table parsed_gone (a int)")).await;
-    assert_eq!(step(&mut c, &prepare("g", GONE)).await, "1 ZI");
-    step(&mut c, &raw::query("drop table parsed_gone")).await;
+    raw::heard(&mut c, &raw::query("create table parsed_gone (a int)")).await;
+    assert_eq!(raw::heard(&mut c, &prepare("g", GONE)).await, "1 ZI");
+    raw::heard(&mut c, &raw::query("drop table parsed_gone")).await;
     let mut e = raw::connect_ready(port).await;
-    let refused = step(&mut e, &prepare("g", GONE)).await;
+    let refused = raw::heard(&mut e, &prepare("g", GONE)).await;
     assert!(refused.starts_with("E(42P01"), "{refused}");
     assert_eq!(parses_here(&env).await, 1);
 }
@@ -209,17 +187,17 @@ async fn a_named_statement_changed_under_it_never_gives_the_old_shape() {
     reset(env.pg.port()).await;
     let port = env.proxy_port();
     let mut a = raw::connect_ready(port).await;
-    assert_eq!(step(&mut a, &prepare("r", RETURNING)).await, "1 ZI");
+    assert_eq!(raw::heard(&mut a, &prepare("r", RETURNING)).await, "1 ZI");
     let mut direct = raw::connect_ready(env.pg.port()).await;
-    step(
+    raw::heard(
         &mut direct,
         &raw::query("alter table parsed_t add column b int default 7"),
     )
     .await;
     let mut b = raw::connect_ready(port).await;
-    assert_eq!(step(&mut b, &prepare("r", RETURNING)).await, "1 ZI");
+    assert_eq!(raw::heard(&mut b, &prepare("r", RETURNING)).await, "1 ZI");
     assert_eq!(parses_here(&env).await, 1);
-    let run = step(&mut b, &raw::bind_execute_sync("r")).await;
+    let run = raw::heard(&mut b, &raw::bind_execute_sync("r")).await;
     assert!(
         run == "E(0A000 cached plan must not change result type) ZI"
             || run == "D[Some(\"2\"), Some(\"7\")] C(INSERT 0 1) ZI",

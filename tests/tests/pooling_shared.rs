@@ -5,7 +5,7 @@
 //! a portal stays open while its client prepares the same text again.
 
 use onetrip_tests::{Env, PgOptions, admin_at, connect, raw, simple_rows};
-use tokio::{io::AsyncWriteExt, net::TcpStream};
+use tokio::net::TcpStream;
 
 async fn pooled(size: usize, share: bool) -> Env {
     Env::start_with(PgOptions::default(), move |c| {
@@ -64,48 +64,28 @@ fn then_sync(parts: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// What a client hears for a step: message types, row values, and an
-/// error's SQLSTATE and text (which may name a statement).
-async fn step(s: &mut TcpStream, msg: &[u8]) -> String {
-    s.write_all(msg).await.unwrap();
-    raw::read_to_z(s)
-        .await
-        .iter()
-        .map(|(t, b)| match t {
-            b'D' => format!("D{:?}", raw::row_values(b)),
-            b'E' => format!(
-                "E({} {})",
-                raw::field(b, b'C').unwrap_or_default(),
-                raw::field(b, b'M').unwrap_or_default()
-            ),
-            t => (*t as char).to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 const DOUBLE: &str = "SELECT $1::int * 2";
 const SERIES: &str = "SELECT generate_series(1, 3)";
 
 /// Two clients preparing the same texts under their own names.
 async fn script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
     let mut heard = Vec::new();
-    heard.push(step(a, &then_sync(&[raw::parse("a1", DOUBLE)])).await);
-    heard.push(step(b, &then_sync(&[raw::parse("b1", DOUBLE)])).await);
+    heard.push(raw::heard(a, &then_sync(&[raw::parse("a1", DOUBLE)])).await);
+    heard.push(raw::heard(b, &then_sync(&[raw::parse("b1", DOUBLE)])).await);
     for (c, name) in [(&mut *a, "a1"), (&mut *b, "b1")] {
-        heard.push(step(c, &then_sync(&[bind("", name, &["21"]), execute("", 0)])).await);
+        heard.push(raw::heard(c, &then_sync(&[bind("", name, &["21"]), execute("", 0)])).await);
     }
     // Errors that name the statement name the client's.
-    heard.push(step(a, &then_sync(&[bind("", "a1", &[]), execute("", 0)])).await);
-    heard.push(step(a, &then_sync(&[raw::parse("a1", DOUBLE)])).await);
+    heard.push(raw::heard(a, &then_sync(&[bind("", "a1", &[]), execute("", 0)])).await);
+    heard.push(raw::heard(a, &then_sync(&[raw::parse("a1", DOUBLE)])).await);
     // One client's Close leaves the other's statement.
-    heard.push(step(b, &then_sync(&[close("b1")])).await);
-    heard.push(step(a, &then_sync(&[bind("", "a1", &["5"]), execute("", 0)])).await);
-    heard.push(step(b, &then_sync(&[bind("", "b1", &["5"]), execute("", 0)])).await);
+    heard.push(raw::heard(b, &then_sync(&[close("b1")])).await);
+    heard.push(raw::heard(a, &then_sync(&[bind("", "a1", &["5"]), execute("", 0)])).await);
+    heard.push(raw::heard(b, &then_sync(&[bind("", "b1", &["5"]), execute("", 0)])).await);
     // A portal stays open while its client prepares its text again, and
     // while another client's statement of the text is there.
-    heard.push(step(b, &then_sync(&[raw::parse("b2", SERIES)])).await);
-    heard.push(step(a, &raw::query("BEGIN")).await);
+    heard.push(raw::heard(b, &then_sync(&[raw::parse("b2", SERIES)])).await);
+    heard.push(raw::heard(a, &raw::query("BEGIN")).await);
     let portal = [
         raw::parse("a2", SERIES),
         bind("p", "a2", &[]),
@@ -115,18 +95,18 @@ async fn script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
         bind("", "a3", &[]),
         execute("", 0),
     ];
-    heard.push(step(a, &then_sync(&portal)).await);
-    heard.push(step(a, &then_sync(&[execute("p", 0)])).await);
-    heard.push(step(a, &raw::query("COMMIT")).await);
-    heard.push(step(b, &then_sync(&[bind("", "b2", &[]), execute("", 0)])).await);
-    heard.push(step(a, &then_sync(&[bind("", "a3", &[]), execute("", 1)])).await);
+    heard.push(raw::heard(a, &then_sync(&portal)).await);
+    heard.push(raw::heard(a, &then_sync(&[execute("p", 0)])).await);
+    heard.push(raw::heard(a, &raw::query("COMMIT")).await);
+    heard.push(raw::heard(b, &then_sync(&[bind("", "b2", &[]), execute("", 0)])).await);
+    heard.push(raw::heard(a, &then_sync(&[bind("", "a3", &[]), execute("", 1)])).await);
     // SQL names the client's statements: EXECUTE runs a shared one, and
     // after DEALLOCATE it is gone for this client only.
-    heard.push(step(a, &raw::query("EXECUTE a1(4)")).await);
-    heard.push(step(a, &raw::query("DEALLOCATE a1")).await);
-    heard.push(step(a, &then_sync(&[bind("", "a1", &["5"]), execute("", 0)])).await);
-    heard.push(step(b, &then_sync(&[raw::parse("b1", DOUBLE)])).await);
-    heard.push(step(b, &then_sync(&[bind("", "b1", &["6"]), execute("", 0)])).await);
+    heard.push(raw::heard(a, &raw::query("EXECUTE a1(4)")).await);
+    heard.push(raw::heard(a, &raw::query("DEALLOCATE a1")).await);
+    heard.push(raw::heard(a, &then_sync(&[bind("", "a1", &["5"]), execute("", 0)])).await);
+    heard.push(raw::heard(b, &then_sync(&[raw::parse("b1", DOUBLE)])).await);
+    heard.push(raw::heard(b, &then_sync(&[bind("", "b1", &["6"]), execute("", 0)])).await);
     heard
 }
 
@@ -134,16 +114,10 @@ async fn script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
 async fn shared_statements_answer_as_dedicated_connections() {
     let env = pooled(1, true).await;
     let port = env.pg.port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let direct = script(&mut a, &mut b).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let pooled = script(&mut a, &mut b).await;
     assert_eq!(pooled, direct);
     for want in [
@@ -212,29 +186,29 @@ async fn a_stale_shared_statement_is_made_again_after_its_error() {
         .await
         .unwrap();
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let all = "SELECT * FROM shared_t";
     let run = |name: &'static str| then_sync(&[bind("", name, &[]), execute("", 0)]);
     assert_eq!(
-        step(&mut a, &then_sync(&[raw::parse("a1", all)])).await,
-        "1 Z"
+        raw::heard(&mut a, &then_sync(&[raw::parse("a1", all)])).await,
+        "1 ZI"
     );
-    assert_eq!(step(&mut a, &run("a1")).await, "2 D[Some(\"1\")] C Z");
+    assert_eq!(
+        raw::heard(&mut a, &run("a1")).await,
+        "2 D[Some(\"1\")] C(SELECT 1) ZI"
+    );
     direct
         .batch_execute("ALTER TABLE shared_t ADD COLUMN b int DEFAULT 7")
         .await
         .unwrap();
-    let stale = step(&mut a, &run("a1")).await;
+    let stale = raw::heard(&mut a, &run("a1")).await;
     assert!(stale.starts_with("E(0A000"), "{stale}");
     assert_eq!(
-        step(&mut b, &then_sync(&[raw::parse("b1", all)])).await,
-        "1 Z"
+        raw::heard(&mut b, &then_sync(&[raw::parse("b1", all)])).await,
+        "1 ZI"
     );
     assert_eq!(
-        step(&mut b, &run("b1")).await,
-        "2 D[Some(\"1\"), Some(\"7\")] C Z"
+        raw::heard(&mut b, &run("b1")).await,
+        "2 D[Some(\"1\"), Some(\"7\")] C(SELECT 1) ZI"
     );
 }

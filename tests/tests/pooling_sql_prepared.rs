@@ -171,16 +171,10 @@ async fn sql_prepared_statements_follow_their_client_and_match_dedicated_connect
         .await
         .unwrap();
     let port = env.pg.port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let direct = script(&mut a, &mut b).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let pooled = script(&mut a, &mut b).await;
     for (i, (p, d)) in pooled.iter().zip(&direct).enumerate() {
         assert_eq!(p, d, "step {i}");
@@ -288,16 +282,10 @@ fn close_sync(name: &str) -> Vec<u8> {
 async fn both_protocols_share_the_names_as_on_dedicated_connections() {
     let env = pooled(1).await;
     let port = env.pg.port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let direct = mixed_script(&mut a, &mut b).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let pooled = mixed_script(&mut a, &mut b).await;
     for (i, (p, d)) in pooled.iter().zip(&direct).enumerate() {
         assert_eq!(p, d, "step {i}");
@@ -391,10 +379,7 @@ async fn an_orm_that_prepares_with_sql_runs_unpinned_on_a_pool_of_two() {
 async fn a_statement_that_cannot_be_made_again_gives_one_error() {
     let env = pooled(1).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     assert!(
         q(&mut a, "CREATE TABLE sql_prep_gone (x int)")
             .await
@@ -430,10 +415,7 @@ async fn a_statement_that_cannot_be_made_again_gives_one_error() {
 async fn an_execute_leaves_only_what_its_statement_leaves() {
     let env = pooled(1).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     assert!(
         q(&mut a, "PREPARE r (int) AS SELECT $1 AS r")
             .await
@@ -522,16 +504,10 @@ async fn stale_script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
 async fn stale_statements_answer_as_on_dedicated_connections() {
     let env = pooled(1).await;
     let port = env.pg.port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let direct = stale_script(&mut a, &mut b).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let pooled = stale_script(&mut a, &mut b).await;
     for (i, (p, d)) in pooled.iter().zip(&direct).enumerate() {
         assert_eq!(p, d, "step {i}");

@@ -103,16 +103,10 @@ async fn script(a: &mut TcpStream, b: &mut TcpStream) -> Vec<String> {
 async fn named_statements_follow_their_client_and_match_dedicated_connections() {
     let env = pooled(1).await;
     let port = env.pg.port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let direct = script(&mut a, &mut b).await;
     let port = env.proxy_port();
-    let (mut a, mut b) = (
-        raw::connect_ready(port).await,
-        raw::connect_ready(port).await,
-    );
+    let (mut a, mut b) = raw::two_ready(port).await;
     let pooled = script(&mut a, &mut b).await;
     assert_eq!(pooled, direct);
     assert!(direct.iter().any(|s| s.contains("26000")), "{direct:?}");
