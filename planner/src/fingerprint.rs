@@ -152,6 +152,16 @@ impl Literals {
         self.spans = walk(text.as_bytes(), &mut spans).map(|()| spans);
     }
 
+    /// The string literals (quotes included) of the text whose literals
+    /// are held, `text`; none when they are unknown.
+    pub fn strings<'a>(&'a self, text: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.spans
+            .iter()
+            .flatten()
+            .filter_map(|&(s, e)| text.get(s as usize..e as usize))
+            .filter(|lit| lit.starts_with('\''))
+    }
+
     /// True only when `new` is `old` (whose literals were found last, by
     /// [`Literals::find`] or by this) but for the values of its plain
     /// literals: then they have the same [`fingerprint`], and `new`'s

@@ -535,7 +535,13 @@ impl Protocol {
         let Some(text) = statement_text(t, msg) else {
             return Routed::Plain(None);
         };
-        let words = Words::scan(text);
+        // A simple Query that repeats the last one but for its literals has
+        // its words: only its string literals are scanned.
+        let words = match t {
+            tag::QUERY => self.statements.query_words(text),
+            _ => None,
+        }
+        .unwrap_or_else(|| Words::scan(text));
         let mut sql = Sql::within(msg, text, Some(words));
         if !may_route(words) {
             // A Parse's text is made to be sent again: analysed once, kept,

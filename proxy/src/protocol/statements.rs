@@ -7,7 +7,10 @@ use std::{cell::RefCell, collections::HashMap};
 
 use rustc_hash::FxHashMap;
 
-use onetrip_planner::fingerprint::{Literals, fingerprint, fingerprint_into};
+use onetrip_planner::{
+    fingerprint::{Literals, fingerprint, fingerprint_into},
+    words::Words,
+};
 
 use super::text::Sql;
 use crate::stats::StatementCounts;
@@ -41,6 +44,8 @@ pub struct Statements {
     last_query: String,
     /// Where `last_query`'s literals are.
     last_literals: Literals,
+    /// `last_query`'s words (`Words::scan`, or more).
+    last_words: Words,
     last_print: String,
     /// The fingerprint being made.
     print: String,
@@ -56,8 +61,32 @@ impl Statements {
 
     /// A simple Query's statement starts: counted under its fingerprint.
     pub fn start_query(&mut self, sql: Option<&Sql>) {
-        let i = sql.and_then(|s| self.find_query(s.as_str()));
+        let i = sql.and_then(|s| self.find_query(s.as_str(), s.words()));
         self.count_from(i);
+    }
+
+    /// The words of a simple Query's `text` when it is the last one counted
+    /// but for its literals: the last one's (the bytes between literals are
+    /// the same, and no word crosses a literal's quote or is in a number),
+    /// and those of its string literals. `None` otherwise: the caller
+    /// scans. The text becomes the last one, so counting it compares
+    /// nothing again.
+    pub fn query_words(&mut self, text: &str) -> Option<Words> {
+        self.last_at?;
+        if self.last_query == text {
+            return Some(self.last_words);
+        }
+        if !self.last_literals.same_shape(&self.last_query, text) {
+            return None;
+        }
+        let mut words = self.last_words;
+        for lit in self.last_literals.strings(text) {
+            words = words | Words::scan(lit);
+        }
+        self.last_query.clear();
+        self.last_query.push_str(text);
+        self.last_words = words;
+        Some(words)
     }
 
     /// Later round trips count for the statement at `i`, which runs once more.
@@ -68,7 +97,7 @@ impl Statements {
         }
     }
 
-    fn find_query(&mut self, text: &str) -> Option<usize> {
+    fn find_query(&mut self, text: &str, words: Words) -> Option<usize> {
         // The same statement again, with other literals most often: its
         // fingerprint is the last one, told by comparing the bytes between
         // their literals.
@@ -79,6 +108,7 @@ impl Statements {
             if self.last_literals.same_shape(&self.last_query, text) {
                 self.last_query.clear();
                 self.last_query.push_str(text);
+                self.last_words = words;
                 return self.last_at;
             }
         }
@@ -91,6 +121,7 @@ impl Statements {
         self.last_query.clear();
         self.last_query.push_str(text);
         self.last_literals.find(text);
+        self.last_words = words;
         self.last_at
     }
 
@@ -317,5 +348,69 @@ mod tests {
         let merged = s.take().await;
         assert_eq!(merged["select a from t where id = ?"].statements, 30);
         assert_eq!(merged["select b from t where id = ?"].statements, 60);
+    }
+
+    /// A repeated Query's words, taken from the last one's, hold every word
+    /// a scan of it finds (they may hold more: words the last one's
+    /// literals had).
+    #[test]
+    fn a_repeated_querys_words_hold_its_scans() {
+        let texts = [
+            "select abalance from t where aid = 12345",
+            "select abalance from t where aid = 7",
+            "select abalance from t where aid = 'cypher graph'",
+            "select abalance from t where aid = 'plain'",
+            "select abalance from t where aid = 'it''s prepare'",
+            "select abalance from t where aid = 8 -- reset",
+            "select abalance from t where aid = E'load'",
+            "select abalance from t where aid = 9",
+            "select abalance from t where aid = $$age$$",
+            "SELECT set_config('search_path', 'x', false)",
+            "SELECT set_config('a', 'label', false)",
+        ];
+        let mut s = Statements::default();
+        let mut reused = 0;
+        for text in texts {
+            let words = s.query_words(text);
+            reused += usize::from(words.is_some());
+            let scanned = Words::scan(text);
+            if let Some(w) = words {
+                assert!(w.all(scanned), "{text:?}: {w:?} lacks some of {scanned:?}");
+            }
+            let msg = Bytes::copy_from_slice(text.as_bytes());
+            let sql = Sql::within(&msg, std::str::from_utf8(&msg).unwrap(), words);
+            s.start_query(Some(&sql));
+        }
+        assert!(reused >= 5, "reused {reused}");
+    }
+
+    /// A literal: a number, or a string that may hold words.
+    fn literal() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::prop_oneof![
+            "[0-9]{1,6}",
+            "'(cypher|graph|label|age|load|reset|search_path|x| |'')*'",
+        ]
+    }
+
+    proptest::proptest! {
+        /// One statement with two sets of literals, and any text after it:
+        /// words reused never miss one.
+        #[test]
+        fn reused_words_never_miss_one(
+            parts in proptest::collection::vec(
+                ("[a-z_ (),=]{0,8}", literal(), literal()), 0..5),
+            tail in "[a-z_ (),=]{0,8}",
+            other in "[a-z_ ()',=0-9]{0,40}",
+        ) {
+            let a: String = parts.iter().map(|(t, x, _)| format!("{t} {x}")).collect::<String>() + &tail;
+            let b: String = parts.iter().map(|(t, _, y)| format!("{t} {y}")).collect::<String>() + &tail;
+            let mut s = Statements::default();
+            s.start_query(sql(a).as_ref());
+            for text in [&b, &other] {
+                if let Some(w) = s.query_words(text) {
+                    proptest::prop_assert!(w.all(Words::scan(text)), "{text:?}");
+                }
+            }
+        }
     }
 }
