@@ -3,10 +3,30 @@
 
 use super::body;
 
+/// A string that may be long (a statement's text), and what follows it.
 fn cstr(buf: &[u8]) -> Option<(&str, &[u8])> {
     let nul = memchr::memchr(0, buf)?;
     let s = super::utf8(&buf[..nul])?;
     Some((s, &buf[nul + 1..]))
+}
+
+/// A statement's or portal's name, and what follows it.
+fn name_field(buf: &[u8]) -> Option<(&str, &[u8])> {
+    let nul = nul_at(buf)?;
+    let s = super::utf8(&buf[..nul])?;
+    Some((s, &buf[nul + 1..]))
+}
+
+/// Where the first NUL of `buf` is. Most names a message holds are empty
+/// (the unnamed statement and portal) or short: those are looked at a byte
+/// at a time, which costs less than setting up memchr's wide search.
+fn nul_at(buf: &[u8]) -> Option<usize> {
+    const SHORT: usize = 16;
+    match buf.iter().take(SHORT).position(|&b| b == 0) {
+        Some(at) => Some(at),
+        None if buf.len() <= SHORT => None,
+        None => memchr::memchr(0, &buf[SHORT..]).map(|at| at + SHORT),
+    }
 }
 
 /// A SASLInitialResponse's body (after its tag and length): the mechanism
@@ -29,7 +49,7 @@ pub fn query_text(msg: &[u8]) -> Option<&str> {
 
 /// Parse: (statement name, SQL text).
 pub fn parse(msg: &[u8]) -> Option<(&str, &str)> {
-    let (name, rest) = cstr(body(msg))?;
+    let (name, rest) = name_field(body(msg))?;
     let (sql, _) = cstr(rest)?;
     Some((name, sql))
 }
@@ -40,7 +60,7 @@ pub fn statement_bytes(t: u8, msg: &[u8]) -> Option<&[u8]> {
     let b = body(msg);
     let b = match t {
         super::tag::QUERY => b,
-        super::tag::PARSE => b.get(memchr::memchr(0, b)? + 1..)?,
+        super::tag::PARSE => b.get(nul_at(b)? + 1..)?,
         _ => return None,
     };
     Some(&b[..memchr::memchr(0, b)?])
@@ -62,26 +82,26 @@ pub fn statement_bytes_loose(t: u8, msg: &[u8]) -> Option<&[u8]> {
 
 /// Parse: the statement name only (its text is not checked).
 pub fn parse_name(msg: &[u8]) -> Option<&str> {
-    cstr(body(msg)).map(|(name, _)| name)
+    name_field(body(msg)).map(|(name, _)| name)
 }
 
 /// A Parse's body past its statement name: the text and the parameter
 /// types, which together say what the statement is.
 pub fn parse_key(msg: &[u8]) -> Option<&[u8]> {
     let b = body(msg);
-    b.get(memchr::memchr(0, b)? + 1..)
+    b.get(nul_at(b)? + 1..)
 }
 
 /// Bind: (portal name, statement name).
 pub fn bind(msg: &[u8]) -> Option<(&str, &str)> {
-    let (portal, rest) = cstr(body(msg))?;
-    let (stmt, _) = cstr(rest)?;
+    let (portal, rest) = name_field(body(msg))?;
+    let (stmt, _) = name_field(rest)?;
     Some((portal, stmt))
 }
 
 /// Execute: (portal name, max rows; 0 means all).
 pub fn execute(msg: &[u8]) -> Option<(&str, i32)> {
-    let (portal, rest) = cstr(body(msg))?;
+    let (portal, rest) = name_field(body(msg))?;
     let n = rest.get(..4)?;
     Some((portal, i32::from_be_bytes([n[0], n[1], n[2], n[3]])))
 }
@@ -90,13 +110,27 @@ pub fn execute(msg: &[u8]) -> Option<(&str, i32)> {
 pub fn target(msg: &[u8]) -> Option<(u8, &str)> {
     let b = body(msg);
     let kind = *b.first()?;
-    let (name, _) = cstr(&b[1..])?;
+    let (name, _) = name_field(&b[1..])?;
     Some((kind, name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_nul_is_found_wherever_it_is() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut buf = vec![b'x'; len];
+                if at < len {
+                    buf[at] = 0;
+                    buf.extend_from_slice(b"\0tail");
+                }
+                assert_eq!(nul_at(&buf), memchr::memchr(0, &buf), "{len} {at}");
+            }
+        }
+    }
 
     #[test]
     fn sasl_initial_responses_and_their_malformed_kinds() {
