@@ -62,6 +62,17 @@ impl Named {
         }
     }
 
+    /// One of the client's names for the shared statement `server`.
+    pub fn client_name_of(&self, server: &str) -> Option<&str> {
+        if !server.starts_with(super::shared::PREFIX) {
+            return None;
+        }
+        self.client
+            .iter()
+            .find(|(_, c)| c.server.as_deref() == Some(server))
+            .map(|(n, _)| n.as_str())
+    }
+
     /// The Parse that made the client's statement `name`.
     pub(super) fn parse_of(&self, name: &str) -> Option<&Bytes> {
         self.client.get(name).map(|c| &c.parse)

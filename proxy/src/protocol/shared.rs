@@ -138,19 +138,6 @@ impl Protocol {
     }
 }
 
-impl named::Named {
-    /// One of the client's names for the shared statement `server`.
-    pub fn client_name_of(&self, server: &str) -> Option<&str> {
-        if !server.starts_with(PREFIX) {
-            return None;
-        }
-        self.client
-            .iter()
-            .find(|(_, c)| c.server.as_deref() == Some(server))
-            .map(|(n, _)| n.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
