@@ -277,6 +277,32 @@ impl Env {
         self.proxy().local_addr().port()
     }
 
+    /// Runs `sql` on the proxy's admin console; its rows.
+    pub async fn admin(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        admin_at(self.proxy_port(), sql).await
+    }
+
+    /// SHOW POOLS' row of the pool of database `postgres`, its values read
+    /// by column name.
+    pub async fn pool_row(&self) -> tokio_postgres::SimpleQueryRow {
+        let dsn = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=onetrip",
+            self.proxy_port()
+        );
+        let c = connect(&dsn).await;
+        let msgs = c.simple_query("SHOW POOLS").await.expect("admin console");
+        msgs.into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r)
+                    if r.get("database") == Some("postgres") =>
+                {
+                    Some(r)
+                }
+                _ => None,
+            })
+            .expect("a pool of postgres")
+    }
+
     /// libpq connection string to the server, bypassing the proxy.
     pub fn direct_dsn(&self) -> String {
         self.dsn_at(self.pg.port())

@@ -37,15 +37,6 @@ async fn one(c: &tokio_postgres::Client, sql: &str) -> Option<String> {
     rows[0][0].clone()
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    simple_rows(&c.simple_query(sql).await.unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_clients_share_five_connections() {
     let env = pooled(5).await;
@@ -119,7 +110,7 @@ async fn fifty_clients_share_five_connections() {
         (1..=5).contains(&most),
         "server connections at most pool_size: {most}"
     );
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(pools[0][8].as_deref(), Some("transaction"));
 }
@@ -165,7 +156,7 @@ async fn session_sets_follow_their_client_and_never_leak() {
         );
         assert_eq!(one(&b, "SHOW application_name").await.as_deref(), Some(""));
     }
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools[0][6].as_deref(), Some("0"), "sv_pinned: {pools:?}");
 }
 
@@ -188,9 +179,9 @@ async fn a_setting_that_cannot_be_replayed_pins_and_stays_its_own() {
             "round {round}"
         );
     }
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools[0][6].as_deref(), Some("1"), "sv_pinned: {pools:?}");
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    let clients = env.admin("SHOW CLIENTS").await;
     assert!(
         clients
             .iter()
@@ -425,8 +416,8 @@ async fn session_mode_is_the_default() {
     let env = Env::start().await;
     let a = connect(&env.proxy_dsn()).await;
     a.batch_execute("SELECT 1").await.unwrap();
-    assert!(admin(&env, "SHOW POOLS").await.is_empty());
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    assert!(env.admin("SHOW POOLS").await.is_empty());
+    let clients = env.admin("SHOW CLIENTS").await;
     assert!(
         clients.iter().any(|r| r[14].as_deref() == Some("session")),
         "{clients:?}"
@@ -451,7 +442,7 @@ async fn clients_between_transactions_outlive_an_upstream_restart() {
         assert_eq!(one(&a, "SELECT 1").await.as_deref(), Some("1"));
         assert_eq!(one(&b, "SELECT 2").await.as_deref(), Some("2"));
     }
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     let servers: usize = [4, 5]
         .iter()
         .map(|&i| pools[0][i].as_deref().unwrap().parse::<usize>().unwrap())
@@ -487,7 +478,7 @@ async fn min_idle_connections_are_opened_and_kept() {
         2,
         "and kept past the idle timeout"
     );
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools[0][5].as_deref(), Some("2"), "sv_idle: {pools:?}");
     assert_eq!(one(&a, "SELECT 2").await.as_deref(), Some("2"));
 }
@@ -713,7 +704,7 @@ async fn a_pinned_connection_is_reset_for_the_next_client() {
         pid,
         "a new backend"
     );
-    let rows = admin(&env, "SHOW POOLS").await;
+    let rows = env.admin("SHOW POOLS").await;
     assert_eq!(
         rows[0][6].as_deref(),
         Some("0"),

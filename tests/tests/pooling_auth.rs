@@ -11,7 +11,7 @@ use std::{
 };
 
 use onetrip::config::{PoolMode, PoolUser};
-use onetrip_tests::{Env, PgOptions, connect, simple_rows};
+use onetrip_tests::{Env, PgOptions, connect};
 use tokio_postgres::error::SqlState;
 
 /// SCRAM for one user, md5 for another, a cleartext password for the
@@ -125,15 +125,6 @@ async fn who(c: &tokio_postgres::Client) -> (String, i32) {
     (row.get(0), row.get(1))
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let admin = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&admin).await;
-    simple_rows(&c.simple_query(sql).await.unwrap())
-}
-
 fn psql(env: &Env, user: &str, password: &str, sql: &str) -> std::process::Output {
     let mut cmd: Command = env.pg.tool("psql");
     cmd.args(["-X", "-A", "-t", "-h", "127.0.0.1", "-p"])
@@ -165,7 +156,7 @@ async fn these_users_are_pooled(env: &Env, users: &[(&str, &str)]) {
             pids.insert(pid);
         }
         assert_eq!(pids.len(), 1, "{user}: one backend for all: {pids:?}");
-        let pools = admin(env, "SHOW POOLS").await;
+        let pools = env.admin("SHOW POOLS").await;
         let row = pools
             .iter()
             .find(|r| r[1].as_deref() == Some(user))
@@ -459,7 +450,7 @@ async fn without_auth_user_after_a_reload_the_server_checks_again() {
     let c = login(port, SCRAM.0, SCRAM.1).await.unwrap();
     let (_, pid) = who(&c).await;
     assert_ne!(pid, who(&pooled).await.1, "a backend of its own");
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    let clients = env.admin("SHOW CLIENTS").await;
     let modes: Vec<_> = clients
         .iter()
         .filter(|r| r[2].as_deref() == Some(SCRAM.0))

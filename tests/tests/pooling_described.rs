@@ -19,13 +19,9 @@ async fn pooled(size: usize) -> Env {
 
 /// SHOW POOLS' `parses_here` and `descriptions_changed`.
 async fn counts(env: &Env) -> (u64, u64) {
-    let rows = onetrip_tests::admin_at(env.proxy_port(), "SHOW POOLS").await;
-    let row = rows
-        .iter()
-        .find(|r| r[0].as_deref() == Some("postgres"))
-        .unwrap_or_else(|| panic!("a pool of postgres: {rows:?}"));
-    let n = |i: usize| row[i].as_deref().unwrap().parse().unwrap();
-    (n(14), n(15))
+    let row = env.pool_row().await;
+    let n = |c: &str| row.get(c).unwrap().parse().unwrap();
+    (n("parses_here"), n("descriptions_changed"))
 }
 
 fn describe(name: &str) -> Vec<u8> {

@@ -7,14 +7,6 @@ use std::time::Duration;
 use onetrip_tests::{Env, PgOptions, connect, raw, simple_rows};
 use tokio::io::AsyncWriteExt;
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    simple_rows(&connect(&dsn).await.simple_query(sql).await.unwrap())
-}
-
 /// Clients in line are counted as waiting in `SHOW POOLS` while they
 /// wait; one whose `query_wait_timeout` passes leaves the line, told why,
 /// and the others keep their places.
@@ -38,10 +30,10 @@ async fn clients_in_line_are_counted_and_one_that_times_out_leaves_it() {
     };
     let watch = async {
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        let both = admin(&env, "SHOW POOLS").await;
+        let both = env.admin("SHOW POOLS").await;
         // The early one's time runs out; the late one's does not.
         tokio::time::sleep(Duration::from_millis(800)).await;
-        let one_left = admin(&env, "SHOW POOLS").await;
+        let one_left = env.admin("SHOW POOLS").await;
         holder.batch_execute("COMMIT").await.unwrap();
         (both, one_left)
     };
@@ -57,7 +49,7 @@ async fn clients_in_line_are_counted_and_one_that_times_out_leaves_it() {
     assert!(db.message().contains("query_wait_timeout"), "{db}");
     let late = late.expect("the late client got the connection");
     assert_eq!(simple_rows(&late)[0][0].as_deref(), Some("late"));
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools[0][3].as_deref(), Some("0"), "cl_waiting: {pools:?}");
 }
 
@@ -207,12 +199,12 @@ async fn hangs_up_in_line(tweak: fn(&mut onetrip::Config)) {
         .unwrap();
     let waiting = |rows: &[Vec<Option<String>>]| rows[0][3].clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while waiting(&admin(&env, "SHOW POOLS").await).as_deref() != Some("1") {
+    while waiting(&env.admin("SHOW POOLS").await).as_deref() != Some("1") {
         assert!(std::time::Instant::now() < deadline, "never in line");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(gone);
-    while waiting(&admin(&env, "SHOW POOLS").await).as_deref() != Some("0") {
+    while waiting(&env.admin("SHOW POOLS").await).as_deref() != Some("0") {
         assert!(
             std::time::Instant::now() < deadline,
             "a client that hung up still waits"
@@ -229,7 +221,7 @@ async fn hangs_up_in_line(tweak: fn(&mut onetrip::Config)) {
         .unwrap()
         .get(0);
     assert_eq!(n, 0, "the statement of a client that hung up in line ran");
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    let clients = env.admin("SHOW CLIENTS").await;
     assert!(clients.len() <= 2, "{clients:?}");
 }
 
@@ -287,7 +279,7 @@ async fn a_cancel_of_a_statement_waiting_in_line_reaches_it() {
         let cancels = async {
             // In line: the holder still has the only connection.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let waiting = admin(&env, "SHOW POOLS").await;
+            let waiting = env.admin("SHOW POOLS").await;
             cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
             if mode == "in line" {
                 tokio::time::sleep(Duration::from_millis(300)).await;

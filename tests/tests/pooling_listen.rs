@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use onetrip_tests::{
     Env, PgOptions, connect, python_with_psycopg, run_py,
     script::{Script, Sides},
-    simple_rows, skip,
+    skip,
 };
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -86,38 +86,10 @@ impl Listener {
     }
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    simple_rows(&c.simple_query(sql).await.unwrap())
-}
-
 /// SHOW POOLS' (sv_pinned, sv_listening, listen_channels) of the one pool.
 async fn pool_counts(env: &Env) -> (u64, u64, u64) {
-    let rows = admin(env, "SHOW POOLS").await;
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    let cols: Vec<String> = c
-        .simple_query("SHOW POOLS")
-        .await
-        .unwrap()
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::RowDescription(d) => {
-                Some(d.iter().map(|c| c.name().to_owned()).collect())
-            }
-            _ => None,
-        })
-        .unwrap();
-    let at = |name: &str| cols.iter().position(|c| c == name).unwrap();
-    let row = &rows[0];
-    let n = |name: &str| row[at(name)].as_deref().unwrap().parse().unwrap();
+    let row = env.pool_row().await;
+    let n = |name: &str| row.get(name).unwrap().parse().unwrap();
     (n("sv_pinned"), n("sv_listening"), n("listen_channels"))
 }
 
@@ -215,7 +187,7 @@ async fn many_clients_listen_on_a_small_pool_none_pinned() {
     }
     let (pinned, _, _) = pool_counts(&env).await;
     assert_eq!(pinned, 0);
-    let rows = admin(&env, "SHOW CLIENTS").await;
+    let rows = env.admin("SHOW CLIENTS").await;
     assert!(!rows.is_empty());
 }
 

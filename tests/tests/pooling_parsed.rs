@@ -19,12 +19,8 @@ async fn pooled(size: usize) -> Env {
 
 /// SHOW POOLS' `parses_here`.
 async fn parses_here(env: &Env) -> u64 {
-    let rows = onetrip_tests::admin_at(env.proxy_port(), "SHOW POOLS").await;
-    let row = rows
-        .iter()
-        .find(|r| r[0].as_deref() == Some("postgres"))
-        .unwrap_or_else(|| panic!("a pool of postgres: {rows:?}"));
-    row[14].as_deref().unwrap().parse().unwrap()
+    let row = env.pool_row().await;
+    row.get("parses_here").unwrap().parse().unwrap()
 }
 
 /// A Parse and its Sync: how libpq's `PQprepare` prepares.

@@ -4,7 +4,7 @@
 //! dedicated connection says, errors that name a statement included, and
 //! a portal stays open while its client prepares the same text again.
 
-use onetrip_tests::{Env, PgOptions, admin_at, connect, raw, simple_rows};
+use onetrip_tests::{Env, PgOptions, connect, raw, simple_rows};
 use tokio::net::TcpStream;
 
 async fn pooled(size: usize, share: bool) -> Env {
@@ -18,13 +18,9 @@ async fn pooled(size: usize, share: bool) -> Env {
 
 /// SHOW POOLS' `statements_shared` and `statements_parsed_again`.
 async fn counts(env: &Env) -> (u64, u64) {
-    let rows = admin_at(env.proxy_port(), "SHOW POOLS").await;
-    let row = rows
-        .iter()
-        .find(|r| r[0].as_deref() == Some("postgres"))
-        .unwrap_or_else(|| panic!("a pool of postgres: {rows:?}"));
-    let n = |i: usize| row[i].as_deref().unwrap().parse().unwrap();
-    (n(18), n(19))
+    let row = env.pool_row().await;
+    let n = |c: &str| row.get(c).unwrap().parse().unwrap();
+    (n("statements_shared"), n("statements_parsed_again"))
 }
 
 /// Bind of statement `name` to `portal` with text parameters.

@@ -3,7 +3,7 @@
 //! to the next, as those of the extended protocol do, with no pin; every
 //! answer is the one a dedicated connection gives, message for message.
 
-use onetrip_tests::{Env, PgOptions, connect, python_with_psycopg, raw, run_py, simple_rows, skip};
+use onetrip_tests::{Env, PgOptions, connect, python_with_psycopg, raw, run_py, skip};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 async fn pooled(size: usize) -> Env {
@@ -14,30 +14,13 @@ async fn pooled(size: usize) -> Env {
     .await
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    simple_rows(&c.simple_query(sql).await.unwrap())
-}
-
-/// The column of SHOW POOLS named `name`, in its first row.
+/// The column of SHOW POOLS named `name`, in the pool's row.
 async fn pool_column(env: &Env, name: &str) -> String {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    let msgs = c.simple_query("SHOW POOLS").await.unwrap();
-    let Some(tokio_postgres::SimpleQueryMessage::Row(row)) = msgs
-        .iter()
-        .find(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
-    else {
-        panic!("no pool")
-    };
-    row.get(name).unwrap_or_default().to_owned()
+    env.pool_row()
+        .await
+        .get(name)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Every message a client hears for `msg`, up to its ReadyForQuery, whole:
@@ -203,7 +186,7 @@ async fn sql_prepared_statements_follow_their_client_and_match_dedicated_connect
         .unwrap();
     assert_eq!(kept, 6, "PREPAREs kept");
     assert!(again >= 3, "made again: {again}");
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    let clients = env.admin("SHOW CLIENTS").await;
     assert!(!clients.is_empty());
 }
 
@@ -361,7 +344,7 @@ async fn an_orm_that_prepares_with_sql_runs_unpinned_on_a_pool_of_two() {
         .unwrap();
     assert!(out.contains("ok 16 clients"), "{out}");
     assert_eq!(pool_column(&env, "sv_pinned").await, "0");
-    let clients = admin(&env, "SHOW CLIENTS").await;
+    let clients = env.admin("SHOW CLIENTS").await;
     assert!(
         clients
             .iter()

@@ -28,15 +28,6 @@ async fn one(c: &tokio_postgres::Client, sql: &str) -> Option<String> {
     rows[0][0].clone()
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    let dsn = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=onetrip",
-        env.proxy_port()
-    );
-    let c = connect(&dsn).await;
-    simple_rows(&c.simple_query(sql).await.unwrap())
-}
-
 /// The pools' rows of `SHOW POOLS`: (database, user, sv_pinned).
 async fn pools(env: &Env) -> Vec<(String, String, String)> {
     let dsn = format!(
@@ -234,7 +225,7 @@ async fn refused_logins_leave_no_pools() {
     drop(c);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let rows = admin(&env, "SHOW POOLS").await;
+        let rows = env.admin("SHOW POOLS").await;
         if rows.is_empty() {
             break;
         }

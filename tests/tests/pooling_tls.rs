@@ -197,13 +197,9 @@ async fn client(env: &Env, tls: Option<&Rustls>) -> (Client, Conn) {
     }
 }
 
-async fn admin(env: &Env, sql: &str) -> Vec<Vec<Option<String>>> {
-    onetrip_tests::admin_at(env.proxy_port(), sql).await
-}
-
 /// `SHOW CLIENTS` rows of database `postgres` (not the admin console's).
 async fn clients(env: &Env) -> Vec<Vec<Option<String>>> {
-    let mut rows = admin(env, "SHOW CLIENTS").await;
+    let mut rows = env.admin("SHOW CLIENTS").await;
     rows.retain(|r| r[1].as_deref() == Some("postgres"));
     rows
 }
@@ -364,7 +360,7 @@ async fn pooled_clients_share_one_connection(ways: Ways) {
     let (_, conn) = cs.pop().unwrap();
     conn.abort();
     until_clients(&env, 2).await;
-    let pools = admin(&env, "SHOW POOLS").await;
+    let pools = env.admin("SHOW POOLS").await;
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(pools[0][2].as_deref(), Some("2"), "cl_active: {pools:?}");
     assert_eq!(pools[0][4].as_deref(), Some("0"), "sv_active: {pools:?}");
