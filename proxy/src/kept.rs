@@ -24,7 +24,7 @@ use crate::{
 /// One reset upstream connection, waiting for a client.
 pub struct Kept {
     pub tcp: std::net::TcpStream,
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
     /// When it was kept.
     pub since: Instant,
 }

@@ -55,7 +55,7 @@ pub enum Waiting {
 /// A server connection a pooled session takes (from the pool's idle ones,
 /// or just opened), with its place in the pool's count.
 pub struct Taken {
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
     pub place: Place,
 }
 

@@ -51,7 +51,7 @@ const CHECK_AFTER: Duration = Duration::from_millis(10);
 pub struct Idle {
     /// The connection: plain TCP, or TLS (`[upstream] tls`).
     pub socket: ServerSocket,
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
     pub since: Instant,
     pub place: Place,
     /// The worker epoll it stays in, when a relay gave it back.
@@ -942,7 +942,7 @@ mod tests {
         let _ = pool;
         let i = Idle {
             socket: ServerSocket::Plain(tcp),
-            conn: ServerConnection::default(),
+            conn: Box::default(),
             since: Instant::now(),
             place,
             watched: None,

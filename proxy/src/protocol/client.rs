@@ -281,7 +281,7 @@ impl Protocol {
                     if self.pooled {
                         self.taint_by(sql);
                         if self.pin.is_none() {
-                            self.set_op = self.follow_executed_set(sql.as_str());
+                            self.set_op = self.follow_executed_set(sql.as_str()).map(Box::new);
                         }
                     }
                 }
@@ -395,7 +395,7 @@ impl Protocol {
         if matches!(t, tag::QUERY | tag::EXECUTE)
             && let Some(op) = self.set_op.take()
         {
-            return op;
+            return *op;
         }
         match t {
             tag::PARSE => {
@@ -500,6 +500,7 @@ impl Protocol {
         if self.out.is_empty() {
             self.out = Out::default();
         }
+        self.told_here.let_go_if_empty();
     }
 
     /// A simple Query's text mostly carries its literals and is seldom the

@@ -187,7 +187,9 @@ pub struct Protocol {
     /// The server connection the session holds now (its ParameterStatus
     /// values tracked while `keep_upstream` or `pooled`, for the next
     /// client's greeting).
-    pub server: ServerConnection,
+    /// Boxed, it goes to the pool and back as a pointer, and a session
+    /// between transactions holds none (`server()`, `server_mut()`).
+    server: Option<Box<ServerConnection>>,
     /// The client's own cancel key (`crate::cancel`), forgotten when the
     /// session ends.
     pub client_key: Option<crate::cancel::Key>,
@@ -226,7 +228,7 @@ pub struct Protocol {
     /// (`follow_executed_set`).
     set_group: Option<u64>,
     /// What a replayable `SET` does, for the message about to go upstream.
-    set_op: Option<Op>,
+    set_op: Option<Box<Op>>,
     /// The Query that makes the connection just taken the client's, to go
     /// ahead of its next message (`start_if_due`).
     prep_due: Option<Bytes>,
@@ -309,7 +311,7 @@ impl Protocol {
             keep_upstream: false,
             terminate_withheld: false,
             unsynced: false,
-            server: ServerConnection::default(),
+            server: None,
             client_key: None,
             pooled: false,
             pin: None,
@@ -563,3 +565,16 @@ fn wants_whole(t: u8) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod size {
+    /// Every client holds a `Protocol` for its whole life, idle or not:
+    /// what only some sessions use, or only now and then, is boxed and
+    /// made when first needed (the server connection's record, statements
+    /// told here, a replica floor). A field that grows it past this wants
+    /// the same treatment.
+    #[test]
+    fn a_protocol_state_stays_small() {
+        let size = std::mem::size_of::<super::Protocol>();
+        assert!(size <= 1900, "Protocol is {size} bytes");
+    }
+}

@@ -104,7 +104,7 @@ impl Protocol {
             (tag::CLOSE, _) => {
                 let group = self.flight.group_now();
                 let skipped = self.flight.skipping();
-                self.server.statements.closed(name, group, skipped);
+                self.server_mut().statements.closed(name, group, skipped);
                 self.named.client.remove(name);
             }
             // Another client's statement may hold the name here.
@@ -112,7 +112,7 @@ impl Protocol {
                 let mut made = self.client_statement(name, Bytes::copy_from_slice(msg));
                 if let Some(s) = &made.server
                     && self.named.shared_bound
-                    && self.server.statements.knows(s)
+                    && self.server().statements.knows(s)
                 {
                     // Made again, it would close a portal of it that may
                     // be open: this one goes by the client's name.
@@ -164,7 +164,7 @@ impl Protocol {
             let since = made.generation;
             return self.ensure_shared(server.to_owned(), parse, since, to_up);
         }
-        if self.server.statements.holds(name, &parse) {
+        if self.server_mut().statements.holds(name, &parse) {
             return false;
         }
         self.make_room_for(name, to_up);
@@ -184,7 +184,7 @@ impl Protocol {
         self.send_own_up(to_up, close_statement(name), Own::Rerun, false);
         let group = self.flight.group_now();
         let skipped = self.flight.skipping();
-        self.server.statements.closed(name, group, skipped);
+        self.server_mut().statements.closed(name, group, skipped);
     }
 
     /// Before a Parse of `name`: the server connection's least recently
@@ -195,7 +195,7 @@ impl Protocol {
             return;
         }
         let max = self.services.config.pool.max_prepared_statements;
-        while let Some(old) = self.server.statements.to_evict(max, name) {
+        while let Some(old) = self.server().statements.to_evict(max, name) {
             self.close_on_server(&old, to_up);
         }
     }
@@ -208,7 +208,7 @@ impl Protocol {
         if !self.flight.skipping() {
             let group = self.flight.group_now();
             let (by, generation) = (self.info.id, self.ddl_generation());
-            self.server
+            self.server_mut()
                 .statements
                 .parsed_by(name, parse, group, by, generation);
         }
@@ -217,15 +217,10 @@ impl Protocol {
     /// An ErrorResponse or ReadyForQuery came: what its group did to the
     /// named statements is unsure, or done.
     pub(super) fn on_server_answer(&mut self, t: u8) {
+        let group = self.flight.group_answered_now();
         match t {
-            tag::ERROR_RESPONSE => self
-                .server
-                .statements
-                .failed(self.flight.group_answered_now()),
-            tag::READY_FOR_QUERY => self
-                .server
-                .statements
-                .settle(self.flight.group_answered_now()),
+            tag::ERROR_RESPONSE => self.server_mut().statements.failed(group),
+            tag::READY_FOR_QUERY => self.server_mut().statements.settle(group),
             _ => {}
         }
     }
@@ -243,7 +238,7 @@ impl Protocol {
         to_up: &mut WriteQueue,
     ) -> bool {
         let key = frontend::parse_key(&parse).unwrap_or_default();
-        if let Some(by) = self.server.statements.holds_key(&server, key, since) {
+        if let Some(by) = self.server_mut().statements.holds_key(&server, key, since) {
             if by != self.info.id {
                 self.named.count(|c| &c.shared);
             }

@@ -194,7 +194,7 @@ impl Protocol {
     /// A pinned session's connection was reset with DISCARD ALL: it holds
     /// no statements and no settings of the client's.
     pub fn server_was_reset(&mut self) {
-        self.server.statements = ServerStatements::default();
+        self.server_mut().statements = ServerStatements::default();
         self.sets = SessionSets::new();
     }
 
@@ -357,7 +357,7 @@ impl Protocol {
     /// one's state mattered, or the session would be pinned). The client's
     /// unnamed statement is made again before a message uses it, or closed
     /// if it was not held: the new connection may hold another client's.
-    pub fn switched_upstream(&mut self, mut conn: ServerConnection) {
+    pub fn switched_upstream(&mut self, mut conn: Box<ServerConnection>) {
         // What the connection must become first goes ahead of the client's
         // next message (`start_if_due`); the caller has turned away a
         // connection that can't be the client's.
@@ -379,7 +379,7 @@ impl Protocol {
         {
             self.settings = settings;
         }
-        self.server = conn;
+        self.server = Some(conn);
         self.fresh_upstream = true;
         // The coalescer's probe statement, made on the last connection.
         self.coalescer.probe_forgotten();

@@ -244,7 +244,7 @@ impl Protocol {
         if let SessionSet::Set(name) = &op {
             self.defined(name);
         }
-        self.set_op = Some(Op::Set(op, text.to_owned()));
+        self.set_op = Some(Box::new(Op::Set(op, text.to_owned())));
         true
     }
 

@@ -63,7 +63,7 @@ impl Default for ServerConnection {
 impl Protocol {
     /// The session logged in over `conn` (session mode, or a pooled
     /// login's own connection).
-    pub fn logged_in(&mut self, mut conn: ServerConnection) {
+    pub fn logged_in(&mut self, mut conn: Box<ServerConnection>) {
         self.on_server_params(&conn.params);
         if let Some(settings) = conn.settings.take() {
             self.settings = settings;
@@ -73,14 +73,29 @@ impl Protocol {
                 .upstream_pid
                 .store(pid as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        self.server = conn;
+        self.server = Some(conn);
+    }
+
+    /// The server connection the session holds, or an empty record when it
+    /// holds none (a pooled session between transactions).
+    pub fn server(&self) -> &ServerConnection {
+        static NONE: std::sync::LazyLock<ServerConnection> =
+            std::sync::LazyLock::new(ServerConnection::default);
+        self.server.as_deref().unwrap_or(&NONE)
+    }
+
+    /// The record of the server connection held, made empty when there is
+    /// none: what is written there then is dropped at the next adoption,
+    /// which brings its connection's own.
+    pub fn server_mut(&mut self) -> &mut ServerConnection {
+        self.server.get_or_insert_with(Box::default)
     }
 
     /// Lets the server connection go, whole, to its pool or to the kept
     /// connections: what the session leaves in it goes into its record.
     /// The session holds none after.
-    pub fn release_server(&mut self) -> ServerConnection {
-        let mut conn = std::mem::take(&mut self.server);
+    pub fn release_server(&mut self) -> Box<ServerConnection> {
+        let mut conn = self.server.take().unwrap_or_default();
         conn.state = self.server_state();
         // The defaults a client's startup packet set are its own.
         conn.settings = self.settings.after_reset().filter(|_| !self.own_defaults);

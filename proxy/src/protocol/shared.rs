@@ -125,7 +125,7 @@ impl Protocol {
     /// statement the connection holds be made again before its next use.
     pub(super) fn on_client_error(&mut self, msg: &[u8]) {
         if crate::wire::backend::error_field(msg, b'C') == Some("0A000") {
-            self.server.statements.all_unsure();
+            self.server_mut().statements.all_unsure();
         }
     }
 

@@ -315,7 +315,7 @@ impl Protocol {
                 .named
                 .client
                 .get(n)
-                .is_some_and(|c| !self.server.statements.has(n, &c.parse))
+                .is_some_and(|c| !self.server().statements.has(n, &c.parse))
     }
 
     /// Where the client's statement `name` begins in the text that made it
@@ -348,8 +348,8 @@ impl Protocol {
                 // What the client had is kept: the Flight says whether it
                 // has it still (a DEALLOCATE in a failed block drops
                 // nothing).
-                NameUse::Deallocate(n) => self.server.statements.closed(n, group, skipped),
-                NameUse::DeallocateAll => self.server.statements.closed_all(group, skipped),
+                NameUse::Deallocate(n) => self.server_mut().statements.closed(n, group, skipped),
+                NameUse::DeallocateAll => self.server_mut().statements.closed_all(group, skipped),
                 NameUse::Prepare(_) | NameUse::Execute(_) => {}
             }
         }
@@ -360,8 +360,8 @@ impl Protocol {
     /// would have. A statement that can't fail to parse serves, rather than
     /// the client's own, which might. True when a Parse went up for that.
     fn hold_something_under(&mut self, name: &str, to_up: &mut WriteQueue) -> bool {
-        let held = match self.named.client.get(name) {
-            Some(c) => self.server.statements.holds(name, &c.parse),
+        let held = match self.named.client.get(name).map(|c| c.parse.clone()) {
+            Some(parse) => self.server_mut().statements.holds(name, &parse),
             None => false,
         };
         if held {
@@ -434,7 +434,7 @@ impl Protocol {
         let mut parse = BytesMut::with_capacity(l.name.len() + l.body.len() + types.len() + 7);
         write::parse_with_text(&mut parse, l.name.as_bytes(), &l.body, &types);
         let parse = parse.freeze();
-        self.server
+        self.server_mut()
             .statements
             .made_as(&l.name, &l.made_by, parse.clone());
         self.named

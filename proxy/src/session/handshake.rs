@@ -116,7 +116,7 @@ pub struct Authed {
     /// The upstream connection: its greeting's key and ParameterStatus
     /// values; its settings, when a kept connection's earlier client
     /// learned them.
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
     /// The client's own cancel key (`cancel`), which the session forgets
     /// when it ends.
     pub client_key: Option<Key>,
@@ -248,10 +248,10 @@ pub async fn relay_auth(
                 return Ok(Authed {
                     cin,
                     uin,
-                    conn: ServerConnection {
+                    conn: Box::new(ServerConnection {
                         opened,
                         ..ServerConnection::new(key, params)
-                    },
+                    }),
                     client_key,
                     plain_trust,
                 });

@@ -54,7 +54,7 @@ pub enum ParkError {
 pub struct Leaving {
     pub upstream: Stream,
     pub startup: Bytes,
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
     /// ReadyForQuery messages still owed for queries of the proxy's own
     /// (the session's settings, asked at its start): read and dropped
     /// before the reset's.

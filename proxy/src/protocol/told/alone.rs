@@ -66,7 +66,12 @@ impl Protocol {
         }
         if t == tag::DESCRIBE {
             // A Describe of a statement told here, with its Sync.
-            let Some(d) = self.told_here.told.get(name).map(|e| &e.told) else {
+            let Some(d) = self
+                .told_here
+                .told()
+                .and_then(|t| t.get(name))
+                .map(|e| &e.told)
+            else {
                 return false;
             };
             let mut answers = BytesMut::new();
@@ -124,7 +129,7 @@ impl Protocol {
             false => self.name_for_client(name, msg.clone()),
         }
         self.flight.told(name, sql.detached());
-        self.told_here.told.remove(name);
+        self.told_here.forget(name);
         let told = d.as_ref().map_or(0, |d| d.params.len() + d.row.len());
         let mut answers = BytesMut::with_capacity(told + 11);
         answers.extend_from_slice(&[tag::PARSE_COMPLETE, 0, 0, 0, 4]);
@@ -143,7 +148,7 @@ impl Protocol {
         }
         if let Some(d) = d {
             let key = Bytes::copy_from_slice(key);
-            self.told_here.told.insert(
+            self.told_here.more().told.insert(
                 name.to_owned(),
                 Entry {
                     key,

@@ -46,13 +46,10 @@ const STALE: &str = "cached plan must not change result type";
 pub struct Told {
     /// The pool's descriptions (transaction pooling only).
     pub(in crate::protocol) cache: Option<Arc<Descriptions>>,
-    /// The client's statements answered here, by name: their key in the
-    /// cache and what the client was told.
-    told: FxHashMap<String, Entry>,
-    /// A Parse (and Describe) on their way whose description may be kept.
-    learn: Option<Learn>,
-    /// Describes of told statements on their way, in order.
-    checks: VecDeque<Check>,
+    /// What the session's statements are told and taught: made at their
+    /// first use, and let go once it is empty (`let_go_if_empty`), so an
+    /// idle client holds none.
+    more: Option<Box<More>>,
     /// The client's answers are looked at: learned from, or dropped.
     pub(super) watch: bool,
     /// A told statement proved changed in a group sent whole: the client's
@@ -77,8 +74,56 @@ pub struct Told {
     open: bool,
     /// DDL went up: the descriptions are dropped again once it is over.
     ddl_pending: bool,
+}
+
+#[derive(Default)]
+struct More {
+    /// The client's statements answered here, by name: their key in the
+    /// cache and what the client was told.
+    told: FxHashMap<String, Entry>,
+    /// A Parse (and Describe) on their way whose description may be kept.
+    learn: Option<Learn>,
+    /// Describes of told statements on their way, in order.
+    checks: VecDeque<Check>,
     /// Parses on their way whose success the pool may learn.
     parsed: parsed::Learning,
+}
+
+impl Told {
+    fn more(&mut self) -> &mut More {
+        self.more.get_or_insert_with(Box::default)
+    }
+
+    fn told(&self) -> Option<&FxHashMap<String, Entry>> {
+        self.more.as_deref().map(|m| &m.told)
+    }
+
+    fn forget(&mut self, name: &str) {
+        if let Some(m) = self.more.as_deref_mut() {
+            m.told.remove(name);
+        }
+    }
+
+    fn learning(&self) -> Option<&Learn> {
+        self.more.as_deref().and_then(|m| m.learn.as_ref())
+    }
+
+    fn stop_learning(&mut self) {
+        if let Some(m) = self.more.as_deref_mut() {
+            m.learn = None;
+        }
+    }
+
+    /// A quiet session lets go of what it holds here when nothing is told,
+    /// learned or checked (what its Parses taught is only remembered to
+    /// spare a lock: it is learned again).
+    pub(in crate::protocol) fn let_go_if_empty(&mut self) {
+        if self.more.as_deref().is_some_and(|m| {
+            m.told.is_empty() && m.learn.is_none() && m.checks.is_empty() && m.parsed.is_idle()
+        }) {
+            self.more = None;
+        }
+    }
 }
 
 struct Learn {
@@ -191,12 +236,12 @@ impl Protocol {
             && !self.flight.awaiting_client_ready()
             && !self.flight.skipping()
             && !self.in_copy;
-        if self.told_here.told.is_empty() || self.flight.skipping() {
+        if self.told_here.told().is_none_or(|t| t.is_empty()) || self.flight.skipping() {
             // A message the server skips needs no check.
             return;
         }
         let msg = &chunk[at..end];
-        let told = used_name(t, msg).and_then(|n| self.told_here.told.get(n));
+        let told = used_name(t, msg).and_then(|n| self.told_here.told()?.get(n));
         if let Some(e) = told {
             if t == tag::DESCRIBE && e.reparsed {
                 // The server's answer tells the client anew.
@@ -225,14 +270,15 @@ impl Protocol {
             tag::PARSE => {
                 if frontend::parse_name(msg) == Some("") {
                     let key = frontend::parse_key(msg);
-                    match self.told_here.told.get_mut("") {
-                        // The same statement again, in the group it was
-                        // told in: the client goes by what it was told.
-                        Some(e) if self.told_here.open && key == Some(&e.key[..]) => {
-                            e.reparsed = true
-                        }
-                        _ => {
-                            self.told_here.told.remove("");
+                    let open = self.told_here.open;
+                    if let Some(m) = self.told_here.more.as_deref_mut() {
+                        match m.told.get_mut("") {
+                            // The same statement again, in the group it was
+                            // told in: the client goes by what it was told.
+                            Some(e) if open && key == Some(&e.key[..]) => e.reparsed = true,
+                            _ => {
+                                m.told.remove("");
+                            }
                         }
                     }
                 }
@@ -240,30 +286,32 @@ impl Protocol {
                 self.learn_parse(msg, sql);
             }
             tag::QUERY => {
-                self.told_here.told.remove("");
-                self.told_here.learn = None;
+                self.told_here.forget("");
+                self.told_here.stop_learning();
                 self.told_here.group_ran = false;
                 self.told_here.open = false;
             }
             tag::CLOSE => {
                 if let Some((b'S', n)) = frontend::target(msg) {
-                    self.told_here.told.remove(n);
+                    self.told_here.forget(n);
                 }
-                self.told_here.learn = None;
+                self.told_here.stop_learning();
             }
             tag::DESCRIBE => {
                 let target = frontend::target(msg);
-                if let Some((b'S', n)) = target
-                    && self.told_here.told.get(n).is_some_and(|e| e.reparsed)
-                {
-                    self.told_here.told.remove(n);
-                }
-                if let Some(l) = self.told_here.learn.as_mut()
-                    && !l.described
-                {
-                    match target {
-                        Some((b'S', n)) if n == l.name => l.described = true,
-                        _ => self.told_here.learn = None,
+                if let Some(m) = self.told_here.more.as_deref_mut() {
+                    if let Some((b'S', n)) = target
+                        && m.told.get(n).is_some_and(|e| e.reparsed)
+                    {
+                        m.told.remove(n);
+                    }
+                    if let Some(l) = m.learn.as_mut()
+                        && !l.described
+                    {
+                        match target {
+                            Some((b'S', n)) if n == l.name => l.described = true,
+                            _ => m.learn = None,
+                        }
                     }
                 }
             }
@@ -276,8 +324,8 @@ impl Protocol {
                 if matches!(t, tag::EXECUTE | tag::FUNCTION_CALL) {
                     self.told_here.group_ran = true;
                 }
-                if self.told_here.learn.as_ref().is_some_and(|l| !l.described) {
-                    self.told_here.learn = None;
+                if self.told_here.learning().is_some_and(|l| !l.described) {
+                    self.told_here.stop_learning();
                 }
             }
         }
@@ -309,7 +357,7 @@ impl Protocol {
         };
         let mut out = BytesMut::new();
         crate::wire::write::describe(&mut out, b'S', self.server_name(name));
-        self.told_here.checks.push_back(Check {
+        self.told_here.more().checks.push_back(Check {
             name: name.to_owned(),
             fast,
             group: self.flight.group_now(),
@@ -329,11 +377,11 @@ impl Protocol {
     /// resolution alone: its description, when the server's Describe
     /// answers in this group, may be kept for the pool.
     fn learn_from(&mut self, msg: &Bytes, sql: Option<&Sql>) {
-        if self.told_here.learn.as_ref().is_some_and(|l| l.described) {
+        if self.told_here.learning().is_some_and(|l| l.described) {
             // Its answers are on their way, ahead of this one's.
             return;
         }
-        self.told_here.learn = None;
+        self.told_here.stop_learning();
         let (Some(cache), Some(sql)) = (&self.told_here.cache, sql) else {
             return;
         };
@@ -345,7 +393,7 @@ impl Protocol {
             return;
         };
         if ok {
-            self.told_here.learn = Some(Learn {
+            self.told_here.more().learn = Some(Learn {
                 name: name.to_owned(),
                 key: msg.slice_ref(key),
                 generation: cache.generation(),
@@ -357,8 +405,8 @@ impl Protocol {
     }
 
     fn rewatch(&mut self) {
-        self.told_here.watch = self.told_here.drop_to_ready
-            || self.told_here.learn.as_ref().is_some_and(|l| l.described);
+        self.told_here.watch =
+            self.told_here.drop_to_ready || self.told_here.learning().is_some_and(|l| l.described);
     }
 
     /// The held message's statement changed: the client hears PostgreSQL's
@@ -388,7 +436,7 @@ impl Protocol {
     /// The client's statement `name` was answered here and not yet
     /// checked on a server.
     pub(super) fn unchecked_told(&self, name: &str) -> bool {
-        self.told_here.told.contains_key(name)
+        self.told_here.told().is_some_and(|t| t.contains_key(name))
     }
 
     /// An answer to a check of a told statement; true when it goes to the
@@ -397,26 +445,24 @@ impl Protocol {
     pub(super) fn on_check_answer(&mut self, t: u8, msg: &Bytes) -> bool {
         match t {
             tag::PARAMETER_DESCRIPTION => {
-                if let Some(c) = self.told_here.checks.front_mut() {
+                if let Some(c) = self.told_here.more().checks.front_mut() {
                     c.params = Some(msg.clone());
                 }
                 false
             }
             tag::ROW_DESCRIPTION | tag::NO_DATA => {
-                let Some(c) = self.told_here.checks.pop_front() else {
+                let Some(c) = self.told_here.more().checks.pop_front() else {
                     return false;
                 };
                 let params = c.params.as_deref().unwrap_or_default();
                 let same = self
                     .told_here
-                    .told
-                    .get(&c.name)
+                    .told()
+                    .and_then(|t| t.get(&c.name))
                     .map(|e| (e.told.same_as(params, msg), e.key.clone()));
                 match same {
                     // The server's statement is what the client was told.
-                    Some((true, _)) => {
-                        self.told_here.told.remove(&c.name);
-                    }
+                    Some((true, _)) => self.told_here.forget(&c.name),
                     Some((false, key)) => {
                         if let Some(cache) = &self.told_here.cache {
                             Counters::add(&cache.changed, 1);
@@ -436,7 +482,7 @@ impl Protocol {
                 false
             }
             tag::ERROR_RESPONSE => {
-                if let Some(c) = self.told_here.checks.pop_front()
+                if let Some(c) = self.told_here.more().checks.pop_front()
                     && !c.fast
                 {
                     self.told_here.held = false;
@@ -476,13 +522,15 @@ impl Protocol {
                 _ => return false,
             }
         }
-        if let Some(l) = self.told_here.learn.as_mut().filter(|l| l.described) {
+        if let Some(m) = self.told_here.more.as_deref_mut()
+            && let Some(l) = m.learn.as_mut().filter(|l| l.described)
+        {
             match t {
                 tag::PARAMETER_DESCRIPTION if l.params.is_none() => l.params = Some(msg.clone()),
                 tag::ROW_DESCRIPTION | tag::NO_DATA if l.params.is_some() && l.row.is_none() => {
                     l.row = Some(msg.clone())
                 }
-                tag::ERROR_RESPONSE => self.told_here.learn = None,
+                tag::ERROR_RESPONSE => m.learn = None,
                 _ => {}
             }
         }
@@ -499,14 +547,20 @@ impl Protocol {
         let Some(cache) = self.told_here.cache.clone() else {
             return;
         };
-        if let Some(l) = self.told_here.learn.take()
+        if let Some(l) = self
+            .told_here
+            .more
+            .as_deref_mut()
+            .and_then(|m| m.learn.take())
             && status == b'I'
             && let (Some(params), Some(row)) = (l.params, l.row)
         {
             cache.learned(l.generation, l.key, Description { params, row });
         }
         let done = self.flight.group_answered_now();
-        self.told_here.checks.retain(|c| c.group >= done);
+        if let Some(m) = self.told_here.more.as_deref_mut() {
+            m.checks.retain(|c| c.group >= done);
+        }
         if status == b'I' && std::mem::take(&mut self.told_here.ddl_pending) {
             cache.clear();
         }
@@ -519,12 +573,14 @@ impl Protocol {
     pub(super) fn told_error(&mut self) {
         if self.told_here.held && !self.flight.owes(Own::Check) {
             self.told_here.held = false;
-            self.told_here.checks.retain(|c| c.fast);
+            if let Some(m) = self.told_here.more.as_deref_mut() {
+                m.checks.retain(|c| c.fast);
+            }
         }
     }
 
     /// The client closed `name` without the server (`close_alone`).
     pub(super) fn forget_told(&mut self, name: &str) {
-        self.told_here.told.remove(name);
+        self.told_here.forget(name);
     }
 }

@@ -37,6 +37,13 @@ pub(super) struct Learning {
     generation: u64,
 }
 
+impl Learning {
+    /// Nothing on its way.
+    pub(super) fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
 struct Pending {
     group: u64,
     generation: u64,
@@ -77,8 +84,8 @@ impl Protocol {
         let Some(sql) = sql else {
             return;
         };
-        let l = &self.told_here.parsed;
-        if l.pending.len() >= MAX_PENDING
+        let pending = (self.told_here.more.as_deref()).map_or(0, |m| m.parsed.pending.len());
+        if pending >= MAX_PENDING
             || self.told_here.ddl_pending
             // Skipped by the server: it parses nothing.
             || self.flight.skipping()
@@ -94,7 +101,7 @@ impl Protocol {
             return;
         };
         let generation = cache.generation();
-        let l = &mut self.told_here.parsed;
+        let l = &mut self.told_here.more().parsed;
         if l.generation != generation {
             l.taught.clear();
             l.generation = generation;
@@ -115,17 +122,19 @@ impl Protocol {
     /// group that failed are not learned, those of a group that ended
     /// without an error are.
     pub(in crate::protocol) fn on_parse_answer(&mut self, t: u8) {
-        if self.told_here.parsed.pending.is_empty() {
+        if (self.told_here.more.as_deref()).is_none_or(|m| m.parsed.pending.is_empty()) {
             return;
         }
         let now = self.flight.group_answered_now();
         match t {
-            tag::ERROR_RESPONSE => self.told_here.parsed.pending.retain(|p| p.group != now),
+            tag::ERROR_RESPONSE => {
+                (self.told_here.more().parsed.pending).retain(|p| p.group != now)
+            }
             tag::READY_FOR_QUERY => {
                 let Some(cache) = self.told_here.cache.clone() else {
                     return;
                 };
-                let l = &mut self.told_here.parsed;
+                let l = &mut self.told_here.more().parsed;
                 let done = l.pending.iter().take_while(|p| p.group < now).count();
                 let mut at = 0;
                 while at < done {

@@ -105,7 +105,7 @@ pub struct Opened {
     /// Plain or TLS, as `[upstream] tls` and the server made it.
     pub stream: Stream,
     /// Its greeting's key and ParameterStatus values.
-    pub conn: ServerConnection,
+    pub conn: Box<ServerConnection>,
 }
 
 /// A password asked for is answered with the pool's credential
@@ -191,7 +191,7 @@ async fn open_now(
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened {
                     stream,
-                    conn: ServerConnection::new(key, params),
+                    conn: Box::new(ServerConnection::new(key, params)),
                 });
             }
             t => return Err(PoolError::Unexpected(t)),
