@@ -84,7 +84,7 @@ pub struct Shared {
     /// One closer per relaying session, fired when the grace period is
     /// over. Per session, so a session waits on nothing it shares with
     /// others while it forwards.
-    closers: DashMap<u64, oneshot::Sender<()>>,
+    closers: DashMap<u64, oneshot::Sender<()>, rustc_hash::FxBuildHasher>,
     /// AGE catalogs and compiled Cypher plans.
     pub cypher: Arc<CypherCache>,
     /// Upstream connections kept for the next client (`upstream.reuse`).
@@ -243,7 +243,7 @@ impl Shared {
             upstream_tls,
             cancel: Arc::new(CancelKeys::default()),
             force_close,
-            closers: DashMap::new(),
+            closers: DashMap::default(),
             cypher: Default::default(),
             reuse: Default::default(),
             pools: pools.clone(),

@@ -5,6 +5,7 @@
 //! path shares no lock with other sessions. Readers (admin console, metrics,
 //! `measure`) sum live sessions and the totals of closed ones.
 
+use rustc_hash::FxBuildHasher;
 use std::{
     collections::HashMap,
     net::SocketAddr,
@@ -47,7 +48,7 @@ macro_rules! counters {
         #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
         pub struct Snapshot {
             $(pub $name: u64,)*
-            pub latency_buckets: Vec<u64>,
+            pub latency_buckets: [u64; LATENCY_BUCKETS.len() + 1],
             pub latency_sum_us: u64,
         }
 
@@ -55,7 +56,7 @@ macro_rules! counters {
             pub fn snapshot(&self) -> Snapshot {
                 Snapshot {
                     $($name: self.$name.load(Relaxed),)*
-                    latency_buckets: self.latency_buckets.iter().map(|b| b.load(Relaxed)).collect(),
+                    latency_buckets: std::array::from_fn(|i| self.latency_buckets[i].load(Relaxed)),
                     latency_sum_us: self.latency_sum_us.load(Relaxed),
                 }
             }
@@ -81,9 +82,6 @@ macro_rules! counters {
         impl Snapshot {
             pub fn add(&mut self, other: &Snapshot) {
                 $(self.$name += other.$name;)*
-                if self.latency_buckets.len() < other.latency_buckets.len() {
-                    self.latency_buckets.resize(other.latency_buckets.len(), 0);
-                }
                 for (b, v) in self.latency_buckets.iter_mut().zip(&other.latency_buckets) {
                     *b += v;
                 }
@@ -330,9 +328,12 @@ pub struct StatementCounts {
 pub struct Stats {
     /// Most (database, user) rows of their own (`[limits] max_stats_rows`).
     max_rows: usize,
-    live: DashMap<u64, Arc<SessionInfo>>,
-    /// Totals of closed sessions per (database, user).
-    closed: DashMap<(String, String), Snapshot>,
+    /// Ids are the proxy's own, in sequence: a fast hash serves.
+    live: DashMap<u64, Arc<SessionInfo>, FxBuildHasher>,
+    /// Totals of closed sessions per (database, user), keyed by
+    /// `row_key` (at most `max_rows` and two shared rows: a fast hash
+    /// can't be made to degrade it).
+    closed: DashMap<String, Snapshot, FxBuildHasher>,
     /// Held for writing while a closing session's counters move from
     /// `live` to `closed`, and for reading while totals are summed, so a
     /// total never misses a session in between or counts it twice: the
@@ -345,6 +346,42 @@ pub struct Stats {
     fallback_reasons: DashMap<String, u64>,
     next_id: AtomicU64,
     pub started: Option<Instant>,
+}
+
+/// Calls `f` with the key of the (database, user) row: both names with a
+/// NUL between them (which neither can hold, coming from a startup
+/// packet), made in the thread's own buffer so that a lookup allocates
+/// nothing.
+fn with_row_key<R>(database: &str, user: &str, f: impl Fn(&str) -> R) -> R {
+    thread_local! {
+        static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    let make = |k: &mut String| {
+        k.clear();
+        k.push_str(database);
+        k.push('\0');
+        k.push_str(user);
+    };
+    let done = KEY.try_with(|k| {
+        let mut k = k.try_borrow_mut().ok()?;
+        make(&mut k);
+        Some(f(&k))
+    });
+    match done {
+        Ok(Some(r)) => r,
+        // In use further up, or at thread exit: a key of its own.
+        _ => {
+            let mut k = String::new();
+            make(&mut k);
+            f(&k)
+        }
+    }
+}
+
+/// The (database, user) of a row's key (`with_row_key`).
+fn row_of_key(key: &str) -> (String, String) {
+    let (database, user) = key.split_once('\0').unwrap_or((key, ""));
+    (database.to_owned(), user.to_owned())
 }
 
 /// Most statement fingerprints kept; the rest are counted under "(other)".
@@ -380,30 +417,31 @@ impl Stats {
     /// (database, user) row, or in `OTHER` when that row would be past
     /// the cap. Once per session, outside the forwarding path.
     pub fn admit(&self, info: &SessionInfo) {
-        let key = (info.database.clone(), info.user.clone());
         // Nearly always its row is there already: no count of the rows.
-        if self.closed.contains_key(&key) {
+        if with_row_key(&info.database, &info.user, |k| self.closed.contains_key(k)) {
             info.row.store(Row::Own as u8, Relaxed);
             return;
         }
         let shared_rows = [UNAUTHENTICATED, OTHER]
             .iter()
-            .filter(|r| self.closed.contains_key(&(r.to_string(), r.to_string())))
+            .filter(|r| with_row_key(r, r, |k| self.closed.contains_key(k)))
             .count();
         // Concurrent admissions may pass the cap by a few rows at most.
         let own = self.closed.len().saturating_sub(shared_rows) < self.max_rows;
         if own {
-            self.closed.entry(key).or_default();
+            with_row_key(&info.database, &info.user, |k| {
+                self.closed.entry(k.to_owned()).or_default();
+            });
         }
         let row = if own { Row::Own } else { Row::Other };
         info.row.store(row as u8, Relaxed);
     }
 
     /// The totals row a session counts in, if any yet.
-    fn row_of(&self, info: &SessionInfo, closing: bool) -> Option<(String, String)> {
-        let both = |s: &str| Some((s.to_owned(), s.to_owned()));
+    fn row_of<'a>(&self, info: &'a SessionInfo, closing: bool) -> Option<(&'a str, &'a str)> {
+        let both = |s: &'static str| Some((s, s));
         match info.row.load(Relaxed) {
-            1 => Some((info.database.clone(), info.user.clone())),
+            1 => Some((&info.database, &info.user)),
             2 => both(OTHER),
             _ if closing => both(UNAUTHENTICATED),
             _ => None,
@@ -445,8 +483,11 @@ impl Stats {
             let _moving = self.moving.write().unwrap_or_else(|e| e.into_inner());
             self.live.remove(&info.id);
             let snap = info.counters.snapshot();
-            if let Some(row) = self.row_of(info, true) {
-                self.closed.entry(row).or_default().add(&snap);
+            if let Some((database, user)) = self.row_of(info, true) {
+                with_row_key(database, user, |k| match self.closed.get_mut(k) {
+                    Some(mut row) => row.add(&snap),
+                    None => self.closed.entry(k.to_owned()).or_default().add(&snap),
+                });
             }
         }
         self.add_statements(statements);
@@ -498,10 +539,11 @@ impl Stats {
         let mut groups: HashMap<(String, String), Snapshot> = self
             .closed
             .iter()
-            .map(|e| (e.key().clone(), e.value().clone()))
+            .map(|e| (row_of_key(e.key()), e.value().clone()))
             .collect();
         for s in self.live.iter() {
-            if let Some(row) = self.row_of(&s, false) {
+            if let Some((database, user)) = self.row_of(&s, false) {
+                let row = (database.to_owned(), user.to_owned());
                 groups.entry(row).or_default().add(&s.counters.snapshot());
             }
         }
