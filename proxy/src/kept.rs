@@ -46,8 +46,16 @@ impl Kept {
     /// What the upstream said to the first client, as it stands now:
     /// AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery;
     /// `key` is the new client's own BackendKeyData (never the backend's).
-    pub fn greeting(&self, key: Option<&[u8]>) -> Bytes {
-        greeting(&self.conn.params, key)
+    pub fn greeting(&mut self, key: Option<&[u8]>) -> Bytes {
+        let params = self.conn.params_status();
+        let mut out = BytesMut::with_capacity(params.len() + 40);
+        write::auth_request(&mut out, backend::auth::OK, &[]);
+        out.extend_from_slice(&params);
+        if let Some(key) = key {
+            out.extend_from_slice(key);
+        }
+        write::ready_for_query(&mut out, b'I');
+        out.freeze()
     }
 }
 

@@ -159,6 +159,27 @@ async fn a_kept_connection_is_reset_and_greets_like_a_new_one() {
         0,
         "taken by the second client"
     );
+
+    // Greeted once from what the server reported, the next client is
+    // greeted from what it reports now: a default changed under the
+    // connection survives its reset.
+    let (t, _) = raw::read_message(&mut b, WAIT).await.unwrap();
+    assert_eq!(t, b'Z');
+    query(&mut b, "alter system set DateStyle = 'SQL, DMY'").await;
+    let mut reported = query(&mut b, "select pg_reload_conf()").await.1;
+    for _ in 0..100 {
+        if !reported.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        reported.extend(query(&mut b, "select 1").await.1);
+    }
+    assert!(!reported.is_empty(), "the new default reported");
+    terminate(b).await;
+    env.wait_kept(1).await;
+    let (_c, proxied) = greet(env.proxy_port()).await;
+    let (_e, direct) = greet(env.pg.port()).await;
+    assert_eq!(proxied, direct, "the third greeting is a new session's too");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -537,14 +537,17 @@ impl Protocol {
 }
 
 /// Records a ParameterStatus value, keeping the order names first came in.
-pub fn set_param(params: &mut Vec<(String, String)>, name: &str, value: &str) {
+pub fn set_param(params: &mut Vec<(String, String)>, name: &str, value: &str) -> bool {
     match params.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) if v == value => false,
         Some((_, v)) => {
-            if v != value {
-                *v = value.to_owned();
-            }
+            *v = value.to_owned();
+            true
         }
-        None => params.push((name.to_owned(), value.to_owned())),
+        None => {
+            params.push((name.to_owned(), value.to_owned()));
+            true
+        }
     }
 }
 

@@ -19,8 +19,13 @@ pub struct ServerConnection {
     /// The backend's BackendKeyData message, as the server sent it.
     pub key: Option<Bytes>,
     /// Its ParameterStatus values, in the order the server sent them; kept
-    /// up to date while the values may greet another client.
-    pub params: Vec<(String, String)>,
+    /// up to date while the values may greet another client
+    /// (`set_param`).
+    params: Vec<(String, String)>,
+    /// `params` as ParameterStatus messages, made for a greeting and kept
+    /// until one changes: a kept connection greets every client it serves
+    /// with the same values.
+    params_status: Option<Bytes>,
     /// When it was opened (`upstream.reuse_lifetime`).
     pub opened: Instant,
     /// What its backend answered when asked for its settings (as a reset
@@ -40,11 +45,42 @@ impl ServerConnection {
         Self {
             key,
             params,
+            params_status: None,
             opened: Instant::now(),
             settings: None,
             statements: ServerStatements::default(),
             state: ServerState::default(),
         }
+    }
+
+    /// The same, opened at `opened` (its login began then).
+    pub fn opened_at(self, opened: Instant) -> Self {
+        Self { opened, ..self }
+    }
+
+    pub fn params(&self) -> &[(String, String)] {
+        &self.params
+    }
+
+    /// The server reported `name` as `value`.
+    pub fn set_param(&mut self, name: &str, value: &str) {
+        if super::set_param(&mut self.params, name, value) {
+            self.params_status = None;
+        }
+    }
+
+    /// Its values as the ParameterStatus messages of a greeting.
+    pub fn params_status(&mut self) -> Bytes {
+        let params = &self.params;
+        self.params_status
+            .get_or_insert_with(|| {
+                let mut out = bytes::BytesMut::with_capacity(params.len() * 32);
+                for (k, v) in params {
+                    crate::wire::write::parameter_status(&mut out, k, v);
+                }
+                out.freeze()
+            })
+            .clone()
     }
 
     /// Its backend's process id and secret, from its BackendKeyData.
@@ -64,7 +100,7 @@ impl Protocol {
     /// The session logged in over `conn` (session mode, or a pooled
     /// login's own connection).
     pub fn logged_in(&mut self, mut conn: Box<ServerConnection>) {
-        self.on_server_params(&conn.params);
+        self.on_server_params(conn.params());
         if let Some(settings) = conn.settings.take() {
             self.settings = settings;
         }
@@ -100,5 +136,36 @@ impl Protocol {
         // The defaults a client's startup packet set are its own.
         conn.settings = self.settings.after_reset().filter(|_| !self.own_defaults);
         conn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A greeting's ParameterStatus messages are made once, and again after
+    /// a value changes: never stale.
+    #[test]
+    fn params_status_follows_every_change() {
+        let expect = |params: &[(&str, &str)]| {
+            let mut out = bytes::BytesMut::new();
+            for (k, v) in params {
+                crate::wire::write::parameter_status(&mut out, k, v);
+            }
+            out.freeze()
+        };
+        let mut conn = ServerConnection::new(None, vec![("a".into(), "1".into())]);
+        let first = conn.params_status();
+        assert_eq!(first, expect(&[("a", "1")]));
+        conn.set_param("a", "1");
+        assert_eq!(
+            conn.params_status().as_ptr(),
+            first.as_ptr(),
+            "kept while unchanged"
+        );
+        conn.set_param("a", "2");
+        assert_eq!(conn.params_status(), expect(&[("a", "2")]));
+        conn.set_param("b", "3");
+        assert_eq!(conn.params_status(), expect(&[("a", "2"), ("b", "3")]));
     }
 }

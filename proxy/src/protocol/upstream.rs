@@ -231,7 +231,7 @@ impl Protocol {
                 match t {
                     tag::PARAMETER_STATUS => {
                         if let Some((k, v)) = backend::parameter_status(msg) {
-                            set_param(&mut self.server_mut().params, k, v);
+                            self.server_mut().set_param(k, v);
                         }
                     }
                     tag::ERROR_RESPONSE => {
@@ -307,7 +307,7 @@ impl Protocol {
             }
             tag::PARAMETER_STATUS if self.keep_upstream || self.pooled => {
                 if let Some((k, v)) = backend::parameter_status(msg) {
-                    set_param(&mut self.server_mut().params, k, v);
+                    self.server_mut().set_param(k, v);
                     if self.pooled && !self.startup.is_empty() {
                         let (k, v) = (k.to_owned(), v.to_owned());
                         match self.reported(&k, &v) {

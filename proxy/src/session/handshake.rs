@@ -248,10 +248,7 @@ pub async fn relay_auth(
                 return Ok(Authed {
                     cin,
                     uin,
-                    conn: Box::new(ServerConnection {
-                        opened,
-                        ..ServerConnection::new(key, params)
-                    }),
+                    conn: Box::new(ServerConnection::new(key, params).opened_at(opened)),
                     client_key,
                     plain_trust,
                 });

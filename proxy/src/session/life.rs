@@ -574,7 +574,7 @@ async fn reset_for_pool(t: &mut Stream, proto: &mut Protocol) -> bool {
         config.upstream.connect_timeout,
     );
     let owed = proto.flight.readies();
-    let reset = reuse::reset(t, queries, &mut proto.server_mut().params, max, owed);
+    let reset = reuse::reset(t, queries, proto.server_mut(), max, owed);
     match crate::timers::timeout(limit, reset).await {
         Ok(Ok(())) => {
             if proto.pin.is_some() {

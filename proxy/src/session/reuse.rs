@@ -82,7 +82,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
     let reset = reset(
         &mut tcp,
         &["DISCARD ALL"],
-        &mut conn.params,
+        &mut conn,
         shared.config().limits.max_message_bytes,
         owed,
     );
@@ -121,7 +121,7 @@ pub async fn park(leaving: Leaving, shared: &Shared) -> Result<(), ParkError> {
 pub(super) async fn reset(
     tcp: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin),
     queries: &[&str],
-    params: &mut Vec<(String, String)>,
+    conn: &mut ServerConnection,
     max: usize,
     mut owed: usize,
 ) -> Result<(), ParkError> {
@@ -146,7 +146,7 @@ pub(super) async fn reset(
             tag::COMMAND_COMPLETE | tag::NOTICE_RESPONSE | tag::NOTIFICATION => {}
             tag::PARAMETER_STATUS => {
                 if let Some((k, v)) = backend::parameter_status(&msg) {
-                    crate::protocol::set_param(params, k, v);
+                    conn.set_param(k, v);
                 }
             }
             tag::READY_FOR_QUERY if left > 1 => left -= 1,
@@ -161,7 +161,7 @@ pub(super) async fn reset(
 /// Hands a kept connection to a new client: the connection moves to this
 /// thread's reactor and the client gets the first client's greeting.
 pub async fn adopt(
-    kept: Kept,
+    mut kept: Kept,
     client: Stream,
     shared: &Shared,
     info: &SessionInfo,

@@ -124,7 +124,7 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
         Err(_) => Err(PoolError::Timeout(limit)),
     };
     match &opened {
-        Ok(o) => pool.greeted(&o.conn.params, o.conn.key.as_ref()),
+        Ok(o) => pool.greeted(o.conn.params(), o.conn.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
     if let Ok(o) = &opened
