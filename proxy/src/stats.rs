@@ -478,7 +478,7 @@ impl Stats {
 
     /// Moves a session's counters into the closed totals and merges its
     /// per-statement counts (already keyed by fingerprint).
-    pub fn close_session(&self, info: &SessionInfo, statements: HashMap<String, StatementCounts>) {
+    pub fn close_session(&self, info: &SessionInfo, statements: Vec<(String, StatementCounts)>) {
         {
             let _moving = self.moving.write().unwrap_or_else(|e| e.into_inner());
             self.live.remove(&info.id);
@@ -495,7 +495,7 @@ impl Stats {
 
     /// A session's round trips per statement, merged by fingerprint: at
     /// its end, or while it is quiet.
-    pub fn add_statements(&self, statements: HashMap<String, StatementCounts>) {
+    pub fn add_statements(&self, statements: Vec<(String, StatementCounts)>) {
         if statements.is_empty() {
             return;
         }
@@ -607,7 +607,7 @@ mod tests {
             let stats = stats.clone();
             std::thread::spawn(move || {
                 for s in sessions {
-                    stats.close_session(&s, HashMap::new());
+                    stats.close_session(&s, Vec::new());
                 }
             })
         };
@@ -628,7 +628,7 @@ mod tests {
         Counters::add(&a.counters.client_round_trips, 3);
         Counters::add(&b.counters.client_round_trips, 4);
         a.counters.record_latency(Duration::from_micros(300));
-        stats.close_session(&a, HashMap::new());
+        stats.close_session(&a, Vec::new());
         let t = stats.total();
         assert_eq!(t.client_round_trips, 7);
         assert_eq!(t.sessions, 2);
@@ -651,14 +651,14 @@ mod tests {
             .collect();
         assert!(rows(&stats).is_empty());
         for s in &strangers {
-            stats.close_session(s, HashMap::new());
+            stats.close_session(s, Vec::new());
         }
         assert_eq!(rows(&stats), ["(unauthenticated)/(unauthenticated):100"]);
         // Authenticated: own rows up to the cap, then "(other)".
         for user in ["a", "b", "c", "d", "a"] {
             let s = stats.open_session(None, "db", user, "");
             stats.admit(&s);
-            stats.close_session(&s, HashMap::new());
+            stats.close_session(&s, Vec::new());
         }
         assert_eq!(
             rows(&stats),

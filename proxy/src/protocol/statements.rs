@@ -3,7 +3,7 @@
 //! text usually carries its literals and is seldom sent again: it is
 //! counted under its fingerprint at once.
 
-use std::{cell::RefCell, collections::HashMap};
+use std::cell::RefCell;
 
 use rustc_hash::FxHashMap;
 
@@ -42,8 +42,10 @@ pub struct Statements {
     /// of such queries allocates nothing here.
     last_at: Option<usize>,
     last_query: String,
-    /// Where `last_query`'s literals are.
+    /// Where `last_query`'s literals are, once found (`literals`): a
+    /// session that sends one statement never needs them.
     last_literals: Literals,
+    literals_found: bool,
     /// `last_query`'s words (`Words::scan`, or more).
     last_words: Words,
     last_print: String,
@@ -76,7 +78,7 @@ impl Statements {
         if self.last_query == text {
             return Some(self.last_words);
         }
-        if !self.last_literals.same_shape(&self.last_query, text) {
+        if !self.same_shape_as_last(text) {
             return None;
         }
         let mut words = self.last_words;
@@ -105,7 +107,7 @@ impl Statements {
             if self.last_query == text {
                 return self.last_at;
             }
-            if self.last_literals.same_shape(&self.last_query, text) {
+            if self.same_shape_as_last(text) {
                 self.last_query.clear();
                 self.last_query.push_str(text);
                 self.last_words = words;
@@ -120,9 +122,19 @@ impl Statements {
         }
         self.last_query.clear();
         self.last_query.push_str(text);
-        self.last_literals.find(text);
+        self.literals_found = false;
         self.last_words = words;
         self.last_at
+    }
+
+    /// `text` is the last query but for its literals (found at the first
+    /// need).
+    fn same_shape_as_last(&mut self, text: &str) -> bool {
+        if !self.literals_found {
+            self.last_literals.find(&self.last_query);
+            self.literals_found = true;
+        }
+        self.last_literals.same_shape(&self.last_query, text)
     }
 
     /// The counts of the statement that runs now.
@@ -157,7 +169,7 @@ impl Statements {
     /// The counts merged by fingerprint, taken from a quiet session so that
     /// an idle client holds none: `None` when there are none, or too many
     /// to merge on the worker's thread (those wait for `take`).
-    pub fn take_if_few(&mut self) -> Option<HashMap<String, StatementCounts>> {
+    pub fn take_if_few(&mut self) -> Option<Vec<(String, StatementCounts)>> {
         if self.counts.is_empty() && self.last_query.capacity() == 0 {
             return None;
         }
@@ -171,7 +183,7 @@ impl Statements {
     /// texts (literals in simple queries) costs milliseconds here, so that
     /// case runs on the blocking pool, not on the thread other sessions
     /// share.
-    pub async fn take(&mut self) -> HashMap<String, StatementCounts> {
+    pub async fn take(&mut self) -> Vec<(String, StatementCounts)> {
         let texts = std::mem::take(self).counts;
         if texts.len() <= MERGE_INLINE {
             return by_fingerprint(texts);
@@ -228,19 +240,17 @@ fn print_into(text: &str, out: &mut String) {
     }
 }
 
-fn by_fingerprint(texts: Vec<(Sql, bool, StatementCounts)>) -> HashMap<String, StatementCounts> {
-    let mut out: HashMap<String, StatementCounts> = HashMap::new();
-    for (sql, printed, c) in texts {
-        let print = match printed {
-            true => sql.as_str().to_string(),
-            false => fingerprint(sql.as_str()),
-        };
-        let e = out.entry(print).or_default();
-        e.statements += c.statements;
-        e.client_round_trips += c.client_round_trips;
-        e.upstream_round_trips += c.upstream_round_trips;
-    }
-    out
+/// Each text's counts under its fingerprint; texts that share one are
+/// merged where the counts are added (`Stats::add_statements`).
+fn by_fingerprint(texts: Vec<(Sql, bool, StatementCounts)>) -> Vec<(String, StatementCounts)> {
+    let print = |sql: &Sql, printed| match printed {
+        true => sql.as_str().to_string(),
+        false => fingerprint(sql.as_str()),
+    };
+    texts
+        .into_iter()
+        .map(|(sql, printed, c)| (print(&sql, printed), c))
+        .collect()
 }
 
 #[cfg(test)]
@@ -248,6 +258,15 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+
+    /// The counts summed by fingerprint, as the shared statistics sum them.
+    fn merged(counts: Vec<(String, StatementCounts)>) -> std::collections::HashMap<String, u64> {
+        let mut out = std::collections::HashMap::new();
+        for (print, c) in counts {
+            *out.entry(print).or_default() += c.statements;
+        }
+        out
+    }
 
     fn sql(text: String) -> Option<Sql> {
         let msg = Bytes::from(text);
@@ -288,7 +307,7 @@ mod tests {
         s.start(sql("select 1".into()));
         s.start_query(sql("select 2".into()).as_ref());
         let taken = s.take_if_few().expect("counts");
-        assert_eq!(taken.values().map(|c| c.statements).sum::<u64>(), 2);
+        assert_eq!(taken.iter().map(|(_, c)| c.statements).sum::<u64>(), 2);
         assert!(s.counts.is_empty() && s.index.is_empty());
         assert_eq!(s.last_query.capacity(), 0);
         assert!(s.take_if_few().is_none());
@@ -329,9 +348,8 @@ mod tests {
         }
         s.start(sql("select v from t where id = 7".to_string()));
         assert_eq!(s.counts.len(), 2, "one entry per fingerprint, one per text");
-        let merged = s.take().await;
-        let c = &merged["select v from t where id = ?"];
-        assert_eq!(c.statements, 101);
+        let merged = merged(s.take().await);
+        assert_eq!(merged["select v from t where id = ?"], 101);
     }
 
     /// Two statements taking turns each keep their own count: the last
@@ -345,9 +363,9 @@ mod tests {
             s.start_query(sql(format!("select b from t where id = {i}")).as_ref());
         }
         assert_eq!(s.counts.len(), 2);
-        let merged = s.take().await;
-        assert_eq!(merged["select a from t where id = ?"].statements, 30);
-        assert_eq!(merged["select b from t where id = ?"].statements, 60);
+        let merged = merged(s.take().await);
+        assert_eq!(merged["select a from t where id = ?"], 30);
+        assert_eq!(merged["select b from t where id = ?"], 60);
     }
 
     /// A repeated Query's words, taken from the last one's, hold every word
