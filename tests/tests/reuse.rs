@@ -457,3 +457,24 @@ async fn a_client_leaving_a_held_begin_leaves_a_clean_connection() {
         (b'E', Some("25P01"))
     );
 }
+
+/// A kept connection adopted by a session that relays in its task (a
+/// simulated round-trip time keeps it out of the worker's relay): its
+/// sockets enter the runtime there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_serves_a_session_relayed_in_its_task() {
+    let env = Env::start_with(PgOptions::default(), |c| {
+        reuse_on(c);
+        c.upstream.rtt = Duration::from_millis(1);
+    })
+    .await;
+    let (mut a, _) = greet(env.proxy_port()).await;
+    let pid_a = query(&mut a, "select pg_backend_pid()::text").await.0;
+    terminate(a).await;
+    env.wait_kept(1).await;
+    let (mut b, _) = greet(env.proxy_port()).await;
+    let (rows, _) = query(&mut b, "select pg_backend_pid()::text, 6 * 7").await;
+    assert_eq!(rows[0][0], pid_a[0][0], "the kept backend");
+    assert_eq!(rows[0][1].as_deref(), Some("42"));
+    assert_eq!(env.proxy().stats().total().reused_upstreams, 1);
+}

@@ -126,7 +126,7 @@ fn relaying(
     worker: usize,
 ) -> Result<Lived, Box<Protocol>> {
     let (streams, cin, uin) = match ready {
-        Some(Ready::Relay(io, cin, uin)) => (Streams::Runtime(io), cin, uin),
+        Some(Ready::Relay(streams, cin, uin)) => (streams, cin, uin),
         Some(Ready::Waiting(client, cin)) => (Streams::Waiting(client), cin, BytesMut::new()),
         None => return Err(proto),
     };

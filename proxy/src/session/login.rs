@@ -12,6 +12,7 @@ use super::{
     pooled::{login as pooled_login, password as pool_login},
     reuse,
     start::{Ready, Start, refuse},
+    streams::Streams,
 };
 use crate::{
     auth::Credential,
@@ -231,9 +232,11 @@ async fn session_login(
             Pid::Backend,
         ));
         let authed = deadline.bound(auth).await;
-        authed.unwrap_or_else(|_| Err(timed_out())).map(|a| (io, a))
+        authed
+            .unwrap_or_else(|_| Err(timed_out()))
+            .map(|a| (Streams::Runtime(io), a))
     };
-    let (io, a) = match authed {
+    let (streams, a) = match authed {
         Ok(done) => done,
         Err(e) => {
             info!("{e}");
@@ -245,7 +248,7 @@ async fn session_login(
     // temporary replication slot).
     proto.keep_upstream = reuse
         && a.plain_trust
-        && !io.upstream.is_tls()
+        && !streams.is_tls()
         && StartupMessage::param(params, "replication").is_none();
     proto.logged_in(a.conn);
     // Counted under its (database, user) only now: names sent by clients
@@ -253,5 +256,5 @@ async fn session_login(
     shared.stats.admit(&info);
     info.set_state(SessionState::Idle);
     debug!("session ready");
-    Some((proto, Some(Ready::Relay(io, a.cin, a.uin)), None))
+    Some((proto, Some(Ready::Relay(streams, a.cin, a.uin)), None))
 }

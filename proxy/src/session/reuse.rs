@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 
 use super::handshake::{Authed, HandshakeEnd, KeyGuard};
+use super::streams::Streams;
 use crate::{
     cancel::Pid,
     kept::Kept,
@@ -158,25 +159,33 @@ pub(super) async fn reset(
     }
 }
 
-/// Hands a kept connection to a new client: the connection moves to this
-/// thread's reactor and the client gets the first client's greeting.
-pub async fn adopt(
+/// Hands a kept connection to a new client, which gets the first client's
+/// greeting. A plain client leaves the runtime with it, and the connection
+/// never enters it: the worker's relay takes both as plain sockets (a
+/// registration with the runtime costs two `epoll_ctl` calls).
+pub(super) async fn adopt(
     mut kept: Kept,
     client: Stream,
     shared: &Shared,
     info: &SessionInfo,
     pid: Pid,
-) -> Result<(Pair, Authed), HandshakeEnd> {
+) -> Result<(Streams, Authed), HandshakeEnd> {
     // The client gets a key of its own, registered before it can know it:
     // the key an earlier client of this backend kept cancels nothing.
     let registered = KeyGuard::issue(shared, kept.conn.key.as_deref(), pid);
     let greeting = kept.greeting(registered.message().as_deref());
     let Kept { tcp, conn, .. } = kept;
-    let upstream = Stream::Plain(tokio::net::TcpStream::from_std(tcp)?);
-    let mut io = Pair { client, upstream };
+    let mut client = client;
     Counters::add(&info.counters.bytes_to_client, greeting.len() as u64);
-    io.client.write_all(&greeting).await?;
+    client.write_all(&greeting).await?;
     let client_key = registered.keep();
+    let streams = match client {
+        Stream::Plain(c) => Streams::Std(c.into_std()?, tcp),
+        client => Streams::Runtime(Pair {
+            client,
+            upstream: Stream::Plain(tokio::net::TcpStream::from_std(tcp)?),
+        }),
+    };
     let authed = Authed {
         cin: BytesMut::with_capacity(8192),
         uin: BytesMut::with_capacity(8192),
@@ -184,5 +193,5 @@ pub async fn adopt(
         client_key,
         plain_trust: true,
     };
-    Ok((io, authed))
+    Ok((streams, authed))
 }

@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::pooled;
 use crate::{
-    net::{Pair, Stream},
+    net::Stream,
     shared::Shared,
     stats::Counters,
     timers::timeout,
@@ -32,7 +32,7 @@ pub struct Start {
 /// How the ready session goes on.
 pub(super) enum Ready {
     /// Over its streams, with their leftover read buffers.
-    Relay(Pair, BytesMut, BytesMut),
+    Relay(super::streams::Streams, BytesMut, BytesMut),
     /// A pooled session greeted without a server connection: it waits for
     /// its client's first bytes, then for a connection (what the client
     /// sent past its password, if anything, is read already).

@@ -8,7 +8,8 @@ use crate::{
 };
 
 /// A session's sockets as relaying starts: registered with this thread's
-/// runtime, or with nothing yet (a session that moved here).
+/// runtime, or with nothing yet (a session that moved here, or a plain
+/// client over a kept connection).
 pub(super) enum Streams {
     Runtime(Pair),
     Std(std::net::TcpStream, std::net::TcpStream),
