@@ -24,8 +24,69 @@ const MAX_TEXT_BYTES: usize = 1 << 20;
 /// Past this many texts, merging them runs on the blocking pool.
 const MERGE_INLINE: usize = 32;
 
+/// Round trips per statement of one session: made at its first
+/// statement, and let go once a quiet session hands its counts over
+/// (`take_if_few`), so an idle client holds none.
 #[derive(Default)]
-pub struct Statements {
+pub struct Statements(Option<Box<Counted>>);
+
+impl Statements {
+    fn counted(&mut self) -> &mut Counted {
+        self.0.get_or_insert_with(Box::default)
+    }
+
+    /// A statement starts: later round trips count for it (for none when
+    /// its text is unknown or the session has counted too many texts).
+    pub fn start(&mut self, sql: Option<Sql>) {
+        self.counted().start(sql)
+    }
+
+    /// A simple Query's statement starts: counted under its fingerprint.
+    pub fn start_query(&mut self, sql: Option<&Sql>) {
+        self.counted().start_query(sql)
+    }
+
+    /// See `Counted::query_words`.
+    pub fn query_words(&mut self, text: &str) -> Option<Words> {
+        self.0.as_mut()?.query_words(text)
+    }
+
+    /// The counts of the statement that runs now.
+    pub fn current(&mut self) -> Option<&mut StatementCounts> {
+        self.0.as_mut()?.current()
+    }
+
+    /// The counts merged by fingerprint, taken from a quiet session so that
+    /// an idle client holds none: `None` when there are none, or too many
+    /// to merge on the worker's thread (those wait for `take`).
+    pub fn take_if_few(&mut self) -> Option<Vec<(String, StatementCounts)>> {
+        if self.0.as_ref()?.counts.len() > MERGE_INLINE {
+            return None;
+        }
+        let counts = self.0.take()?.counts;
+        (!counts.is_empty()).then(|| by_fingerprint(counts))
+    }
+
+    /// The counts merged by fingerprint. A session that ran many distinct
+    /// texts (literals in simple queries) costs milliseconds here, so that
+    /// case runs on the blocking pool, not on the thread other sessions
+    /// share.
+    pub async fn take(&mut self) -> Vec<(String, StatementCounts)> {
+        let Some(counted) = self.0.take() else {
+            return Vec::new();
+        };
+        let texts = counted.counts;
+        if texts.len() <= MERGE_INLINE {
+            return by_fingerprint(texts);
+        }
+        tokio::task::spawn_blocking(move || by_fingerprint(texts))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct Counted {
     /// Index in `counts` of the statement the latest round trips are
     /// attributed to (found once per statement, not once per message).
     current: Option<usize>,
@@ -53,16 +114,13 @@ pub struct Statements {
     print: String,
 }
 
-impl Statements {
-    /// A statement starts: later round trips count for it (for none when
-    /// its text is unknown or the session has counted too many texts).
-    pub fn start(&mut self, sql: Option<Sql>) {
+impl Counted {
+    fn start(&mut self, sql: Option<Sql>) {
         let i = self.find(sql, false);
         self.count_from(i);
     }
 
-    /// A simple Query's statement starts: counted under its fingerprint.
-    pub fn start_query(&mut self, sql: Option<&Sql>) {
+    fn start_query(&mut self, sql: Option<&Sql>) {
         let i = sql.and_then(|s| self.find_query(s.as_str(), s.words()));
         self.count_from(i);
     }
@@ -73,7 +131,7 @@ impl Statements {
     /// and those of its string literals. `None` otherwise: the caller
     /// scans. The text becomes the last one, so counting it compares
     /// nothing again.
-    pub fn query_words(&mut self, text: &str) -> Option<Words> {
+    fn query_words(&mut self, text: &str) -> Option<Words> {
         self.last_at?;
         if self.last_query == text {
             return Some(self.last_words);
@@ -137,8 +195,7 @@ impl Statements {
         self.last_literals.same_shape(&self.last_query, text)
     }
 
-    /// The counts of the statement that runs now.
-    pub fn current(&mut self) -> Option<&mut StatementCounts> {
+    fn current(&mut self) -> Option<&mut StatementCounts> {
         let i = self.current?;
         self.counts.get_mut(i).map(|(_, _, c)| c)
     }
@@ -164,33 +221,6 @@ impl Statements {
         self.index.insert(sql.clone(), i);
         self.counts.push((sql, printed, StatementCounts::default()));
         Some(i)
-    }
-
-    /// The counts merged by fingerprint, taken from a quiet session so that
-    /// an idle client holds none: `None` when there are none, or too many
-    /// to merge on the worker's thread (those wait for `take`).
-    pub fn take_if_few(&mut self) -> Option<Vec<(String, StatementCounts)>> {
-        if self.counts.is_empty() && self.last_query.capacity() == 0 {
-            return None;
-        }
-        if self.counts.len() > MERGE_INLINE {
-            return None;
-        }
-        Some(by_fingerprint(std::mem::take(self).counts))
-    }
-
-    /// The counts merged by fingerprint. A session that ran many distinct
-    /// texts (literals in simple queries) costs milliseconds here, so that
-    /// case runs on the blocking pool, not on the thread other sessions
-    /// share.
-    pub async fn take(&mut self) -> Vec<(String, StatementCounts)> {
-        let texts = std::mem::take(self).counts;
-        if texts.len() <= MERGE_INLINE {
-            return by_fingerprint(texts);
-        }
-        tokio::task::spawn_blocking(move || by_fingerprint(texts))
-            .await
-            .unwrap_or_default()
     }
 }
 
@@ -308,14 +338,13 @@ mod tests {
         s.start_query(sql("select 2".into()).as_ref());
         let taken = s.take_if_few().expect("counts");
         assert_eq!(taken.iter().map(|(_, c)| c.statements).sum::<u64>(), 2);
-        assert!(s.counts.is_empty() && s.index.is_empty());
-        assert_eq!(s.last_query.capacity(), 0);
+        assert!(s.0.is_none(), "an idle client holds none");
         assert!(s.take_if_few().is_none());
         for i in 0..=MERGE_INLINE {
             s.start(sql(format!("select {i} as c{i}")));
         }
         assert!(s.take_if_few().is_none());
-        assert_eq!(s.counts.len(), MERGE_INLINE + 1);
+        assert_eq!(s.counted().counts.len(), MERGE_INLINE + 1);
     }
 
     /// Long distinct texts stop being counted one by one once the session
@@ -326,13 +355,17 @@ mod tests {
         for i in 0..100 {
             s.start(sql(format!("select '{}', {i}", "x".repeat(100_000))));
         }
-        assert!(s.bytes <= MAX_TEXT_BYTES);
-        assert!(s.counts.len() < 11, "{}", s.counts.len());
+        assert!(s.counted().bytes <= MAX_TEXT_BYTES);
+        assert!(
+            s.counted().counts.len() < 11,
+            "{}",
+            s.counted().counts.len()
+        );
         let mut s = Statements::default();
         for i in 0..2000 {
             s.start(sql(format!("select {i}")));
         }
-        assert_eq!(s.counts.len(), MAX_TEXTS);
+        assert_eq!(s.counted().counts.len(), MAX_TEXTS);
     }
 
     /// Simple Queries that differ only in their literals count as one
@@ -347,7 +380,11 @@ mod tests {
             s.start_query(q.as_ref());
         }
         s.start(sql("select v from t where id = 7".to_string()));
-        assert_eq!(s.counts.len(), 2, "one entry per fingerprint, one per text");
+        assert_eq!(
+            s.counted().counts.len(),
+            2,
+            "one entry per fingerprint, one per text"
+        );
         let merged = merged(s.take().await);
         assert_eq!(merged["select v from t where id = ?"], 101);
     }
@@ -362,7 +399,7 @@ mod tests {
             s.start_query(sql(format!("select b from t where id = {i}")).as_ref());
             s.start_query(sql(format!("select b from t where id = {i}")).as_ref());
         }
-        assert_eq!(s.counts.len(), 2);
+        assert_eq!(s.counted().counts.len(), 2);
         let merged = merged(s.take().await);
         assert_eq!(merged["select a from t where id = ?"], 30);
         assert_eq!(merged["select b from t where id = ?"], 60);
