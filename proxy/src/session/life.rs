@@ -85,6 +85,17 @@ async fn run_on(
             let spare = p.pool.replicas.clone();
             Detour::pooled(&shared.replicas, &mut proto, &startup_raw, spare)
         });
+        // A pooled session's startup packet served its login and its
+        // detour; with no replicas (a restart-only setting) nothing reads it
+        // again, and an idle client need not hold it.
+        let startup_raw = match pooled.is_some() && shared.replicas.is_empty() {
+            // Dropped here, or it would stay in this future's parameter.
+            true => {
+                drop(startup_raw);
+                Bytes::new()
+            }
+            false => startup_raw,
+        };
         let session = Session {
             startup_raw,
             shared: shared.clone(),
