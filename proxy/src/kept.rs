@@ -48,14 +48,7 @@ impl Kept {
     /// `key` is the new client's own BackendKeyData (never the backend's).
     pub fn greeting(&mut self, key: Option<&[u8]>) -> Bytes {
         let params = self.conn.params_status();
-        let mut out = BytesMut::with_capacity(params.len() + 40);
-        write::auth_request(&mut out, backend::auth::OK, &[]);
-        out.extend_from_slice(&params);
-        if let Some(key) = key {
-            out.extend_from_slice(key);
-        }
-        write::ready_for_query(&mut out, b'I');
-        out.freeze()
+        greeting_around(&[], key, |out| out.extend_from_slice(&params))
     }
 }
 
@@ -67,24 +60,28 @@ pub struct KeptRow {
     pub opened: Instant,
 }
 
-/// A login's answer from `params` (the server's ParameterStatus values)
-/// and `key` (the client's own BackendKeyData): AuthenticationOk,
-/// ParameterStatus, BackendKeyData, ReadyForQuery.
-pub fn greeting(params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
-    greeting_with(&[], params, key)
+/// A login's answer from the server's notices of a login (messages as
+/// they came, where the server gives them: right after AuthenticationOk),
+/// `params` (its ParameterStatus values) and `key` (the client's own
+/// BackendKeyData): AuthenticationOk, ParameterStatus, BackendKeyData,
+/// ReadyForQuery.
+pub fn greeting_with(notices: &[Bytes], params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
+    greeting_around(notices, key, |out| write::parameter_statuses(out, params))
 }
 
-/// As `greeting`, with the server's notices of a login (messages as they
-/// came) where the server gives them: right after AuthenticationOk.
-pub fn greeting_with(notices: &[Bytes], params: &[(String, String)], key: Option<&[u8]>) -> Bytes {
+/// A login's answer around its ParameterStatus messages, which `params`
+/// writes.
+fn greeting_around(
+    notices: &[Bytes],
+    key: Option<&[u8]>,
+    params: impl FnOnce(&mut BytesMut),
+) -> Bytes {
     let mut out = BytesMut::with_capacity(512);
     write::auth_request(&mut out, backend::auth::OK, &[]);
     for n in notices {
         out.extend_from_slice(n);
     }
-    for (k, v) in params {
-        write::parameter_status(&mut out, k, v);
-    }
+    params(&mut out);
     if let Some(key) = key {
         out.extend_from_slice(key);
     }

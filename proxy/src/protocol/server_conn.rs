@@ -75,9 +75,7 @@ impl ServerConnection {
         self.params_status
             .get_or_insert_with(|| {
                 let mut out = bytes::BytesMut::with_capacity(params.len() * 32);
-                for (k, v) in params {
-                    crate::wire::write::parameter_status(&mut out, k, v);
-                }
+                crate::wire::write::parameter_statuses(&mut out, params);
                 out.freeze()
             })
             .clone()

@@ -315,6 +315,13 @@ pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
     out.put_u8(0);
 }
 
+/// A ParameterStatus message for each of `params`, in order.
+pub fn parameter_statuses(out: &mut BytesMut, params: &[(String, String)]) {
+    for (k, v) in params {
+        parameter_status(out, k, v);
+    }
+}
+
 /// A ParameterStatus message of its own.
 pub fn parameter_status_frame(name: &str, value: &str) -> Bytes {
     let mut out = BytesMut::with_capacity(name.len() + value.len() + 7);
