@@ -103,8 +103,8 @@ struct Counted {
     /// of such queries allocates nothing here.
     last_at: Option<usize>,
     last_query: String,
-    /// Where `last_query`'s literals are, once found (`literals`): a
-    /// session that sends one statement never needs them.
+    /// Where `last_query`'s literals are, once found (`same_shape_as_last`):
+    /// a session that sends one statement never needs them.
     last_literals: Literals,
     literals_found: bool,
     /// `last_query`'s words (`Words::scan`, or more).

@@ -104,6 +104,11 @@ impl Told {
         }
     }
 
+    /// The checks on their way, if any were ever sent.
+    fn checks(&mut self) -> Option<&mut VecDeque<Check>> {
+        self.more.as_deref_mut().map(|m| &mut m.checks)
+    }
+
     fn learning(&self) -> Option<&Learn> {
         self.more.as_deref().and_then(|m| m.learn.as_ref())
     }
@@ -445,13 +450,13 @@ impl Protocol {
     pub(super) fn on_check_answer(&mut self, t: u8, msg: &Bytes) -> bool {
         match t {
             tag::PARAMETER_DESCRIPTION => {
-                if let Some(c) = self.told_here.more().checks.front_mut() {
+                if let Some(c) = self.told_here.checks().and_then(|c| c.front_mut()) {
                     c.params = Some(msg.clone());
                 }
                 false
             }
             tag::ROW_DESCRIPTION | tag::NO_DATA => {
-                let Some(c) = self.told_here.more().checks.pop_front() else {
+                let Some(c) = self.told_here.checks().and_then(|c| c.pop_front()) else {
                     return false;
                 };
                 let params = c.params.as_deref().unwrap_or_default();
@@ -482,7 +487,7 @@ impl Protocol {
                 false
             }
             tag::ERROR_RESPONSE => {
-                if let Some(c) = self.told_here.more().checks.pop_front()
+                if let Some(c) = self.told_here.checks().and_then(|c| c.pop_front())
                     && !c.fast
                 {
                     self.told_here.held = false;
@@ -558,8 +563,8 @@ impl Protocol {
             cache.learned(l.generation, l.key, Description { params, row });
         }
         let done = self.flight.group_answered_now();
-        if let Some(m) = self.told_here.more.as_deref_mut() {
-            m.checks.retain(|c| c.group >= done);
+        if let Some(checks) = self.told_here.checks() {
+            checks.retain(|c| c.group >= done);
         }
         if status == b'I' && std::mem::take(&mut self.told_here.ddl_pending) {
             cache.clear();
@@ -573,8 +578,8 @@ impl Protocol {
     pub(super) fn told_error(&mut self) {
         if self.told_here.held && !self.flight.owes(Own::Check) {
             self.told_here.held = false;
-            if let Some(m) = self.told_here.more.as_deref_mut() {
-                m.checks.retain(|c| c.fast);
+            if let Some(checks) = self.told_here.checks() {
+                checks.retain(|c| c.fast);
             }
         }
     }
