@@ -173,40 +173,81 @@ pub(crate) fn release_due(proto: &Protocol, b: &Room) -> bool {
     at_release_point(proto, b) && !b.to_client.wants_write()
 }
 
-/// Room taken for reads.
+/// Room for the reads of short messages, which most reads hold whole
+/// (PgBouncer's packet buffers are this size).
+const SMALL_ROOM: usize = 4096;
+/// Room once a message spans reads.
 const READ_ROOM: usize = 32 * 1024;
-/// Most read buffers a thread keeps for its next reads (2 MiB).
-const SPARE_BUFFERS: usize = 64;
+/// Most small and long rooms a thread keeps for its next reads (1 MiB each).
+const SPARE_ROOMS: [usize; 2] = [256, 32];
 
 thread_local! {
-    /// Read buffers pooled sessions gave back at release: a pooled
+    /// Read rooms that sessions gave back, small and long: a pooled
     /// transaction would otherwise allocate and free two of them.
-    static SPARE: std::cell::RefCell<Vec<bytes::BytesMut>> = const {
-        std::cell::RefCell::new(Vec::new())
+    static SPARE: std::cell::RefCell<[Vec<BytesMut>; 2]> = const {
+        std::cell::RefCell::new([Vec::new(), Vec::new()])
     };
 }
 
-/// Keeps room for the next read without growing past what one read needs.
-pub(crate) fn reserve(buf: &mut bytes::BytesMut) {
-    if buf.capacity() - buf.len() < 4096 {
-        if buf.capacity() == 0
-            && let Some(spare) = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten()
-        {
-            *buf = spare;
+/// Which spare list keeps a room of `size`.
+fn spare_list(size: usize) -> Option<usize> {
+    match size {
+        SMALL_ROOM => Some(0),
+        READ_ROOM => Some(1),
+        _ => None,
+    }
+}
+
+/// A spare room of `size` (`SMALL_ROOM` or `READ_ROOM`), or a new one.
+fn room_of(size: usize) -> BytesMut {
+    spare_list(size)
+        .and_then(|i| SPARE.try_with(|s| s.borrow_mut()[i].pop()).ok().flatten())
+        .unwrap_or_else(|| BytesMut::with_capacity(size))
+}
+
+/// Keeps room for the next read: small while reads end where messages
+/// end, long while a message spans reads, and as long as a message that
+/// is longer. A long room left empty goes back for a small one, so a
+/// session holds long room only while a long message passes.
+pub(crate) fn reserve(buf: &mut BytesMut) {
+    let free = buf.capacity() - buf.len();
+    if buf.is_empty() {
+        let small = match free {
+            SMALL_ROOM => true,
+            1..SMALL_ROOM => buf.try_reclaim(SMALL_ROOM) && buf.capacity() == SMALL_ROOM,
+            _ => false,
+        };
+        if !small {
+            give_back_room(buf);
+            *buf = room_of(SMALL_ROOM);
+        }
+    } else if free < SMALL_ROOM {
+        // A message spans reads. A short start of one moves to the front
+        // of its room when nothing else uses the room.
+        let len = buf.len();
+        if len <= SMALL_ROOM / 2 && buf.try_reclaim(SMALL_ROOM - len) {
             return;
         }
-        buf.reserve(READ_ROOM);
+        if len + SMALL_ROOM <= READ_ROOM {
+            let mut long = room_of(READ_ROOM);
+            long.extend_from_slice(buf);
+            buf.clear();
+            give_back_room(buf);
+            *buf = long;
+        } else {
+            buf.reserve(READ_ROOM);
+        }
     }
 }
 
 /// Keeps only what `buf` holds, at its size, and gives its read room
 /// back: for a client that waits in line for a connection, beside
 /// thousands of others, with a few bytes read.
-pub(crate) fn keep_only_what_was_read(buf: &mut bytes::BytesMut) {
-    if buf.len() > 4096 || buf.capacity() < 2 * 4096 {
+pub(crate) fn keep_only_what_was_read(buf: &mut BytesMut) {
+    if buf.len() > SMALL_ROOM / 2 {
         return;
     }
-    let kept = bytes::BytesMut::from(&buf[..]);
+    let kept = BytesMut::from(&buf[..]);
     let mut room = std::mem::replace(buf, kept);
     room.clear();
     give_back_room(&mut room);
@@ -215,13 +256,20 @@ pub(crate) fn keep_only_what_was_read(buf: &mut bytes::BytesMut) {
 /// Empties `buf` (a session between transactions holds no read room),
 /// keeping its room for this thread's next reads when nothing points into
 /// it any more.
-pub(crate) fn give_back_room(buf: &mut bytes::BytesMut) {
+pub(crate) fn give_back_room(buf: &mut BytesMut) {
     let mut room = std::mem::take(buf);
-    if room.is_empty() && room.try_reclaim(READ_ROOM) {
+    if !room.is_empty() {
+        return;
+    }
+    // A reclaim past the room's view succeeds only when nothing else
+    // points into the room, and makes the view the whole room. A view as
+    // large as a whole room has had nothing read into it.
+    room.try_reclaim(room.capacity() + 1);
+    if let Some(i) = spare_list(room.capacity()) {
         let _ = SPARE.try_with(|s| {
             let mut s = s.borrow_mut();
-            if s.len() < SPARE_BUFFERS {
-                s.push(room);
+            if s[i].len() < SPARE_ROOMS[i] {
+                s[i].push(room);
             }
         });
     }
@@ -237,14 +285,14 @@ mod tests {
     /// thread's next read.
     #[test]
     fn a_waiting_client_keeps_its_bytes_not_its_room() {
-        let _ = SPARE.try_with(|s| s.borrow_mut().clear());
+        let _ = SPARE.try_with(|s| s.borrow_mut().iter_mut().for_each(Vec::clear));
         let mut buf = BytesMut::new();
         reserve(&mut buf);
         buf.extend_from_slice(b"Q\0\0\0\x0dSELECT 1\0");
         keep_only_what_was_read(&mut buf);
         assert_eq!(&buf[..], b"Q\0\0\0\x0dSELECT 1\0");
         assert!(buf.capacity() < 4096, "{}", buf.capacity());
-        assert_eq!(SPARE.with(|s| s.borrow().len()), 1);
+        assert_eq!(SPARE.with(|s| s.borrow()[0].len()), 1);
         let mut big = BytesMut::new();
         reserve(&mut big);
         big.extend_from_slice(&[b'x'; 5000]);
@@ -287,11 +335,46 @@ mod tests {
         give_back_room(&mut buf);
         let mut next = BytesMut::new();
         reserve(&mut next);
-        assert!(next.capacity() >= READ_ROOM);
+        assert_eq!(next.capacity(), SMALL_ROOM);
         assert_eq!(
             next.as_ptr(),
             at.wrapping_sub(4),
             "free room was not reused"
         );
+    }
+
+    /// A message that spans reads moves to long room, which goes back for
+    /// small room once the message is read.
+    #[test]
+    fn a_room_grows_for_a_long_message_and_shrinks_after() {
+        let _ = SPARE.try_with(|s| s.borrow_mut().iter_mut().for_each(Vec::clear));
+        let mut buf = BytesMut::new();
+        reserve(&mut buf);
+        assert_eq!(buf.capacity(), SMALL_ROOM, "a session starts small");
+        let bytes: Vec<u8> = (0..SMALL_ROOM).map(|i| i as u8).collect();
+        buf.extend_from_slice(&bytes);
+        drop(buf.split_to(1000));
+        reserve(&mut buf);
+        assert_eq!(buf.capacity(), READ_ROOM, "a message spans reads");
+        assert_eq!(&buf[..], &bytes[1000..], "its start is kept");
+        assert_eq!(SPARE.with(|s| s.borrow()[0].len()), 1, "small room back");
+
+        buf.extend_from_slice(&[7; 20_000]);
+        drop(buf.split());
+        reserve(&mut buf);
+        assert_eq!(buf.capacity(), SMALL_ROOM, "read: small again");
+        assert_eq!(SPARE.with(|s| s.borrow().each_ref().map(Vec::len)), [0, 1]);
+
+        buf.extend_from_slice(&[1; SMALL_ROOM]);
+        drop(buf.split_to(SMALL_ROOM - 10));
+        let start = buf.as_ptr();
+        reserve(&mut buf);
+        assert_eq!(buf.capacity(), SMALL_ROOM, "a short start stays small");
+        assert_ne!(buf.as_ptr(), start, "moved to the front");
+        assert_eq!(&buf[..], &[1; 10]);
+
+        buf.extend_from_slice(&[2; 2 * READ_ROOM]);
+        reserve(&mut buf);
+        assert!(buf.capacity() - buf.len() >= SMALL_ROOM, "longer still");
     }
 }
