@@ -7,7 +7,8 @@
 # onetrip keeps server connections for the next client as PgBouncer does).
 # Printed per target (tests/src/bin/bench-load.rs): transactions, errors
 # by SQLSTATE, wrong answers (every client checks what it reads; there must
-# be none), the proxy's peak RSS and its RSS per idle session.
+# be none), the proxy's peak RSS, its RSS per idle session and its CPU
+# time during the run.
 #
 #   bash bench/load.sh        # BENCH_CLIENTS=1000 BENCH_SECONDS=120 BENCH_TARGETS="onetrip pgbouncer"
 #

@@ -264,7 +264,7 @@ pub(crate) fn give_back_room(buf: &mut BytesMut) {
     // A reclaim past the room's view succeeds only when nothing else
     // points into the room, and makes the view the whole room. A view as
     // large as a whole room has had nothing read into it.
-    room.try_reclaim(room.capacity() + 1);
+    let _ = room.try_reclaim(room.capacity() + 1);
     if let Some(i) = spare_list(room.capacity()) {
         let _ = SPARE.try_with(|s| {
             let mut s = s.borrow_mut();

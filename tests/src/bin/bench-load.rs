@@ -10,8 +10,8 @@
 //! reads its row again: whether its last COMMIT landed is then unknown, not
 //! wrong. SLOW clients read a 16 MB result a few KB at a time; DROPOUTS
 //! clients start one and hang up in the middle, over and over. Printed:
-//! transactions, errors by SQLSTATE, wrong answers, the proxy's peak RSS
-//! and its RSS per idle session (PROXY_PID 0: not measured). With
+//! transactions, errors by SQLSTATE, wrong answers, the proxy's peak RSS,
+//! its RSS per idle session and its CPU time (PROXY_PID 0: not measured). With
 //! LOAD_RESTART set, that shell command runs halfway through the run (to
 //! restart the upstream).
 
@@ -237,6 +237,23 @@ fn rss(pid: u32) -> (u64, u64) {
     (kb("VmRSS:"), kb("VmHWM:"))
 }
 
+/// CPU time `pid` has used, user and system, in clock ticks (100 a second
+/// on Linux).
+fn cpu(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which may hold spaces: utime is the
+    // 14th field of the line, the 12th after the name.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    (
+        f.get(11).copied().unwrap_or(0),
+        f.get(12).copied().unwrap_or(0),
+    )
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -292,6 +309,7 @@ async fn main() {
             peak
         })
     };
+    let cpu_before = cpu(pid);
     let workers: Vec<_> = (1..=clients as i32)
         .map(|id| tokio::spawn(worker(port, id, until, t.clone())))
         .collect();
@@ -324,6 +342,7 @@ async fn main() {
     for task in tasks {
         let _ = task.await;
     }
+    let cpu_after = cpu(pid);
     if let Some(r) = restart {
         let _ = r.await;
     }
@@ -370,6 +389,16 @@ async fn main() {
             peak / 1024,
             hwm / 1024,
             per_idle
+        );
+        let (u, s) = (
+            cpu_after.0.saturating_sub(cpu_before.0),
+            cpu_after.1.saturating_sub(cpu_before.1),
+        );
+        println!(
+            "proxy CPU during the run: {:.1} s user, {:.1} s system, {:.1} ms per 1,000 transactions",
+            u as f64 / 100.0,
+            s as f64 / 100.0,
+            (u + s) as f64 * 10.0 * 1000.0 / txns.max(1) as f64
         );
     }
 }
