@@ -52,6 +52,15 @@ pub(crate) struct Room {
     pub to_up: WriteQueue,
 }
 
+/// A session's rooms serve the thread's next reads when it ends: a
+/// client connecting per query would otherwise allocate and free two.
+impl Drop for Room {
+    fn drop(&mut self) {
+        give_back_room(&mut self.cin);
+        give_back_room(&mut self.uin);
+    }
+}
+
 impl Room {
     pub fn boxed(cin: BytesMut, uin: BytesMut) -> Bufs {
         Box::new(Self {
@@ -176,6 +185,8 @@ pub(crate) fn release_due(proto: &Protocol, b: &Room) -> bool {
 /// Room for the reads of short messages, which most reads hold whole
 /// (PgBouncer's packet buffers are this size).
 const SMALL_ROOM: usize = 4096;
+/// Less room than this is not worth a read's system call.
+const MIN_READ: usize = 1024;
 /// Room once a message spans reads.
 const READ_ROOM: usize = 32 * 1024;
 /// Most small and long rooms a thread keeps for its next reads (1 MiB each).
@@ -209,34 +220,41 @@ fn room_of(size: usize) -> BytesMut {
 /// end, long while a message spans reads, and as long as a message that
 /// is longer. A long room left empty goes back for a small one, so a
 /// session holds long room only while a long message passes.
+#[inline]
 pub(crate) fn reserve(buf: &mut BytesMut) {
     let free = buf.capacity() - buf.len();
-    if buf.is_empty() {
-        let small = match free {
-            SMALL_ROOM => true,
-            1..SMALL_ROOM => buf.try_reclaim(SMALL_ROOM) && buf.capacity() == SMALL_ROOM,
-            _ => false,
-        };
-        if !small {
-            give_back_room(buf);
-            *buf = room_of(SMALL_ROOM);
-        }
-    } else if free < SMALL_ROOM {
-        // A message spans reads. A short start of one moves to the front
-        // of its room when nothing else uses the room.
-        let len = buf.len();
-        if len <= SMALL_ROOM / 2 && buf.try_reclaim(SMALL_ROOM - len) {
-            return;
-        }
-        if len + SMALL_ROOM <= READ_ROOM {
-            let mut long = room_of(READ_ROOM);
-            long.extend_from_slice(buf);
-            buf.clear();
-            give_back_room(buf);
-            *buf = long;
-        } else {
-            buf.reserve(READ_ROOM);
-        }
+    // Most reads: room enough, and not a long room left empty.
+    if free >= MIN_READ && (free <= SMALL_ROOM || !buf.is_empty()) {
+        return;
+    }
+    make_room(buf);
+}
+
+/// `reserve` when room runs short, or a long room is empty.
+#[inline(never)]
+fn make_room(buf: &mut BytesMut) {
+    let len = buf.len();
+    let mut free = buf.capacity() - len;
+    // Reads go on in what is left of the room until that runs short;
+    // then what is left of the last read moves to the front of its room,
+    // when nothing else points into the room any more (a message read
+    // earlier may still be queued, or kept).
+    if free < MIN_READ && len <= SMALL_ROOM / 2 && buf.try_reclaim(SMALL_ROOM - len) {
+        free = buf.capacity() - len;
+    }
+    let short = free < MIN_READ;
+    if len == 0 && (short || free > SMALL_ROOM) {
+        give_back_room(buf);
+        *buf = room_of(SMALL_ROOM);
+    } else if short && len + SMALL_ROOM <= READ_ROOM {
+        // A message spans reads.
+        let mut long = room_of(READ_ROOM);
+        long.extend_from_slice(buf);
+        buf.clear();
+        give_back_room(buf);
+        *buf = long;
+    } else if short {
+        buf.reserve(READ_ROOM);
     }
 }
 

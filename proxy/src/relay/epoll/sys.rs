@@ -8,6 +8,7 @@ use crate::relay::reserve;
 
 /// One read into `buf`'s spare room: how much, and whether it emptied
 /// the socket (a short read does, on a stream socket).
+#[inline(always)]
 pub(super) fn read_into(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, bool)> {
     reserve(buf);
     let len = buf.len();
