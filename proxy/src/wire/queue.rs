@@ -151,14 +151,15 @@ impl WriteQueue {
 
     /// Writes what is queued to a non-blocking socket until all of it is
     /// written (true) or the socket would block (false).
-    pub fn write_to(&mut self, mut s: &std::net::TcpStream) -> io::Result<bool> {
-        use std::io::Write;
+    pub fn write_to(&mut self, s: &std::net::TcpStream) -> io::Result<bool> {
+        use crate::worker::raw;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(s);
         self.seal();
         while !self.chunks.is_empty() {
             let written = if self.chunks.len() == 1 {
-                s.write(&self.chunks[0])
+                raw::send(fd, &self.chunks[0])
             } else {
-                self.with_slices(|slices| s.write_vectored(slices))
+                self.with_slices(|slices| raw::send_slices(fd, slices))
             };
             match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

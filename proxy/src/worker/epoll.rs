@@ -93,23 +93,25 @@ impl Epoll {
     pub fn wait(&self, events: &mut Events, timeout_ms: i32) -> io::Result<()> {
         let cap = events.buf.len() as libc::c_int;
         // SAFETY: the kernel writes at most `cap` entries into `buf`.
-        let n = unsafe {
-            libc::epoll_wait(
+        let waited = unsafe {
+            super::raw::epoll_wait(
                 self.fd.as_raw_fd(),
                 events.buf.as_mut_ptr(),
                 cap,
                 timeout_ms,
             )
         };
-        if n < 0 {
-            events.n = 0;
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::Interrupted => Ok(()),
-                _ => Err(e),
-            };
-        }
-        events.n = n as usize;
+        let n = match waited {
+            Ok(n) => n,
+            Err(e) => {
+                events.n = 0;
+                return match e.kind() {
+                    io::ErrorKind::Interrupted => Ok(()),
+                    _ => Err(e),
+                };
+            }
+        };
+        events.n = n;
         Ok(())
     }
 }

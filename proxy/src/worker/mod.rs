@@ -26,6 +26,7 @@
 
 pub mod deadlines;
 pub mod epoll;
+pub mod raw;
 pub mod seats;
 mod threads;
 

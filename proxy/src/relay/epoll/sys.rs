@@ -4,7 +4,7 @@ use std::{io, net::TcpStream, os::fd::AsRawFd, task::Waker};
 
 use bytes::BytesMut;
 
-use crate::relay::reserve;
+use crate::{relay::reserve, worker::raw};
 
 /// One read into `buf`'s spare room: how much, and whether it emptied
 /// the socket (a short read does, on a stream socket).
@@ -16,16 +16,14 @@ pub(super) fn read_into(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize,
     loop {
         let spare = buf.spare_capacity_mut();
         // SAFETY: recv writes at most `room` bytes into the spare room.
-        let n = unsafe { libc::recv(s.as_raw_fd(), spare.as_mut_ptr().cast(), room, 0) };
-        if n >= 0 {
-            let n = n as usize;
-            // SAFETY: the first `n` spare bytes were just written.
-            unsafe { buf.set_len(len + n) };
-            return Ok((n, n < room));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match unsafe { raw::recv(s.as_raw_fd(), spare.as_mut_ptr().cast(), room) } {
+            Ok(n) => {
+                // SAFETY: the first `n` spare bytes were just written.
+                unsafe { buf.set_len(len + n) };
+                return Ok((n, n < room));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
