@@ -47,6 +47,8 @@ impl Compiler<'_> {
         let mut cols = Vec::new();
         let mut group = Vec::new();
         let mut scope = HashMap::new();
+        // Reset below; an error ends the whole compilation.
+        self.projecting = true;
         for (it, name) in p.items.iter().zip(&names) {
             let before = cols.len();
             let b = match &it.expr {
@@ -73,6 +75,7 @@ impl Compiler<'_> {
             scope.insert(name.clone(), rebound);
         }
         let order = self.order_by(p, &names, &cols)?;
+        self.projecting = false;
         let select: Vec<String> = cols
             .iter()
             .enumerate()
@@ -128,6 +131,26 @@ impl Compiler<'_> {
         }
         let names = item_names(p, false)?;
         self.collect_order_known(p, p.items.iter().any(|i| contains_aggregate(&i.expr)))?;
+        let was = std::mem::replace(&mut self.projecting, true);
+        let r = self.ret_items(p, &names);
+        self.projecting = was;
+        let (items, group, aggregating, order) = r?;
+        let cols: Vec<String> = items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s} AS c{}", i + 1))
+            .collect();
+        self.select_sql(p, &cols, aggregating, &group, &order)
+    }
+
+    /// RETURN's items, grouping keys, whether it aggregates, and its
+    /// ORDER BY.
+    #[allow(clippy::type_complexity)]
+    fn ret_items(
+        &mut self,
+        p: &Projection,
+        names: &[String],
+    ) -> Result<(Vec<String>, Vec<String>, bool, Vec<String>), D> {
         let mut items = Vec::new();
         let mut group = Vec::new();
         let mut aggregating = false;
@@ -144,13 +167,8 @@ impl Compiler<'_> {
                 items.push(sql);
             }
         }
-        let order = self.order_by(p, &names, &items)?;
-        let cols: Vec<String> = items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("{s} AS c{}", i + 1))
-            .collect();
-        self.select_sql(p, &cols, aggregating, &group, &order)
+        let order = self.order_by(p, names, &items)?;
+        Ok((items, group, aggregating, order))
     }
 
     /// `collect()` lists its rows in the order they come. After a grouping
