@@ -12,6 +12,15 @@ use super::scope::{Binding, is_private};
 use super::stage::{Item, Stage};
 use super::typed::{Kind, Sql};
 
+/// RETURN's items, its grouping keys, whether it aggregates, and its
+/// ORDER BY.
+struct ReturnItems {
+    items: Vec<String>,
+    group: Vec<String>,
+    aggregating: bool,
+    order: Vec<String>,
+}
+
 impl Compiler<'_> {
     /// WITH: a projection of the scope. Grouping, DISTINCT, ORDER BY, SKIP
     /// and LIMIT close the SELECT built so far into a subquery; without
@@ -134,7 +143,12 @@ impl Compiler<'_> {
         let was = std::mem::replace(&mut self.projecting, true);
         let r = self.ret_items(p, &names);
         self.projecting = was;
-        let (items, group, aggregating, order) = r?;
+        let ReturnItems {
+            items,
+            group,
+            aggregating,
+            order,
+        } = r?;
         let cols: Vec<String> = items
             .iter()
             .enumerate()
@@ -143,14 +157,7 @@ impl Compiler<'_> {
         self.select_sql(p, &cols, aggregating, &group, &order)
     }
 
-    /// RETURN's items, grouping keys, whether it aggregates, and its
-    /// ORDER BY.
-    #[allow(clippy::type_complexity)]
-    fn ret_items(
-        &mut self,
-        p: &Projection,
-        names: &[String],
-    ) -> Result<(Vec<String>, Vec<String>, bool, Vec<String>), D> {
+    fn ret_items(&mut self, p: &Projection, names: &[String]) -> Result<ReturnItems, D> {
         let mut items = Vec::new();
         let mut group = Vec::new();
         let mut aggregating = false;
@@ -168,7 +175,12 @@ impl Compiler<'_> {
             }
         }
         let order = self.order_by(p, names, &items)?;
-        Ok((items, group, aggregating, order))
+        Ok(ReturnItems {
+            items,
+            group,
+            aggregating,
+            order,
+        })
     }
 
     /// `collect()` lists its rows in the order they come. After a grouping
