@@ -16,7 +16,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n) RETURN n.name",
-        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"_ag_label_vertex\" AS _n0",
+        "SELECT NULLIF((CASE WHEN _n0.id IS NULL THEN NULL ELSE _n0.properties END) -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"_ag_label_vertex\" AS _n0",
     ),
     (
         "MATCH (n:Person {name: 'Ann', age: 3}) RETURN n",
@@ -28,7 +28,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (a:Person)<-[r:KNOWS]-(b) RETURN b.name",
-        "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.end_id = _n0.id AND _e0.start_id = _n1.id",
+        "SELECT NULLIF((CASE WHEN _n1.id IS NULL THEN NULL ELSE _n1.properties END) -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.end_id = _n0.id AND _e0.start_id = _n1.id",
     ),
     (
         "MATCH (a:Person)-[r:KNOWS]-(b:Person) RETURN r.since",
@@ -40,7 +40,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (a:Person)-[:KNOWS]->()-[:KNOWS]->(c) RETURN c.name",
-        "SELECT NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, \"g\".\"KNOWS\" AS _e1 WHERE _e0.start_id = _n0.id AND _e1.start_id = _e0.end_id AND _e1.end_id = _n2.id AND _e0.id <> _e1.id",
+        "SELECT NULLIF((CASE WHEN _n2.id IS NULL THEN NULL ELSE _n2.properties END) -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"KNOWS\" AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, \"g\".\"KNOWS\" AS _e1 WHERE _e0.start_id = _n0.id AND _e1.start_id = _e0.end_id AND _e1.end_id = _n2.id AND _e0.id <> _e1.id",
     ),
     (
         "MATCH (a:Person)-[r1]->(b), (b)-[r2:LIVES_IN]->(c:City) RETURN c.name",
@@ -119,7 +119,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "MATCH (n:Person)-[r:KNOWS]->(m) WHERE id(n) = 844424930131969 AND 5 = id(r) RETURN m.name",
-        "SELECT NULLIF(_n1.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n0.id = '844424930131969'::ag_catalog.graphid) AND (_e0.id = '5'::ag_catalog.graphid))",
+        "SELECT NULLIF((CASE WHEN _n1.id IS NULL THEN NULL ELSE _n1.properties END) -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND ((_n0.id = '844424930131969'::ag_catalog.graphid) AND (_e0.id = '5'::ag_catalog.graphid))",
     ),
     (
         "MATCH (n:Person) WHERE n.name STARTS WITH 'A' OR n.name CONTAINS n.x RETURN n.age",

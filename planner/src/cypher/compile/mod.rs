@@ -90,6 +90,7 @@ pub fn compile_cypher(
             in_exists: false,
             comprehension_vars: Vec::new(),
             rows_in_plan_order: false,
+            projecting: false,
         };
         let part_sql = cx.single(part, ncols)?;
         params_used |= cx.params_used;
@@ -189,6 +190,9 @@ pub(super) struct Compiler<'a> {
     /// The rows come out of a grouping or DISTINCT of an earlier WITH, in
     /// the order its plan gives them (AGE's is a hash aggregate's).
     rows_in_plan_order: bool,
+    /// Compiling the items and ORDER BY of a RETURN or of a WITH that
+    /// closes its SELECT (see [`Compiler::entity_props`]).
+    projecting: bool,
 }
 
 impl Compiler<'_> {

@@ -110,10 +110,13 @@ impl Compiler<'_> {
         let outer_order = self.order.clone();
         let patterns = std::slice::from_ref(p);
         let was = std::mem::replace(&mut self.in_exists, true);
+        // Its conditions are filters of its own scans, even in a RETURN.
+        let projecting = std::mem::replace(&mut self.projecting, false);
         let r = self
             .clause_labels(patterns)
             .and_then(|labels| self.pattern_part(p, &labels));
         self.in_exists = was;
+        self.projecting = projecting;
         let inner = std::mem::replace(&mut self.stage, outer_stage);
         self.scope = outer_scope;
         self.order = outer_order;
@@ -332,6 +335,7 @@ impl Compiler<'_> {
             }
             ent.id = Some(format!("{a}.id"));
             ent.props = Some(props);
+            ent.all_labels = ent.label.is_none();
         }
         self.n_node += 1;
         self.bind(&name, Binding::Node(ent));
@@ -423,6 +427,7 @@ impl Compiler<'_> {
             end: Some(format!("{a}.end_id")),
             label: label.clone(),
             nullable: false,
+            all_labels: false,
         };
         self.bind(&name, Binding::Edge(ent));
         Ok((name, label))
@@ -471,6 +476,7 @@ pub(super) fn project_binding(
                 end: col(&e.end, cols),
                 label: e.label.clone(),
                 nullable: e.nullable || nullable,
+                all_labels: false,
             };
             if matches!(b, Binding::Node(_)) {
                 Binding::Node(ent)

@@ -12,6 +12,15 @@ use super::scope::{Binding, is_private};
 use super::stage::{Item, Stage};
 use super::typed::{Kind, Sql};
 
+/// RETURN's items, its grouping keys, whether it aggregates, and its
+/// ORDER BY.
+struct ReturnItems {
+    items: Vec<String>,
+    group: Vec<String>,
+    aggregating: bool,
+    order: Vec<String>,
+}
+
 impl Compiler<'_> {
     /// WITH: a projection of the scope. Grouping, DISTINCT, ORDER BY, SKIP
     /// and LIMIT close the SELECT built so far into a subquery; without
@@ -47,6 +56,8 @@ impl Compiler<'_> {
         let mut cols = Vec::new();
         let mut group = Vec::new();
         let mut scope = HashMap::new();
+        // Reset below; an error ends the whole compilation.
+        self.projecting = true;
         for (it, name) in p.items.iter().zip(&names) {
             let before = cols.len();
             let b = match &it.expr {
@@ -73,6 +84,7 @@ impl Compiler<'_> {
             scope.insert(name.clone(), rebound);
         }
         let order = self.order_by(p, &names, &cols)?;
+        self.projecting = false;
         let select: Vec<String> = cols
             .iter()
             .enumerate()
@@ -128,6 +140,24 @@ impl Compiler<'_> {
         }
         let names = item_names(p, false)?;
         self.collect_order_known(p, p.items.iter().any(|i| contains_aggregate(&i.expr)))?;
+        let was = std::mem::replace(&mut self.projecting, true);
+        let r = self.ret_items(p, &names);
+        self.projecting = was;
+        let ReturnItems {
+            items,
+            group,
+            aggregating,
+            order,
+        } = r?;
+        let cols: Vec<String> = items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s} AS c{}", i + 1))
+            .collect();
+        self.select_sql(p, &cols, aggregating, &group, &order)
+    }
+
+    fn ret_items(&mut self, p: &Projection, names: &[String]) -> Result<ReturnItems, D> {
         let mut items = Vec::new();
         let mut group = Vec::new();
         let mut aggregating = false;
@@ -144,13 +174,13 @@ impl Compiler<'_> {
                 items.push(sql);
             }
         }
-        let order = self.order_by(p, &names, &items)?;
-        let cols: Vec<String> = items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("{s} AS c{}", i + 1))
-            .collect();
-        self.select_sql(p, &cols, aggregating, &group, &order)
+        let order = self.order_by(p, names, &items)?;
+        Ok(ReturnItems {
+            items,
+            group,
+            aggregating,
+            order,
+        })
     }
 
     /// `collect()` lists its rows in the order they come. After a grouping

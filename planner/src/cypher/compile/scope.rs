@@ -29,6 +29,9 @@ pub(super) struct Ent {
     pub label: Option<String>,
     /// Bound by OPTIONAL MATCH: NULL as a whole when nothing matched.
     pub nullable: bool,
+    /// Read from `_ag_label_vertex` in the current SELECT (see
+    /// [`Compiler::entity_props`]).
+    pub all_labels: bool,
 }
 
 /// Private names for the anonymous elements of a pattern: never a Cypher
@@ -105,9 +108,22 @@ impl Compiler<'_> {
         }
     }
 
-    /// The properties column of a bound vertex or edge.
+    /// The properties column of a bound vertex or edge. In a projection, a
+    /// vertex of any label reads its id first: PostgreSQL orders a scan's
+    /// columns as the SELECT list first names them, and a child table of
+    /// `_ag_label_vertex` scanned for (properties, id) copies every row it
+    /// reads into that order, where (id, properties) is the row as stored
+    /// (AGE's vertex builder names the id first; measured 0.9x before).
     pub(super) fn entity_props(&self, v: &str) -> Result<String, D> {
         match self.scope.get(v) {
+            Some(Binding::Node(e)) if self.projecting && e.all_labels => {
+                let (Some(id), Some(props)) = (&e.id, &e.props) else {
+                    return Err(D::UnsupportedExpr);
+                };
+                Ok(format!(
+                    "(CASE WHEN {id} IS NULL THEN NULL ELSE {props} END)"
+                ))
+            }
             Some(Binding::Node(e)) | Some(Binding::Edge(e)) => {
                 e.props.clone().ok_or(D::UnsupportedExpr)
             }
