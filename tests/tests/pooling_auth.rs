@@ -98,13 +98,23 @@ fn dsn(port: u16, user: &str, password: &str) -> String {
     format!("host=127.0.0.1 port={port} user={user} password='{password}' dbname=postgres")
 }
 
+/// Longer than any answer here takes on a loaded machine.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A client, or the error's SQLSTATE and message.
 async fn login(
     port: u16,
     user: &str,
     password: &str,
 ) -> Result<tokio_postgres::Client, (SqlState, String)> {
-    match tokio_postgres::connect(&dsn(port, user, password), tokio_postgres::NoTls).await {
+    let dsn = dsn(port, user, password);
+    let connecting = tokio_postgres::connect(&dsn, tokio_postgres::NoTls);
+    // A login left unanswered fails here, naming whose, instead of
+    // hanging the run.
+    let answered = tokio::time::timeout(ANSWER_WITHIN, connecting).await;
+    let answered =
+        answered.unwrap_or_else(|_| panic!("{user} on port {port}: no answer to the login"));
+    match answered {
         Ok((c, conn)) => {
             tokio::spawn(conn);
             Ok(c)
@@ -118,9 +128,10 @@ async fn login(
 
 /// `current_user` and the backend's pid.
 async fn who(c: &tokio_postgres::Client) -> (String, i32) {
-    let row = c
-        .query_one("select current_user::text, pg_backend_pid()", &[])
+    let query = c.query_one("select current_user::text, pg_backend_pid()", &[]);
+    let row = tokio::time::timeout(ANSWER_WITHIN, query)
         .await
+        .expect("no answer to current_user")
         .unwrap();
     (row.get(0), row.get(1))
 }
