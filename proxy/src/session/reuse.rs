@@ -187,8 +187,10 @@ pub(super) async fn adopt(
         }),
     };
     let authed = Authed {
-        cin: BytesMut::with_capacity(8192),
-        uin: BytesMut::with_capacity(8192),
+        // Nothing is read yet: the relay's first reads take rooms from the
+        // thread's spares (`relay::reserve`).
+        cin: BytesMut::new(),
+        uin: BytesMut::new(),
         conn,
         client_key,
         plain_trust: true,
