@@ -101,17 +101,15 @@ impl Epoll {
                 timeout_ms,
             )
         };
-        let n = match waited {
-            Ok(n) => n,
+        match waited {
+            Ok(n) => events.n = n,
             Err(e) => {
                 events.n = 0;
-                return match e.kind() {
-                    io::ErrorKind::Interrupted => Ok(()),
-                    _ => Err(e),
-                };
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
             }
-        };
-        events.n = n;
+        }
         Ok(())
     }
 }
