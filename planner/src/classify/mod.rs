@@ -59,7 +59,7 @@ use sqlparser::parser::Parser;
 pub use database::{DatabaseCommand, DatabaseTarget, database_command, database_targets};
 pub use isolation::{IsolationChange, IsolationLevel, parse_isolation_name};
 pub use listen::{ListenOp, listen_op};
-pub use pins::{Pins, pin_past_reset, reset_undoes, session_pin};
+pub use pins::{LastPins, Pins, pin_past_reset, reset_undoes, session_pin};
 pub use prepared::{
     NameUse, PreparedOp, loaded_libraries, lone_prepared_op, name_uses, prepared_ops,
     statement_count,

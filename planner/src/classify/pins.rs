@@ -9,7 +9,7 @@ mod scan;
 mod verbs;
 
 use super::reset::Reset;
-use crate::lexer;
+use crate::{fingerprint::Literals, lexer};
 use scan::Scan;
 
 /// What a text says of pins, found together: a transaction pooler asks it
@@ -61,6 +61,55 @@ impl Pins {
         if !reset_undoes(why) {
             self.past_reset.get_or_insert(why);
         }
+    }
+}
+
+/// Longest text `LastPins` keeps.
+const MAX_KEPT_TEXT: usize = 4096;
+
+/// `Pins::of` over a stream of texts that mostly repeat one statement with
+/// other literals, as a pooled application's do: the scan reads no
+/// literal's value (a plain number or string is one token to it, whatever
+/// it holds), so the last text's pins serve the next whose only
+/// difference is in the values of its plain literals
+/// (`Literals::same_shape`). Checking that is a comparison of the bytes;
+/// the scan lexes the text.
+#[derive(Debug, Default)]
+pub struct LastPins {
+    text: String,
+    literals: Literals,
+    /// `literals` are `text`'s (found at the first need).
+    found: bool,
+    pins: Option<Pins>,
+}
+
+impl LastPins {
+    pub fn of(&mut self, sql: &str) -> Pins {
+        if let Some(pins) = self.pins {
+            if self.text == sql {
+                return pins;
+            }
+            if !self.found {
+                self.literals.find(&self.text);
+                self.found = true;
+            }
+            if self.literals.same_shape(&self.text, sql) {
+                self.text.clear();
+                self.text.push_str(sql);
+                return pins;
+            }
+        }
+        let pins = Pins::of(sql);
+        self.found = false;
+        self.text.clear();
+        match sql.len() <= MAX_KEPT_TEXT {
+            true => {
+                self.text.push_str(sql);
+                self.pins = Some(pins);
+            }
+            false => self.pins = None,
+        }
+        pins
     }
 }
 

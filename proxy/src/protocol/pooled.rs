@@ -7,7 +7,9 @@ use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering::Relaxed};
 use bytes::{Bytes, BytesMut};
 use onetrip_planner::{
     analysis::Analysis,
-    classify::{Pins, PreparedOp, Reset, SessionSet, lone_prepared_op, reset_undoes, session_set},
+    classify::{
+        LastPins, Pins, PreparedOp, Reset, SessionSet, lone_prepared_op, reset_undoes, session_set,
+    },
 };
 
 use super::*;
@@ -17,6 +19,23 @@ pub use super::server_statements::ServerStatements;
 /// Why a session gets no new server connection (its pin), for the client
 /// that can't be read.
 const PARSE_NOT_READ: &str = "Parse message not read";
+
+thread_local! {
+    /// The pins of the last text this thread's sessions sent without an
+    /// analysis: most are the same statement again with other literals,
+    /// which the scan would lex again for the same answer.
+    static LAST_PINS: std::cell::RefCell<LastPins> = std::cell::RefCell::default();
+}
+
+/// `Pins::of(text)`, from the thread's last text when it serves.
+fn pins_of(text: &str) -> Pins {
+    LAST_PINS
+        .try_with(|last| match last.try_borrow_mut() {
+            Ok(mut last) => last.of(text),
+            Err(_) => Pins::of(text),
+        })
+        .unwrap_or_else(|_| Pins::of(text))
+}
 
 /// What the pin scan finds, less what follows its client instead of
 /// pinning: the Parse of a replayable `SET` (followed when it is
@@ -54,7 +73,7 @@ impl Protocol {
         };
         let facts = text.map(|text| match &analysis {
             Some(a) => followed(a.pins, t, text),
-            None => self.executed(t, text, followed(Pins::of(text), t, text)),
+            None => self.executed(t, text, followed(pins_of(text), t, text)),
         });
         if let Some(f) = facts {
             // What the connection needs before another client may use it.

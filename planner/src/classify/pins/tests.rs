@@ -289,3 +289,57 @@ fn check(sql: &str) {
         assert_eq!(p.past_reset, p.pin, "{sql:?}");
     }
 }
+
+/// The last text's pins serve a text that differs only in the values of
+/// its plain literals, and no other: over a stream mixing both,
+/// `LastPins` gives what a scan of each text gives.
+#[test]
+fn last_pins_serve_only_texts_that_differ_in_literals() {
+    let stream = [
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 1",
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 22",
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 'x'",
+        "SELECT set_config('a.b', 'c', false)",
+        "SELECT set_config('a.b', 'd', false)",
+        "SELECT set_config('a.b', 'd', true)",
+        "SELECT set_config('a.b', 'd', 'true')",
+        "SELECT set_config('a.b', 'd', 'false')",
+        "LOAD 'age'",
+        "LOAD 'other'",
+        "UPDATE pg_settings SET setting = '1' WHERE name = 'x'",
+        "UPDATE pg_settings SET setting = '2' WHERE name = 'y'",
+        "UPDATE t SET a = 2 WHERE b = 'y'",
+        "SELECT pg_advisory_lock(1)",
+        "SELECT pg_advisory_lock(2)",
+        "SELECT pg_advisory_xact_lock(2)",
+        "1; SELECT 2",
+        "2; SELECT 3",
+        "SELECT 1; LISTEN a",
+        "SELECT 2; LISTEN a",
+        "SELECT 2; LISTEN b",
+        "SELECT E'x' FROM t WHERE a = 1",
+        "SELECT E'y' FROM t WHERE a = 2",
+        "SELECT 'a' -- 1\n",
+        "SELECT 'b' -- 2\n",
+        "DO $$BEGIN END$$",
+        "SELECT 1",
+    ];
+    let mut last = super::LastPins::default();
+    for _ in 0..2 {
+        for sql in stream {
+            assert_eq!(last.of(sql), super::Pins::of(sql), "{sql}");
+        }
+    }
+    // Texts that differ only in literal values have the same pins.
+    for (a, b) in [
+        (
+            "SELECT set_config('a', 'b', 'x')",
+            "SELECT set_config('c', 'd', 7)",
+        ),
+        ("1", "'x'"),
+        ("LOAD 'a'", "LOAD 'b'"),
+        ("SET x = 1", "SET x = 'y'"),
+    ] {
+        assert_eq!(super::Pins::of(a), super::Pins::of(b), "{a} / {b}");
+    }
+}
