@@ -6,7 +6,8 @@
 #   bash bench/callgrind.sh        # BENCH_TXNS=20000 BENCH_CONNECT_TXNS=2000 BENCH_PGBOUNCER=pgbouncer
 #
 # For each proxy, alone under callgrind (onetrip with one worker thread,
-# PgBouncer in session mode, both keeping server connections): pgbench -S
+# both in session mode, or in BENCH_POOL_MODE=transaction with a pool of
+# 20, both keeping server connections): pgbench -S
 # -c 1 warms it up, the counters are zeroed, then BENCH_TXNS transactions
 # in simple and extended protocol and BENCH_CONNECT_TXNS with a new
 # connection each (-C) are counted. The count covers the proxy's user-space
@@ -23,15 +24,22 @@ cd "$(dirname "$0")/.."
 
 TXNS=${BENCH_TXNS:-20000}
 CONNECT_TXNS=${BENCH_CONNECT_TXNS:-2000}
+POOL_MODE=${BENCH_POOL_MODE:-session}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 . bench/common.sh
 need pgbouncer valgrind
 PGBOUNCER=${BENCH_PGBOUNCER:-pgbouncer}
 
-say "cargo build --release -p onetrip"
-cargo build --release -p onetrip --bin onetrip >&2
-ONETRIP="$TARGET_DIR/release/onetrip"
+# BENCH_ONETRIP=PATH measures that binary (an earlier build kept aside,
+# for a before and after) instead of building one.
+if [ -n "${BENCH_ONETRIP:-}" ]; then
+    ONETRIP=$BENCH_ONETRIP
+else
+    say "cargo build --release -p onetrip"
+    cargo build --release -p onetrip --bin onetrip >&2
+    ONETRIP="$TARGET_DIR/release/onetrip"
+fi
 
 PG_PORT=$(free_port); PX_PORT=$(free_port)
 
@@ -48,7 +56,8 @@ PIN=()
 start_pg "$PG_PORT"
 "$BIN/pgbench" -i -q -s 1 -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >/dev/null 2>&1
 
-pgbouncer_ini "$PG_PORT" "$PX_PORT"
+pgbouncer_ini "$PG_PORT" "$PX_PORT" "default_pool_size = 20"
+sed -i "s/^pool_mode = .*/pool_mode = $POOL_MODE/" "$WORK/pgbouncer.ini"
 
 pgb() { "$BIN/pgbench" -n -S -c 1 -j 1 -h 127.0.0.1 -p "$PX_PORT" -U postgres "$@" postgres >/dev/null 2>&1; }
 
@@ -57,6 +66,7 @@ measure() {
     local name=$1 out="$WORK/callgrind.$1" as=()
     if [ "$name" = onetrip ]; then
         ONETRIP_LOG_LEVEL=warn ONETRIP_LISTEN_THREADS=1 ONETRIP_UPSTREAM_REUSE=true \
+            ONETRIP_POOL_MODE=$POOL_MODE ONETRIP_POOL_POOL_SIZE=20 \
             valgrind --tool=callgrind --callgrind-out-file="$out" \
             "$ONETRIP" --listen "127.0.0.1:$PX_PORT" --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/$name.stderr" &
     else
