@@ -278,6 +278,17 @@ pub struct Flight {
     lost: bool,
 }
 
+/// Most spare lists a thread keeps, and the longest it keeps.
+const MOST_SPARE_ITEMS: usize = 256;
+const MOST_SPARE_CAPACITY: usize = 64;
+
+thread_local! {
+    /// Lists of what is in flight, empty, that pooled sessions gave back
+    /// between transactions (`Flight::rest`).
+    static SPARE_ITEMS: std::cell::RefCell<Vec<VecDeque<Item>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Flight {
     /// Gives back the room of the lists that are empty (a quiet session's).
     pub fn compact(&mut self) {
@@ -365,7 +376,31 @@ impl Flight {
 
     fn push(&mut self, item: Item) {
         self.tally.count(&item, true);
+        if self.items.capacity() == 0 {
+            self.items = SPARE_ITEMS
+                .try_with(|s| s.borrow_mut().pop())
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+        }
         self.items.push_back(item);
+    }
+
+    /// Between transactions of a pooled session: the list of what is in
+    /// flight goes to the thread's spares, for the next transaction of
+    /// any session here to take (`push`), rather than staying with an idle
+    /// client.
+    pub fn rest(&mut self) {
+        if !self.items.is_empty() || self.items.capacity() == 0 {
+            return;
+        }
+        let items = std::mem::take(&mut self.items);
+        let _ = SPARE_ITEMS.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < MOST_SPARE_ITEMS && items.capacity() <= MOST_SPARE_CAPACITY {
+                s.push(items);
+            }
+        });
     }
 
     /// Drops the first item, answered or skipped.

@@ -27,6 +27,7 @@ pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, pre
 pub use replica_group::ReadGroup;
 pub use server_conn::ServerConnection;
 pub use sql_prepared::StatementCounts;
+pub use statements::take_resting as take_resting_statements;
 pub mod settings;
 mod statements;
 pub mod text;

@@ -30,9 +30,43 @@ const MERGE_INLINE: usize = 32;
 #[derive(Default)]
 pub struct Statements(Option<Box<Counted>>);
 
+/// Most counts a thread keeps between transactions (`Statements::rest`).
+const MOST_RESTING: usize = 256;
+
+thread_local! {
+    /// Counts that pooled sessions set down between transactions, for the
+    /// next statement of any session of the thread to go on with, and the
+    /// worker's look to hand to the shared statistics (`take_resting`).
+    /// Boxed: each moves between a session and this list as it is.
+    #[allow(clippy::vec_box)]
+    static RESTING: RefCell<Vec<Box<Counted>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Statements {
     fn counted(&mut self) -> &mut Counted {
-        self.0.get_or_insert_with(Box::default)
+        self.0
+            .get_or_insert_with(|| take_one_resting().unwrap_or_default())
+    }
+
+    /// A pooled session between transactions sets its counts down for
+    /// the thread's next statement, its own or another session's: counts
+    /// merge by text anyway, and an idle client then holds none. Counts of
+    /// many texts stay with their session (`take_if_few`, `take`).
+    pub fn rest(&mut self) {
+        let Some(mut c) = self.0.take_if(|c| c.counts.len() <= MERGE_INLINE) else {
+            return;
+        };
+        c.current = None;
+        let kept = RESTING.try_with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= MOST_RESTING {
+                return Some(c);
+            }
+            r.push(c);
+            None
+        });
+        // The thread keeps enough: these stay with the session.
+        self.0 = kept.ok().flatten();
     }
 
     /// A statement starts: later round trips count for it (for none when
@@ -46,8 +80,12 @@ impl Statements {
         self.counted().start_query(sql)
     }
 
-    /// See `Counted::query_words`.
+    /// See `Counted::query_words`. A session without counts takes the
+    /// thread's resting ones, whose last text is most often its own too.
     pub fn query_words(&mut self, text: &str) -> Option<Words> {
+        if self.0.is_none() {
+            self.0 = take_one_resting();
+        }
         self.0.as_mut()?.query_words(text)
     }
 
@@ -83,6 +121,22 @@ impl Statements {
             .await
             .unwrap_or_default()
     }
+}
+
+fn take_one_resting() -> Option<Box<Counted>> {
+    RESTING.try_with(|r| r.borrow_mut().pop()).ok().flatten()
+}
+
+/// The counts this thread's sessions set down, merged by fingerprint, for
+/// the shared statistics; the thread keeps none.
+pub fn take_resting() -> Vec<(String, StatementCounts)> {
+    let resting = RESTING
+        .try_with(|r| std::mem::take(&mut *r.borrow_mut()))
+        .unwrap_or_default();
+    resting
+        .into_iter()
+        .flat_map(|c| by_fingerprint(c.counts))
+        .collect()
 }
 
 #[derive(Default)]
@@ -345,6 +399,32 @@ mod tests {
         }
         assert!(s.take_if_few().is_none());
         assert_eq!(s.counted().counts.len(), MERGE_INLINE + 1);
+    }
+
+    /// Counts set down between transactions go on with the thread's next
+    /// session and are handed over once, merged; counts of many texts
+    /// stay with their session.
+    #[test]
+    fn resting_counts_go_on_with_the_next_session_and_are_taken_once() {
+        let _ = take_resting();
+        let (mut a, mut b) = (Statements::default(), Statements::default());
+        a.start(sql("select 1".into()));
+        a.rest();
+        assert!(a.0.is_none(), "a session between transactions holds none");
+        b.start(sql("select 1".into()));
+        b.start(sql("select 2 as other".into()));
+        b.rest();
+        a.rest();
+        let taken = merged(take_resting());
+        assert_eq!(taken.get("select ?"), Some(&2));
+        assert_eq!(taken.get("select ? as other"), Some(&1));
+        assert!(take_resting().is_empty(), "taken once");
+        for i in 0..=MERGE_INLINE {
+            a.start(sql(format!("select {i} as c{i}")));
+        }
+        a.rest();
+        assert!(a.0.is_some(), "too many to merge here: kept");
+        assert!(take_resting().is_empty());
     }
 
     /// Long distinct texts stop being counted one by one once the session

@@ -121,6 +121,10 @@ async fn run_on(
                 proto.cypher.close(&proto.services);
                 statements = proto.statements.take().await;
             }
+            // With what the thread's pooled sessions set down between
+            // transactions: this one's may be there, and the worker's next
+            // look may not come.
+            statements.extend(crate::protocol::take_resting_statements());
             super::log_summary(&info, started);
             shared.stats.close_session(&info, statements);
         }

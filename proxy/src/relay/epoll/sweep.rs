@@ -27,7 +27,7 @@ use super::{
     spare,
     table::{Slot, TABLE},
 };
-use crate::{relay, worker::deadlines};
+use crate::{protocol, relay, worker::deadlines};
 
 /// How often a worker looks for quiet sessions.
 const EVERY: Duration = Duration::from_secs(1);
@@ -106,8 +106,10 @@ pub(super) fn check() -> usize {
     let (gave, held, live) = TABLE.with(|t| {
         let mut t = t.borrow_mut();
         let (mut gave, mut held) = (0, 0);
+        let mut stats = None;
         for slot in t.slots.iter_mut() {
             let Slot::Here(e) = slot else { continue };
+            stats.get_or_insert_with(|| e.parts.proto.services.stats.clone());
             let c = &e.parts.proto.info.counters;
             let bytes = c.bytes_from_client.load(Ordering::Relaxed)
                 + c.bytes_from_upstream.load(Ordering::Relaxed);
@@ -146,6 +148,11 @@ pub(super) fn check() -> usize {
             // With nothing in them, the buffers themselves go back too.
             spare::give_back_if_empty(&mut e.parts.bufs);
             held += usize::from(e.parts.bufs.is_some());
+        }
+        // What pooled sessions set down between transactions (with no
+        // session here, the last one to end took it).
+        if let Some(stats) = stats {
+            stats.add_statements(protocol::take_resting_statements());
         }
         (gave, held, t.live)
     });
