@@ -271,6 +271,17 @@ pub(crate) fn keep_only_what_was_read(buf: &mut BytesMut) {
     give_back_room(&mut room);
 }
 
+/// `give_back_room` if nothing points into the room any more; a room that
+/// holds what is still queued for the client (a pooled session's last
+/// answer, written after its connection went back) stays until the
+/// session rests: dropped now, it would be freed with the answer, and the
+/// next read would allocate another.
+pub(crate) fn give_back_room_if_free(buf: &mut BytesMut) {
+    if buf.is_empty() && buf.try_reclaim(buf.capacity() + 1) {
+        give_back_room(buf);
+    }
+}
+
 /// Empties `buf` (a session between transactions holds no read room),
 /// keeping its room for this thread's next reads when nothing points into
 /// it any more.

@@ -125,11 +125,12 @@ fn turn(e: &mut Entry) -> Result<bool, Stop> {
             WOKE_OTHERS.with(|w| w.set(true));
         }
         e.upstream = Ready::FRESH;
-        // Empty here: read room is taken again with the next bytes, so a
+        // Empty here: read room goes back now, or once the answer queued
+        // in it is written (when the session rests, `pooled::rest`), so a
         // client idle between transactions holds none.
         proto.let_go_of_reads();
-        relay::give_back_room(&mut b.cin);
-        relay::give_back_room(&mut b.uin);
+        relay::give_back_room_if_free(&mut b.cin);
+        relay::give_back_room_if_free(&mut b.uin);
         return Ok(true);
     }
     if let Some(j) = relay::move_due(proto, b, seat) {
