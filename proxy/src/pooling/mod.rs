@@ -727,14 +727,18 @@ impl Pool {
     }
 
     fn checked(idle: Idle, max_idle: Duration, lifetime: Duration) -> Grant {
-        let since = idle.since.elapsed();
+        // One clock read for both ages: each costs a hundred instructions
+        // on every hand-over.
+        let now = Instant::now();
+        let since = now.saturating_duration_since(idle.since);
         // One given back moments ago was clean at its ReadyForQuery: under
         // load most hand-overs are such, and the check would cost each a
         // syscall to learn the same. (A server that ends a connection
         // later is seen by no check in time either; PgBouncer checks only
         // after 30 s idle, `server_check_delay`.)
         let fresh = since < CHECK_AFTER;
-        if since < max_idle && idle.conn.opened.elapsed() < lifetime && (fresh || idle.alive()) {
+        let age = now.saturating_duration_since(idle.conn.opened);
+        if since < max_idle && age < lifetime && (fresh || idle.alive()) {
             Grant::Idle(idle)
         } else {
             Grant::Open(idle.close())

@@ -107,11 +107,11 @@ impl Protocol {
         let msg = cin.get(..h.wire_len)?;
         // One look at the first word before any lexing: this runs for
         // every Query of an idle session.
-        let text = frontend::query_text(msg)?;
-        if !client_txn::first_word_is(text.as_bytes(), &["listen", "unlisten"]) {
+        let bytes = frontend::statement_bytes_loose(tag::QUERY, msg)?;
+        if !client_txn::first_word_is(bytes, &["listen", "unlisten"]) {
             return None;
         }
-        let op = listen_op(text)?;
+        let op = listen_op(frontend::query_text(msg)?)?;
         Some((op, h.wire_len))
     }
 
