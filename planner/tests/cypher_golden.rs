@@ -47,6 +47,22 @@ const GOLDEN: &[(&str, &str)] = &[
         "SELECT NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"_ag_label_edge\" AS _e0, \"g\".\"City\" AS _n2, \"g\".\"LIVES_IN\" AS _e1 WHERE _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND _e1.start_id = _n1.id AND _e1.end_id = _n2.id",
     ),
     (
+        "MATCH (a:Person {name: 'Ann'})-[:KNOWS]->(b) MATCH (b)-[:KNOWS]->(c) RETURN b.name, c.name",
+        "SELECT NULLIF((CASE WHEN _n1.id IS NULL THEN NULL ELSE _n1.properties END) -> 'name'::text, 'null'::agtype) AS c1, NULLIF((CASE WHEN _n2.id IS NULL THEN NULL ELSE _n2.properties END) -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, \"g\".\"KNOWS\" AS _e1 WHERE _n0.properties @> ag_catalog.agtype_build_map('name'::text, '\"Ann\"'::agtype) AND _e0.start_id = _n0.id AND _n1.id = ag_catalog.graphid_in(ag_catalog.graphid_out(_e0.end_id)) AND _e1.start_id = _e0.end_id AND _e1.end_id = _n2.id",
+    ),
+    (
+        "MATCH (a:Person)<-[:KNOWS]-(b:Person {name: 'Ann'})-[:KNOWS]->(c:Person), (b)-[:LIVES_IN]->(d) RETURN a.name, c.name, d.name",
+        "SELECT NULLIF(_n0.properties -> 'name'::text, 'null'::agtype) AS c1, NULLIF(_n2.properties -> 'name'::text, 'null'::agtype) AS c2, NULLIF((CASE WHEN _n3.id IS NULL THEN NULL ELSE _n3.properties END) -> 'name'::text, 'null'::agtype) AS c3 FROM \"g\".\"Person\" AS _n0, \"g\".\"Person\" AS _n1, \"g\".\"KNOWS\" AS _e0, \"g\".\"Person\" AS _n2, \"g\".\"KNOWS\" AS _e1, \"g\".\"_ag_label_vertex\" AS _n3, \"g\".\"LIVES_IN\" AS _e2 WHERE _n1.properties @> ag_catalog.agtype_build_map('name'::text, '\"Ann\"'::agtype) AND _e0.end_id = _n0.id AND _e0.start_id = _n1.id AND _e1.start_id = ag_catalog.graphid_in(ag_catalog.graphid_out(_n1.id)) AND _e1.end_id = _n2.id AND _e0.id <> _e1.id AND _e2.start_id = ag_catalog.graphid_in(ag_catalog.graphid_out(_n1.id)) AND _e2.end_id = _n3.id",
+    ),
+    (
+        "MATCH (a:Person {name: 'Ann'})-[:KNOWS]->(b)-[:KNOWS]->(c), (b)-[:LIVES_IN]->(d) RETURN c.name, d.name",
+        "SELECT NULLIF((CASE WHEN _n2.id IS NULL THEN NULL ELSE _n2.properties END) -> 'name'::text, 'null'::agtype) AS c1, NULLIF((CASE WHEN _n3.id IS NULL THEN NULL ELSE _n3.properties END) -> 'name'::text, 'null'::agtype) AS c2 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0, \"g\".\"_ag_label_vertex\" AS _n2, \"g\".\"KNOWS\" AS _e1, \"g\".\"_ag_label_vertex\" AS _n3, \"g\".\"LIVES_IN\" AS _e2 WHERE _n0.properties @> ag_catalog.agtype_build_map('name'::text, '\"Ann\"'::agtype) AND _e0.start_id = _n0.id AND _n1.id = ag_catalog.graphid_in(ag_catalog.graphid_out(_e0.end_id)) AND _e1.start_id = _e0.end_id AND _e1.end_id = _n2.id AND _e0.id <> _e1.id AND _e2.start_id = _e0.end_id AND _e2.end_id = _n3.id",
+    ),
+    (
+        "MATCH (a:Person {name: 'Ann'})-[:KNOWS]->(b)-[:KNOWS]->(a) RETURN b.name",
+        "SELECT NULLIF((CASE WHEN _n1.id IS NULL THEN NULL ELSE _n1.properties END) -> 'name'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0, \"g\".\"_ag_label_vertex\" AS _n1, \"g\".\"KNOWS\" AS _e0, \"g\".\"KNOWS\" AS _e1 WHERE _n0.properties @> ag_catalog.agtype_build_map('name'::text, '\"Ann\"'::agtype) AND _e0.start_id = _n0.id AND _e0.end_id = _n1.id AND _e1.start_id = _n1.id AND _e1.end_id = _n0.id AND _e0.id <> _e1.id",
+    ),
+    (
         "MATCH (n:Person) WHERE n.age > 30 AND NOT n.x IS NULL OR n.y XOR n.z RETURN n.age",
         "SELECT NULLIF(_n0.properties -> 'age'::text, 'null'::agtype) AS c1 FROM \"g\".\"Person\" AS _n0 WHERE ((((_n0.properties -> 'age'::text) > '30'::agtype AND (_n0.properties -> 'age'::text) <> 'null'::agtype) AND (NOT (NULLIF(_n0.properties -> 'x'::text, 'null'::agtype) IS NULL))) OR (((NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean) AND (NOT (NULLIF(_n0.properties -> 'y'::text, 'null'::agtype))::boolean OR NOT (NULLIF(_n0.properties -> 'z'::text, 'null'::agtype))::boolean)))",
     ),

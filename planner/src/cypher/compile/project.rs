@@ -95,6 +95,7 @@ impl Compiler<'_> {
         self.stage = Stage {
             items: vec![Item::Table(format!("({sql}) AS {alias}"))],
             conds: Vec::new(),
+            pinned: false,
         };
         self.scope = scope;
         self.order = names;

@@ -32,6 +32,22 @@ pub(super) struct Ent {
     /// Read from `_ag_label_vertex` in the current SELECT (see
     /// [`Compiler::entity_props`]).
     pub all_labels: bool,
+    /// How an edge endpoint was first equated with `id` (see
+    /// [`Compiler::bind_endpoint`]).
+    pub tied: Option<Tied>,
+    /// Bound with an inline property map: likely one row, from which
+    /// the edges are looked up.
+    pub pinned: bool,
+}
+
+/// The first tie of a node to an edge endpoint in the current SELECT.
+#[derive(Debug, Clone)]
+pub(super) struct Tied {
+    /// The condition, as it stands in the stage.
+    pub cond: String,
+    /// The endpoint column and its table's alias.
+    pub col: String,
+    pub table: String,
 }
 
 /// Private names for the anonymous elements of a pattern: never a Cypher
