@@ -77,11 +77,13 @@ async fn a_busy_polling_worker_answers_alike_and_stays_awake() {
             assert_eq!(o.await.unwrap(), expected);
         }
         // Each answer takes the server a moment, so a worker that does not
-        // poll is asleep before it comes.
+        // poll is asleep before it comes: long enough that a busy machine
+        // seldom keeps the worker off its CPU until the answer is there
+        // (2 ms did, once: 1.5 sleeps per query), short of the budget.
         let n = 100;
         let before = sleeps(proxy.pid());
         for _ in 0..n {
-            c.simple_query("select pg_sleep(0.002)").await.unwrap();
+            c.simple_query("select pg_sleep(0.01)").await.unwrap();
         }
         per_query.push((sleeps(proxy.pid()) - before) as f64 / n as f64);
     }
