@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What onetrip costs the machine, beside PgBouncer, in one run: user-space
-# instructions per transaction (callgrind, bench/callgrind.sh), system calls
+# instructions per transaction (callgrind, bench/callgrind.sh; session mode,
+# and transaction mode for simple and extended), system calls
 # per transaction (strace -c over a fixed number of pgbench -S
 # transactions, session and transaction mode), RSS at start, and RSS gained
 # per idle client in both modes (BENCH_IDLE clients, default 1000, each
@@ -108,8 +109,13 @@ done
 
 calls=""
 if [ -z "${BENCH_SKIP_CALLGRIND:-}" ]; then
-    say "instructions per transaction: bench/callgrind.sh"
+    say "instructions per transaction: bench/callgrind.sh, session mode"
     calls=$(BENCH_TXNS=$TXNS bash bench/callgrind.sh 2>/dev/null | awk 'NR > 2')
+    # Transaction pooling's own: simple and extended (a connection per
+    # transaction is the session mode's row).
+    say "instructions per transaction: bench/callgrind.sh, transaction mode"
+    calls+=$'\n'$(BENCH_TXNS=$TXNS BENCH_CONNECT_TXNS=50 BENCH_POOL_MODE=transaction \
+        bash bench/callgrind.sh 2>/dev/null | awk 'NR > 2 && $1 != "connect" {$1 = $1 ", transaction mode"; print}')
 fi
 
 ratio() { python3 -c "print(f'{$1 / max($2, 1e-9):.2f}')"; }
@@ -117,8 +123,12 @@ row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
 echo
 echo "| cost | onetrip | PgBouncer | ratio |"
 echo "|---|---|---|---|"
-while read -r mode o p _; do
-    [ -n "$mode" ] && row "user-space instructions per transaction, $mode" "$o" "$p"
+while read -r line; do
+    [ -n "$line" ] || continue
+    read -r -a f <<<"$line"
+    # The mode is every field but the last three (onetrip, PgBouncer, ratio).
+    n=${#f[@]}
+    row "user-space instructions per transaction, ${f[*]:0:n-3}" "${f[n-3]}" "${f[n-2]}"
 done <<<"$calls"
 for mode in session transaction; do
     row "system calls per transaction, $mode mode" "${R[onetrip.sys.$mode]}" "${R[pgbouncer.sys.$mode]}"
