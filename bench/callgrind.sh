@@ -31,15 +31,8 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 need pgbouncer valgrind
 PGBOUNCER=${BENCH_PGBOUNCER:-pgbouncer}
 
-# BENCH_ONETRIP=PATH measures that binary (an earlier build kept aside,
-# for a before and after) instead of building one.
-if [ -n "${BENCH_ONETRIP:-}" ]; then
-    ONETRIP=$BENCH_ONETRIP
-else
-    say "cargo build --release -p onetrip"
-    cargo build --release -p onetrip --bin onetrip >&2
-    ONETRIP="$TARGET_DIR/release/onetrip"
-fi
+# BENCH_ONETRIP=PATH measures that binary instead of building one.
+onetrip_binary
 
 PG_PORT=$(free_port); PX_PORT=$(free_port)
 

@@ -121,3 +121,16 @@ prepare_many_clients() {
     say "cargo build --release -p onetrip"
     cargo build --release -p onetrip --bin onetrip >&2
 }
+
+# onetrip_binary: sets ONETRIP to BENCH_ONETRIP when given (an earlier
+# build kept aside, for a before and after), else to a release build made
+# now.
+onetrip_binary() {
+    if [ -n "${BENCH_ONETRIP:-}" ]; then
+        ONETRIP=$BENCH_ONETRIP
+        return
+    fi
+    say "cargo build --release -p onetrip"
+    cargo build --release -p onetrip --bin onetrip >&2
+    ONETRIP="${TARGET_DIR:-target}/release/onetrip"
+}

@@ -52,13 +52,7 @@ PIN=()
 [ -f "$BIN/../lib/age.so" ] || [ -f "$(dirname "$BIN")/lib/age.so" ] ||
     { echo "Apache AGE not installed for $BIN (age.so)" >&2; exit 1; }
 
-if [ -n "${BENCH_ONETRIP:-}" ]; then
-    ONETRIP=$BENCH_ONETRIP
-else
-    say "cargo build --release -p onetrip"
-    cargo build --release -p onetrip --bin onetrip >&2
-    ONETRIP="$TARGET_DIR/release/onetrip"
-fi
+onetrip_binary
 
 PG_PORT=$(free_port); COMP=$(free_port); AGE=$(free_port)
 make_work cypher-bench
