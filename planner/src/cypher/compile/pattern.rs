@@ -8,7 +8,7 @@ use super::super::DeclineReason as D;
 use super::super::ast::*;
 use super::super::catalog::LabelKind;
 use super::aggregate::contains_aggregate;
-use super::scope::{Binding, Ent, Tied, is_private};
+use super::scope::{Binding, Ent, Tie, Tied, is_private};
 use super::stage::Item;
 use super::typed::Sql;
 use super::vle::Walk;
@@ -498,16 +498,6 @@ impl Compiler<'_> {
         self.bind(&name, Binding::Edge(ent));
         Ok((name, label))
     }
-}
-
-/// What ties an endpoint to a node (see [`Compiler::bind_endpoint`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Tie {
-    /// A fixed-length edge; `loose`: a second one may be tied through
-    /// [`graphid_identity`].
-    Edge { loose: bool },
-    /// A variable-length walk's last vertex: always plainly.
-    Walk,
 }
 
 /// `id` unchanged, as an expression PostgreSQL does not see through, so

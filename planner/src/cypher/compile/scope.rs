@@ -40,6 +40,16 @@ pub(super) struct Ent {
     pub pinned: bool,
 }
 
+/// What ties an endpoint to a node (`Compiler::bind_endpoint`, pattern.rs).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Tie {
+    /// A fixed-length edge; `loose`: a second one may be tied through an
+    /// identity function on graphids (`graphid_identity`).
+    Edge { loose: bool },
+    /// A variable-length walk's last vertex: always plainly.
+    Walk,
+}
+
 /// The first tie of a node to an edge endpoint in the current SELECT.
 #[derive(Debug, Clone)]
 pub(super) struct Tied {

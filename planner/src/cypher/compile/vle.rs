@@ -201,7 +201,7 @@ impl Compiler<'_> {
             }
         };
         self.stage.items.push(item);
-        self.bind_endpoint(to, format!("{a}.vid"), super::pattern::Tie::Walk);
+        self.bind_endpoint(to, format!("{a}.vid"), super::scope::Tie::Walk);
         if let (Some(v), true) = (&r.var, read) {
             let list = format!("({a}.es)::agtype");
             self.bind(v, Binding::Value(Sql::ag(list)));
