@@ -426,6 +426,19 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Waits (up to 10 s, reading every 100 ms) until `read` gives `want`:
+/// what a worker's once-a-second look settles. The value it settled on
+/// otherwise.
+pub async fn settles_at<T: PartialEq>(want: T, mut read: impl FnMut() -> T) -> Result<(), T> {
+    for _ in 0..100 {
+        if read() == want {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(read())
+}
+
 /// Waits (up to 30 s) until backend `pid` runs a pg_sleep, as `watcher`, a
 /// session of the same server, sees.
 pub async fn wait_sleeping(watcher: &tokio_postgres::Client, pid: i32) {

@@ -32,14 +32,7 @@ async fn idle_clients(port: u16, n: usize) -> Vec<TcpStream> {
 /// Waits until the workers count `want` sessions holding read room; the
 /// count they settled on otherwise.
 async fn settles_at(want: usize) -> Result<(), usize> {
-    // Each worker looks once a second: a few looks are plenty.
-    for _ in 0..100 {
-        if onetrip::relay::epoll::rooms_held() == want {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(onetrip::relay::epoll::rooms_held())
+    onetrip_tests::settles_at(want, onetrip::relay::epoll::rooms_held).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

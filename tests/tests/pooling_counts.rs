@@ -21,14 +21,7 @@ fn counted(env: &Env, fingerprint: &str) -> u64 {
 /// Waits until `fingerprint` counts `want` statements; the count it
 /// settled on otherwise.
 async fn settles_at(env: &Env, fingerprint: &str, want: u64) -> Result<(), u64> {
-    // Each worker looks once a second: a few looks are plenty.
-    for _ in 0..100 {
-        if counted(env, fingerprint) == want {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(counted(env, fingerprint))
+    onetrip_tests::settles_at(want, || counted(env, fingerprint)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
