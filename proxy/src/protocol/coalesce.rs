@@ -187,8 +187,9 @@ impl Coalescer {
         }
     }
 
-    pub fn on_server_params(&mut self, params: &[(String, String)]) {
-        if let Some((_, v)) = params.iter().find(|(k, _)| k == "server_version") {
+    /// The server's version, from its greeting.
+    pub fn on_server_version(&mut self, version: Option<&str>) {
+        if let Some(v) = version {
             let major: u32 = v
                 .split(|c: char| !c.is_ascii_digit())
                 .next()

@@ -18,6 +18,7 @@ mod replica;
 mod replica_group;
 mod replica_txn;
 mod server_conn;
+mod server_params;
 mod server_statements;
 mod shared;
 mod sql_prepared;
@@ -26,6 +27,7 @@ pub use pooled::ServerStatements;
 pub use replay::{Prep, Residue, Residues, ServerState, SessionSets, literal, prepare};
 pub use replica_group::ReadGroup;
 pub use server_conn::ServerConnection;
+pub use server_params::ServerParams;
 pub use sql_prepared::StatementCounts;
 pub use statements::take_resting as take_resting_statements;
 pub mod settings;
@@ -343,8 +345,8 @@ impl Protocol {
         }
     }
 
-    pub fn on_server_params(&mut self, params: &[(String, String)]) {
-        self.coalescer.on_server_params(params);
+    pub fn on_server_version(&mut self, version: Option<&str>) {
+        self.coalescer.on_server_version(version);
     }
 
     /// Nothing in flight either way, no transaction open, nothing held: the

@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Protocol, ServerState, ServerStatements, settings::Settings};
+use super::{
+    Protocol, ServerState, ServerStatements, server_params::ServerParams, settings::Settings,
+};
 use crate::wire::backend;
 
 #[derive(Debug)]
@@ -20,12 +22,9 @@ pub struct ServerConnection {
     pub key: Option<Bytes>,
     /// Its ParameterStatus values, in the order the server sent them; kept
     /// up to date while the values may greet another client
-    /// (`set_param`).
-    params: Vec<(String, String)>,
-    /// `params` as ParameterStatus messages, made for a greeting and kept
-    /// until one changes: a kept connection greets every client it serves
-    /// with the same values.
-    params_status: Option<Bytes>,
+    /// (`set_param`): a kept connection greets every client it serves
+    /// with them.
+    params: ServerParams,
     /// When it was opened (`upstream.reuse_lifetime`).
     pub opened: Instant,
     /// What its backend answered when asked for its settings (as a reset
@@ -41,11 +40,10 @@ pub struct ServerConnection {
 
 impl ServerConnection {
     /// A connection just logged in: `key` and `params` from its greeting.
-    pub fn new(key: Option<Bytes>, params: Vec<(String, String)>) -> Self {
+    pub fn new(key: Option<Bytes>, params: ServerParams) -> Self {
         Self {
             key,
             params,
-            params_status: None,
             opened: Instant::now(),
             settings: None,
             statements: ServerStatements::default(),
@@ -58,27 +56,18 @@ impl ServerConnection {
         Self { opened, ..self }
     }
 
-    pub fn params(&self) -> &[(String, String)] {
+    pub fn params(&self) -> &ServerParams {
         &self.params
     }
 
     /// The server reported `name` as `value`.
     pub fn set_param(&mut self, name: &str, value: &str) {
-        if super::set_param(&mut self.params, name, value) {
-            self.params_status = None;
-        }
+        self.params.set(name, value);
     }
 
     /// Its values as the ParameterStatus messages of a greeting.
-    pub fn params_status(&mut self) -> Bytes {
-        let params = &self.params;
-        self.params_status
-            .get_or_insert_with(|| {
-                let mut out = bytes::BytesMut::with_capacity(params.len() * 32);
-                crate::wire::write::parameter_statuses(&mut out, params);
-                out.freeze()
-            })
-            .clone()
+    pub fn params_status(&self) -> Bytes {
+        self.params.messages()
     }
 
     /// Its backend's process id and secret, from its BackendKeyData.
@@ -90,7 +79,7 @@ impl ServerConnection {
 impl Default for ServerConnection {
     /// No connection yet (a pooled session greeted without one).
     fn default() -> Self {
-        Self::new(None, Vec::new())
+        Self::new(None, ServerParams::default())
     }
 }
 
@@ -98,7 +87,7 @@ impl Protocol {
     /// The session logged in over `conn` (session mode, or a pooled
     /// login's own connection).
     pub fn logged_in(&mut self, mut conn: Box<ServerConnection>) {
-        self.on_server_params(conn.params());
+        self.on_server_version(conn.params().get("server_version"));
         if let Some(settings) = conn.settings.take() {
             self.settings = settings;
         }
@@ -134,36 +123,5 @@ impl Protocol {
         // The defaults a client's startup packet set are its own.
         conn.settings = self.settings.after_reset().filter(|_| !self.own_defaults);
         conn
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A greeting's ParameterStatus messages are made once, and again after
-    /// a value changes: never stale.
-    #[test]
-    fn params_status_follows_every_change() {
-        let expect = |params: &[(&str, &str)]| {
-            let mut out = bytes::BytesMut::new();
-            for (k, v) in params {
-                crate::wire::write::parameter_status(&mut out, k, v);
-            }
-            out.freeze()
-        };
-        let mut conn = ServerConnection::new(None, vec![("a".into(), "1".into())]);
-        let first = conn.params_status();
-        assert_eq!(first, expect(&[("a", "1")]));
-        conn.set_param("a", "1");
-        assert_eq!(
-            conn.params_status().as_ptr(),
-            first.as_ptr(),
-            "kept while unchanged"
-        );
-        conn.set_param("a", "2");
-        assert_eq!(conn.params_status(), expect(&[("a", "2")]));
-        conn.set_param("b", "3");
-        assert_eq!(conn.params_status(), expect(&[("a", "2"), ("b", "3")]));
     }
 }

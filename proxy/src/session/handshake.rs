@@ -13,7 +13,7 @@ use tracing::warn;
 use crate::{
     cancel::{Key, Pid},
     net::{Pair, Stream},
-    protocol::ServerConnection,
+    protocol::{ServerConnection, ServerParams},
     shared::Shared,
     stats::{Counters, SessionInfo},
     wire::{
@@ -185,7 +185,7 @@ pub async fn relay_auth(
     let c = &info.counters;
     let mut cin = BytesMut::with_capacity(8192);
     let mut uin = BytesMut::with_capacity(8192);
-    let mut params = Vec::new();
+    let mut params = BytesMut::with_capacity(512);
     let mut key = None;
     let mut registered = None;
     let mut plain_trust = true;
@@ -226,9 +226,7 @@ pub async fn relay_auth(
                 mine
             }
             tag::PARAMETER_STATUS => {
-                if let Some((k, v)) = backend::parameter_status(&msg) {
-                    params.push((k.to_owned(), v.to_owned()));
-                }
+                params.extend_from_slice(&msg);
                 Some(msg)
             }
             tag::READY_FOR_QUERY => Some(msg),
@@ -248,7 +246,10 @@ pub async fn relay_auth(
                 return Ok(Authed {
                     cin,
                     uin,
-                    conn: Box::new(ServerConnection::new(key, params).opened_at(opened)),
+                    conn: Box::new(
+                        ServerConnection::new(key, ServerParams::from_messages(&params))
+                            .opened_at(opened),
+                    ),
                     client_key,
                     plain_trust,
                 });

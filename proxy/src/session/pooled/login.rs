@@ -347,7 +347,12 @@ async fn greet_alone(
         tls => Client::Runtime(tls),
     };
     proto.client_key = registered.keep();
-    proto.on_server_params(&params);
+    proto.on_server_version(
+        params
+            .iter()
+            .find(|(k, _)| k == "server_version")
+            .map(|(_, v)| v.as_str()),
+    );
     proto.pooled = true;
     proto.own_defaults = startup.own_defaults;
     let startup_told: Vec<(String, String)> = learned

@@ -29,7 +29,7 @@ use crate::{
     auth::{Credential, scram::ScramError},
     net::{ServerSocket, Stream},
     pooling::{Grant, Idle, Pool, Pooled, Taken, WaitTimeout, Wants},
-    protocol::{Protocol, ServerConnection},
+    protocol::{Protocol, ServerConnection, ServerParams},
     relay::{Closer, End, Room, give_back_room, replica::Detour},
     shared::Shared,
     stats::Counters,
@@ -124,7 +124,7 @@ pub async fn open(shared: &Shared, pool: &Pool) -> Result<Opened, PoolError> {
         Err(_) => Err(PoolError::Timeout(limit)),
     };
     match &opened {
-        Ok(o) => pool.greeted(o.conn.params(), o.conn.key.as_ref()),
+        Ok(o) => pool.greeted(&o.conn.params().to_vec(), o.conn.key.as_ref()),
         Err(_) => pool.greeted(&[], None),
     }
     if let Ok(o) = &opened
@@ -160,7 +160,7 @@ async fn open_now(
     stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut key = None;
-    let mut params = Vec::new();
+    let mut params = BytesMut::with_capacity(512);
     let max = crate::wire::frame::MAX_AUTH_MESSAGE;
     let mut answerer = Answerer::new(user, credential);
     let mut answer = BytesMut::new();
@@ -179,9 +179,7 @@ async fn open_now(
             // The same startup packet as the session's: the same values
             // its client was told at login.
             tag::PARAMETER_STATUS => {
-                if let Some((k, v)) = backend::parameter_status(&msg) {
-                    params.push((k.to_owned(), v.to_owned()));
-                }
+                params.extend_from_slice(&msg);
             }
             tag::NOTICE_RESPONSE | tag::NEGOTIATE_PROTOCOL_VERSION => {}
             // A copy: a slice would keep the whole read buffer it lies in
@@ -191,7 +189,10 @@ async fn open_now(
             tag::READY_FOR_QUERY if buf.is_empty() => {
                 return Ok(Opened {
                     stream,
-                    conn: Box::new(ServerConnection::new(key, params)),
+                    conn: Box::new(ServerConnection::new(
+                        key,
+                        ServerParams::from_messages(&params),
+                    )),
                 });
             }
             t => return Err(PoolError::Unexpected(t)),
