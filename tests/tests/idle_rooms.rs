@@ -1,7 +1,8 @@
-//! Idle clients hold no buffers: a pooled session gives its read room back
-//! at each release point, and any other once a worker's look finds it
-//! quiet (`relay::epoll::sweep`); the same look takes back the buffers
-//! themselves (`Bufs`) of every session whose buffers are empty. Counted by the workers themselves
+//! Idle clients hold no buffers: a session gives its read room and its
+//! buffers (`Bufs`) back as soon as both its sockets have nothing more to
+//! say and nothing is in flight (`relay::epoll::spare::rest`), and a
+//! worker's look takes them back from any quiet session that kept them
+//! (`relay::epoll::sweep`). Counted by the workers themselves
 //! (`onetrip::relay::epoll::rooms_held`, the whole process: this binary
 //! holds this one test so that no other session is counted).
 

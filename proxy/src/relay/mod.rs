@@ -258,6 +258,17 @@ fn make_room(buf: &mut BytesMut) {
     }
 }
 
+/// Whether `buf`, empty, is a small room that nothing else points into,
+/// whole: ready for the next reads as it is.
+pub(crate) fn keeps_room(buf: &mut BytesMut) -> bool {
+    // A reclaim past the view succeeds only when nothing else points into
+    // the room, and makes the view the whole room; a view as large as a
+    // small room is one already.
+    buf.is_empty()
+        && (buf.capacity() == SMALL_ROOM || buf.try_reclaim(buf.capacity() + 1))
+        && buf.capacity() == SMALL_ROOM
+}
+
 /// Keeps only what `buf` holds, at its size, and gives its read room
 /// back: for a client that waits in line for a connection, beside
 /// thousands of others, with a few bytes read.
@@ -370,6 +381,28 @@ mod tests {
             at.wrapping_sub(4),
             "free room was not reused"
         );
+    }
+
+    /// Only a whole small room that nothing else points into goes on with
+    /// its buffers as it is.
+    #[test]
+    fn a_room_is_kept_whole_only_when_it_is_all_its_own() {
+        let mut buf = BytesMut::with_capacity(SMALL_ROOM);
+        assert!(keeps_room(&mut buf), "untouched");
+        buf.extend_from_slice(b"Z\0\0\0\x05I");
+        assert!(!keeps_room(&mut buf), "holds bytes");
+        let read = buf.split().freeze();
+        assert!(!keeps_room(&mut buf), "a message read into it is in use");
+        drop(read);
+        assert!(keeps_room(&mut buf), "its message is gone");
+        assert_eq!(
+            buf.capacity(),
+            SMALL_ROOM,
+            "the view is the whole room again"
+        );
+        let mut long = BytesMut::with_capacity(READ_ROOM);
+        assert!(!keeps_room(&mut long), "long room goes back to its list");
+        assert!(!keeps_room(&mut BytesMut::new()), "no room");
     }
 
     /// A message that spans reads moves to long room, which goes back for

@@ -24,8 +24,7 @@ use super::{
 use crate::{
     net::ServerSocket,
     pooling::{Deliver, Grant, Waiting},
-    protocol::Protocol,
-    relay::{Bufs, End, give_back_room, keep_only_what_was_read, line},
+    relay::{End, give_back_room, keep_only_what_was_read, line},
     stats::{Counters, SessionState},
     wire::write,
     worker::{self, Watched, thread_mark},
@@ -214,7 +213,7 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
     }
     if b.cin.is_empty() {
         if !e.client.read {
-            rest(proto, bufs);
+            spare::rest(proto, bufs);
             return Ok(false);
         }
         match read_into(client, &mut b.cin) {
@@ -225,7 +224,7 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                 e.client.read = false;
-                rest(proto, bufs);
+                spare::rest(proto, bufs);
                 return Ok(false);
             }
             Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
@@ -272,23 +271,6 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
             Ok(false)
         }
     }
-}
-
-/// A session without a connection whose client has nothing more to say
-/// for now: its buffers, and what its next transaction takes again, go
-/// back to the thread at once (`Protocol::rest`), not at the worker's next
-/// look.
-fn rest(proto: &mut Protocol, bufs: &mut Option<Bufs>) {
-    let Some(b) = bufs.as_mut() else {
-        return;
-    };
-    if !b.cin.is_empty() || b.to_client.wants_write() || !proto.quiet() {
-        return;
-    }
-    proto.rest();
-    give_back_room(&mut b.cin);
-    give_back_room(&mut b.uin);
-    spare::give_back_if_empty(bufs);
 }
 
 /// A turn of a session in line: what its client sends is read (up to

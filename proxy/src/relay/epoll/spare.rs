@@ -9,10 +9,16 @@ use std::cell::RefCell;
 
 use bytes::BytesMut;
 
-use crate::relay::{Bufs, Room};
+use crate::{
+    protocol::Protocol,
+    relay::{Bufs, Room, give_back_room, keeps_room},
+};
 
 /// Most spares a worker keeps; more are freed.
 const MOST: usize = 256;
+/// Most spares that keep their read rooms (8 kB each); others give them
+/// to the thread's lists of rooms (`relay::give_back_room`).
+const MOST_WITH_ROOMS: usize = 32;
 
 thread_local! {
     static SPARE: RefCell<Vec<Bufs>> = const { RefCell::new(Vec::new()) };
@@ -26,9 +32,13 @@ fn take() -> Bufs {
         .unwrap_or_else(|| Room::boxed(BytesMut::new(), BytesMut::new()))
 }
 
-fn give(b: Bufs) {
+fn give(mut b: Bufs) {
     let _ = SPARE.try_with(|s| {
         let mut s = s.borrow_mut();
+        if s.len() >= MOST_WITH_ROOMS {
+            give_back_room(&mut b.cin);
+            give_back_room(&mut b.uin);
+        }
         if s.len() < MOST {
             s.push(b);
         }
@@ -58,6 +68,39 @@ pub(super) fn give_back_if_empty(b: &mut Option<Bufs>) {
             && b.to_up.is_empty()
     }) && let Some(b) = b.take()
     {
+        give(b);
+    }
+}
+
+/// A session whose client and server have nothing more to say for now:
+/// its buffers, and what its next transaction takes again, go back to the
+/// thread at once (`Protocol::rest`), not at the worker's next look. A
+/// burst of clients that log in and go idle would otherwise each hold
+/// them for a second, and what they then free lies among what later
+/// sessions took meanwhile, and stays resident.
+pub(super) fn rest(proto: &mut Protocol, bufs: &mut Option<Bufs>) {
+    let Some(b) = bufs.as_mut() else {
+        return;
+    };
+    if !b.cin.is_empty()
+        || !b.uin.is_empty()
+        || b.to_client.wants_write()
+        || b.to_up.wants_write()
+        || !proto.quiet()
+    {
+        return;
+    }
+    proto.rest();
+    // Rooms nothing else points into go with the buffers, ready for the
+    // thread's next reads: moving the box costs less than taking each
+    // room apart and back.
+    if !keeps_room(&mut b.cin) {
+        give_back_room(&mut b.cin);
+    }
+    if !keeps_room(&mut b.uin) {
+        give_back_room(&mut b.uin);
+    }
+    if let Some(b) = bufs.take() {
         give(b);
     }
 }

@@ -56,7 +56,14 @@ fn run(e: &mut Entry) -> bool {
     for _ in 0..TURNS {
         match turn(e) {
             Ok(true) => {}
-            Ok(false) => return false,
+            Ok(false) => {
+                // Nothing more either way for now: an idle session (a
+                // pooled one without its connection rests in `released`).
+                if e.parts.upstream.is_some() {
+                    spare::rest(&mut e.parts.proto, &mut e.parts.bufs);
+                }
+                return false;
+            }
             Err(stop) => {
                 e.stop = Some(stop);
                 return false;
