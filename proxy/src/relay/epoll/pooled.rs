@@ -83,24 +83,23 @@ thread_local! {
 
 /// The grants left for this worker's sessions since the last look; the
 /// list goes back with `recycle_mail`.
-fn take_mail() -> Vec<(u64, Grant)> {
-    // Looked at on every turn: a load, and no count taken on the mailbox,
-    // when there is nothing.
+fn take_mail() -> Option<Vec<(u64, Grant)>> {
+    // Looked at on every turn: a load, and no count taken on the mailbox
+    // nor a list made and dropped, when there is nothing.
     MAIL.try_with(|m| {
-        let Some(Some(mb)) = m.get() else {
-            return Vec::new();
-        };
+        let mb = m.get()?.as_ref()?;
         if !mb.has_mail.load(Ordering::Relaxed) || !mb.has_mail.swap(false, Ordering::Acquire) {
-            return Vec::new();
+            return None;
         }
         let mut mail = SPARE_MAIL.take();
         std::mem::swap(
             &mut mail,
             &mut *mb.mail.lock().unwrap_or_else(|e| e.into_inner()),
         );
-        mail
+        Some(mail)
     })
-    .unwrap_or_default()
+    .ok()
+    .flatten()
 }
 
 fn recycle_mail(mut mail: Vec<(u64, Grant)>) {
@@ -349,10 +348,9 @@ fn attach(e: &mut Entry, tcp: TcpStream, kept: Option<Watched>) -> Result<(), St
 pub(super) fn deliver_mail(turns: fn(&mut Entry) -> (bool, Option<Waker>)) -> bool {
     let mut woke = false;
     loop {
-        let mut mail = take_mail();
-        if mail.is_empty() {
+        let Some(mut mail) = take_mail() else {
             return woke;
-        }
+        };
         for (ticket, grant) in mail.drain(..) {
             let (slot, generation, _) = untoken(ticket);
             let given = TABLE.with(|t| {
