@@ -17,8 +17,11 @@ use crate::{
 /// Most spares a worker keeps; more are freed.
 const MOST: usize = 256;
 /// Most spares that keep their read rooms (8 kB each); others give them
-/// to the thread's lists of rooms (`relay::give_back_room`).
-const MOST_WITH_ROOMS: usize = 32;
+/// to the thread's lists of rooms (`relay::give_back_room`). Few: a
+/// session mostly brings buffers of its own, so spares that keep their
+/// rooms are memory the thread holds, while the lists of rooms serve
+/// every session's reads.
+const MOST_WITH_ROOMS: usize = 8;
 
 thread_local! {
     static SPARE: RefCell<Vec<Bufs>> = const { RefCell::new(Vec::new()) };
