@@ -183,8 +183,11 @@ pub async fn relay_auth(
     let max = shared.config().limits.max_message_bytes;
     let addr = shared.upstream_addr();
     let c = &info.counters;
-    let mut cin = BytesMut::with_capacity(8192);
-    let mut uin = BytesMut::with_capacity(8192);
+    // The thread's spare rooms, which the session goes on relaying in: a
+    // thousand clients logging in at once would otherwise each hold two
+    // rooms of their own.
+    let mut cin = crate::relay::small_room();
+    let mut uin = crate::relay::small_room();
     let mut params = BytesMut::with_capacity(512);
     let mut key = None;
     let mut registered = None;
