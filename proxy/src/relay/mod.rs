@@ -216,12 +216,6 @@ fn room_of(size: usize) -> BytesMut {
         .unwrap_or_else(|| BytesMut::with_capacity(size))
 }
 
-/// A small room for a session's reads, a spare of the thread's if it has
-/// one.
-pub(crate) fn small_room() -> BytesMut {
-    room_of(SMALL_ROOM)
-}
-
 /// Keeps room for the next read: small while reads end where messages
 /// end, long while a message spans reads, and as long as a message that
 /// is longer. A long room left empty goes back for a small one, so a

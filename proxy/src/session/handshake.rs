@@ -183,11 +183,12 @@ pub async fn relay_auth(
     let max = shared.config().limits.max_message_bytes;
     let addr = shared.upstream_addr();
     let c = &info.counters;
-    // The thread's spare rooms, which the session goes on relaying in: a
-    // thousand clients logging in at once would otherwise each hold two
-    // rooms of their own.
-    let mut cin = crate::relay::small_room();
-    let mut uin = crate::relay::small_room();
+    // Room as the reads need it (`read_message`): the client sends nothing
+    // here unless asked for a password, and the server's greeting is under
+    // a kilobyte. A thousand clients logging in at once held two 8 kB
+    // buffers each; relaying takes the thread's rooms (`relay::reserve`).
+    let mut cin = BytesMut::new();
+    let mut uin = BytesMut::new();
     let mut params = BytesMut::with_capacity(512);
     let mut key = None;
     let mut registered = None;
