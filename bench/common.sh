@@ -118,8 +118,7 @@ prepare_many_clients() {
     need pgbouncer
     PIN=()
     ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-    say "cargo build --release -p onetrip"
-    cargo build --release -p onetrip --bin onetrip >&2
+    onetrip_binary
 }
 
 # onetrip_binary: sets ONETRIP to BENCH_ONETRIP when given (an earlier

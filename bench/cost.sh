@@ -10,7 +10,8 @@
 #   bash bench/cost.sh      # BENCH_TXNS=20000 BENCH_IDLE=1000 BENCH_PGBOUNCER=pgbouncer
 #
 # BENCH_SKIP_CALLGRIND=1 leaves the instruction counts out (the slowest
-# part). Not a test: it takes minutes and the machine. Needs PostgreSQL's
+# part); BENCH_ONETRIP=PATH measures that onetrip binary instead of
+# building one. Not a test: it takes minutes and the machine. Needs PostgreSQL's
 # server binaries and pgbench, PgBouncer, strace and valgrind (installed
 # when missing and running as root). Everything runs on loopback ports in
 # a temporary directory.
@@ -26,7 +27,6 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 need strace
 prepare_many_clients
 command -v "$PGBOUNCER" >/dev/null || { echo "PgBouncer not found: $PGBOUNCER" >&2; exit 1; }
-ONETRIP="$TARGET_DIR/release/onetrip"
 
 PG_PORT=$(free_port); PX_PORT=$(free_port)
 make_work cost

@@ -14,7 +14,8 @@
 #
 # BENCH_POOL_MODE=transaction runs both proxies in transaction mode with
 # BENCH_POOL_SIZE (20) server connections; BENCH_PGBOUNCER names the
-# PgBouncer binary. The file limit is raised to the hard limit, so that
+# PgBouncer binary; BENCH_ONETRIP=PATH runs that onetrip binary instead of
+# building one (an earlier build kept aside, for a before and after). The file limit is raised to the hard limit, so that
 # 10,000 clients can connect where the hard limit allows.
 #
 # Not a test: it takes minutes and the machine. Needs PostgreSQL's server
@@ -56,7 +57,7 @@ start_pg "$PG_PORT" "max_connections = $(( pool * 2 + 50 ))" "shared_buffers = 1
 # Server connections kept for the next client, as PgBouncer's session mode
 # keeps them.
 ONETRIP_LOG_LEVEL=warn ONETRIP_UPSTREAM_REUSE=true ONETRIP_POOL_MODE=$MODE ONETRIP_POOL_POOL_SIZE=$pool \
-    ONETRIP_LIMITS_MAX_CLIENT_CONNECTIONS=$(( total * 2 )) "$TARGET_DIR/release/onetrip" --listen "127.0.0.1:$OT_PORT" \
+    ONETRIP_LIMITS_MAX_CLIENT_CONNECTIONS=$(( total * 2 )) "$ONETRIP" --listen "127.0.0.1:$OT_PORT" \
     --upstream "127.0.0.1:$PG_PORT" 2>"$WORK/onetrip.log" &
 pids+=($!)
 OT_PID=$!

@@ -212,7 +212,7 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
     }
     if b.cin.is_empty() {
         if !e.client.read {
-            spare::rest(proto, bufs);
+            spare::rest(proto, bufs, false);
             return Ok(false);
         }
         match read_into(client, &mut b.cin) {
@@ -223,7 +223,7 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                 e.client.read = false;
-                spare::rest(proto, bufs);
+                spare::rest(proto, bufs, false);
                 return Ok(false);
             }
             Err(err) => return Err(Stop::End(End::Error(format!("client read: {err}")))),
@@ -259,8 +259,12 @@ pub(super) fn released(e: &mut Entry) -> Result<bool, Stop> {
         Waiting::Task => Err(Stop::End(End::Release)),
         Waiting::InLine => {
             // It may wait long, beside thousands: what it read is kept at
-            // its size, and the read room goes back.
-            keep_only_what_was_read(&mut spare::ready(&mut e.parts.bufs).cin);
+            // its size, and the read rooms go back.
+            let b = spare::ready(&mut e.parts.bufs);
+            keep_only_what_was_read(&mut b.cin);
+            if b.uin.is_empty() {
+                give_back_room(&mut b.uin);
+            }
             // Its query is on its way: not idle (`client_idle_timeout`).
             e.parts.proto.info.set_state(SessionState::Active);
             let since = Instant::now();

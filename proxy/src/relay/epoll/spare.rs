@@ -81,7 +81,13 @@ pub(super) fn give_back_if_empty(b: &mut Option<Bufs>) {
 /// burst of clients that log in and go idle would otherwise each hold
 /// them for a second, and what they then free lies among what later
 /// sessions took meanwhile, and stays resident.
-pub(super) fn rest(proto: &mut Protocol, bufs: &mut Option<Bufs>) {
+///
+/// `keep_rooms`: its read rooms go with the buffers when nothing else
+/// points into them, for a session that holds its server connection (its
+/// next turn reads both ways). A pooled session's go to the lists of
+/// rooms: its next turn may only wait in line, and spares with rooms
+/// would hand thousands of waiting clients a room each.
+pub(super) fn rest(proto: &mut Protocol, bufs: &mut Option<Bufs>, keep_rooms: bool) {
     let Some(b) = bufs.as_mut() else {
         return;
     };
@@ -97,10 +103,10 @@ pub(super) fn rest(proto: &mut Protocol, bufs: &mut Option<Bufs>) {
     // Rooms nothing else points into go with the buffers, ready for the
     // thread's next reads: moving the box costs less than taking each
     // room apart and back.
-    if !keeps_room(&mut b.cin) {
+    if !(keep_rooms && keeps_room(&mut b.cin)) {
         give_back_room(&mut b.cin);
     }
-    if !keeps_room(&mut b.uin) {
+    if !(keep_rooms && keeps_room(&mut b.uin)) {
         give_back_room(&mut b.uin);
     }
     if let Some(b) = bufs.take() {

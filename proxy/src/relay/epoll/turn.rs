@@ -60,7 +60,7 @@ fn run(e: &mut Entry) -> bool {
                 // Nothing more either way for now: an idle session (a
                 // pooled one without its connection rests in `released`).
                 if e.parts.upstream.is_some() {
-                    spare::rest(&mut e.parts.proto, &mut e.parts.bufs);
+                    spare::rest(&mut e.parts.proto, &mut e.parts.bufs, true);
                 }
                 return false;
             }
