@@ -8,7 +8,8 @@ use bytes::{Bytes, BytesMut};
 use crate::wire::{backend, tag, write};
 
 /// ParameterStatus messages, each whole, in the order their names were
-/// first reported; a name appears once.
+/// first reported (a server reports each name once at login, and `set`
+/// changes a value in its place).
 #[derive(Debug, Default, Clone)]
 pub struct ServerParams(Bytes);
 
