@@ -28,7 +28,8 @@ impl ServerParams {
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
+        let frame = Frames(&self.0).find(|f| named(f, name))?;
+        backend::parameter_status(frame).map(|(_, v)| v)
     }
 
     /// The server reported `name` as `value`: true when that changed what
@@ -41,12 +42,11 @@ impl ServerParams {
         let mut out = BytesMut::with_capacity(self.0.len() + name.len() + value.len() + 7);
         let mut found = false;
         for frame in Frames(&self.0) {
-            match backend::parameter_status(frame) {
-                Some((k, _)) if k == name => {
-                    write::parameter_status(&mut out, name, value);
-                    found = true;
-                }
-                _ => out.extend_from_slice(frame),
+            if named(frame, name) {
+                write::parameter_status(&mut out, name, value);
+                found = true;
+            } else {
+                out.extend_from_slice(frame);
             }
         }
         if !found {
@@ -67,6 +67,14 @@ impl ServerParams {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()
     }
+}
+
+/// Whether a ParameterStatus message is `name`'s: its bytes compared, not
+/// read as text (a kept connection's reset reports values one by one, and
+/// each is looked up).
+fn named(frame: &[u8], name: &str) -> bool {
+    let n = name.as_bytes();
+    frame.get(5..5 + n.len()) == Some(n) && frame.get(5 + n.len()) == Some(&0)
 }
 
 /// The whole ParameterStatus messages of `buf`, up to the first that is
@@ -109,7 +117,8 @@ mod tests {
             [("a".into(), "1".into()), ("bb".into(), "22".into())]
         );
         assert_eq!(p.get("bb"), Some("22"));
-        assert_eq!(p.get("b"), None);
+        assert_eq!(p.get("b"), None, "a name that begins another's is not it");
+        assert_eq!(p.get("bb2"), None);
         let first = p.messages();
         assert!(!p.set("a", "1"));
         assert_eq!(
