@@ -72,6 +72,10 @@ pub(crate) async fn relay(
     startup_raw: &bytes::Bytes,
 ) -> Outcome {
     let mut b = bufs;
+    // Room before the first reads too: a buffer that comes without any (a
+    // login's, a rested session's) would read 64 bytes at a time.
+    reserve(&mut b.cin);
+    reserve(&mut b.uin);
     // Reads routed to replicas, for a session in session mode, or a pooled
     // one once it is pinned (its reads go to replicas between transactions
     // until then: `session::pooled`); its replica connection lasts as long
