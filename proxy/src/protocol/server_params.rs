@@ -5,7 +5,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::wire::{backend, tag, write};
+use crate::wire::{backend, write};
 
 /// ParameterStatus messages, each whole, in the order their names were
 /// first reported (a server reports each name once at login, and `set`
@@ -18,17 +18,20 @@ impl ServerParams {
     /// them (one value a name), up to the first that is not one: copied
     /// into a room of their size.
     pub fn from_messages(messages: &[u8]) -> Self {
-        let whole: usize = Frames(messages).map(<[u8]>::len).sum();
+        let whole: usize = backend::parameter_status_frames(messages)
+            .map(<[u8]>::len)
+            .sum();
         Self(Bytes::copy_from_slice(&messages[..whole]))
     }
 
     /// Name and value of each, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        Frames(&self.0).filter_map(backend::parameter_status)
+        backend::parameter_status_frames(&self.0).filter_map(backend::parameter_status)
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        let frame = Frames(&self.0).find(|f| named(f, name))?;
+        let frame = backend::parameter_status_frames(&self.0)
+            .find(|f| backend::is_parameter_status_of(f, name))?;
         backend::parameter_status(frame).map(|(_, v)| v)
     }
 
@@ -41,8 +44,8 @@ impl ServerParams {
         }
         let mut out = BytesMut::with_capacity(self.0.len() + name.len() + value.len() + 7);
         let mut found = false;
-        for frame in Frames(&self.0) {
-            if named(frame, name) {
+        for frame in backend::parameter_status_frames(&self.0) {
+            if backend::is_parameter_status_of(frame, name) {
                 write::parameter_status(&mut out, name, value);
                 found = true;
             } else {
@@ -66,34 +69,6 @@ impl ServerParams {
         self.iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()
-    }
-}
-
-/// Whether a ParameterStatus message is `name`'s: its bytes compared, not
-/// read as text (a kept connection's reset reports values one by one, and
-/// each is looked up).
-fn named(frame: &[u8], name: &str) -> bool {
-    let n = name.as_bytes();
-    frame.get(5..5 + n.len()) == Some(n) && frame.get(5 + n.len()) == Some(&0)
-}
-
-/// The whole ParameterStatus messages of `buf`, up to the first that is
-/// not one.
-struct Frames<'a>(&'a [u8]);
-
-impl<'a> Iterator for Frames<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let head = self.0.get(..5)?;
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let frame = self.0.get(..len.checked_add(1)?)?;
-        if head[0] != tag::PARAMETER_STATUS || len < 4 {
-            self.0 = &[];
-            return None;
-        }
-        self.0 = &self.0[frame.len()..];
-        Some(frame)
     }
 }
 

@@ -234,6 +234,38 @@ pub fn parameter_status(msg: &[u8]) -> Option<(&str, &str)> {
     Some((name, value))
 }
 
+/// The whole ParameterStatus messages at the start of `buf`, up to the
+/// first that is not one.
+pub fn parameter_status_frames(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    ParameterStatusFrames(buf)
+}
+
+/// Whether a ParameterStatus message is `name`'s: its bytes compared, not
+/// read as text (a kept connection's reset reports values one by one, and
+/// each is looked up).
+pub fn is_parameter_status_of(frame: &[u8], name: &str) -> bool {
+    let n = name.as_bytes();
+    frame.get(5..5 + n.len()) == Some(n) && frame.get(5 + n.len()) == Some(&0)
+}
+
+struct ParameterStatusFrames<'a>(&'a [u8]);
+
+impl<'a> Iterator for ParameterStatusFrames<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let head = self.0.get(..5)?;
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let frame = self.0.get(..len.checked_add(1)?)?;
+        if head[0] != super::tag::PARAMETER_STATUS || len < 4 {
+            self.0 = &[];
+            return None;
+        }
+        self.0 = &self.0[frame.len()..];
+        Some(frame)
+    }
+}
+
 /// One field of an ErrorResponse / NoticeResponse (`b'C'` is the SQLSTATE).
 pub fn error_field(msg: &[u8], code: u8) -> Option<&str> {
     body(msg)
