@@ -539,21 +539,6 @@ impl Protocol {
     }
 }
 
-/// Records a ParameterStatus value, keeping the order names first came in.
-pub fn set_param(params: &mut Vec<(String, String)>, name: &str, value: &str) -> bool {
-    match params.iter_mut().find(|(k, _)| k == name) {
-        Some((_, v)) if v == value => false,
-        Some((_, v)) => {
-            *v = value.to_owned();
-            true
-        }
-        None => {
-            params.push((name.to_owned(), value.to_owned()));
-            true
-        }
-    }
-}
-
 /// Backend messages read whole even when nothing is held: small ones whose
 /// content or position matters.
 fn wants_whole(t: u8) -> bool {
