@@ -24,6 +24,16 @@ async fn settles_at(env: &Env, fingerprint: &str, want: u64) -> Result<(), u64> 
     onetrip_tests::settles_at(want, || counted(env, fingerprint)).await
 }
 
+/// Runs `n` simple queries that differ only in a literal, labelled `label`.
+async fn run(client: &tokio_postgres::Client, label: &str, n: usize) {
+    for i in 0..n {
+        client
+            .simple_query(&format!("select {i} as {label}"))
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_sessions_counts_arrive_once_whether_they_stay_or_go() {
     let env = Env::start_with(PgOptions::default(), |c| {
@@ -32,29 +42,14 @@ async fn pooled_sessions_counts_arrive_once_whether_they_stay_or_go() {
     })
     .await;
     let staying = connect(&env.proxy_dsn()).await;
-    for i in 0..3 {
-        staying
-            .simple_query(&format!("select {i} as staying"))
-            .await
-            .unwrap();
-    }
+    run(&staying, "staying", 3).await;
     assert_eq!(settles_at(&env, "select ? as staying", 3).await, Ok(()));
 
     let leaving = connect(&env.proxy_dsn()).await;
-    for i in 0..2 {
-        leaving
-            .simple_query(&format!("select {i} as leaving"))
-            .await
-            .unwrap();
-    }
+    run(&leaving, "leaving", 2).await;
     drop(leaving);
     // More from the one that stays, taking counts others set down.
-    for i in 0..4 {
-        staying
-            .simple_query(&format!("select {i} as staying"))
-            .await
-            .unwrap();
-    }
+    run(&staying, "staying", 4).await;
     assert_eq!(settles_at(&env, "select ? as leaving", 2).await, Ok(()));
     assert_eq!(settles_at(&env, "select ? as staying", 7).await, Ok(()));
     // Counted once: another look changes nothing.
